@@ -1,0 +1,59 @@
+// Allocator settings and the parser for PyTorch's configuration grammar.
+//
+// `MEMSNAP_ALLOC_CONF` (falling back to `PYTORCH_ALLOC_CONF`, then
+// `PYTORCH_CUDA_ALLOC_CONF`) holds comma-separated `key:value` pairs, lists in brackets:
+//   max_split_size_mb:128,roundup_power2_divisions:[256:1,512:2,>:8],expandable_segments:True
+// Every key PyTorch 2.11 accepts for its device allocator is understood; its host-allocator
+// keys (`pinned_*`) are accepted with a notice that they have no effect here. Anything else
+// is an error that names the key and what was expected: a typo must never be ignored.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "allocator/result.h"
+
+namespace memsnap {
+
+inline constexpr size_t kRoundUpPowerOfTwoIntervals = 16;  // 1 MiB .. 64 GiB
+
+struct AllocatorConfig {
+  size_t max_split_size = std::numeric_limits<size_t>::max();  // "no limit"
+  size_t max_non_split_rounding_size = 20u << 20;
+  size_t large_segment_size = 20u << 20;
+  double garbage_collection_threshold = 0.0;  // 0 = off
+  // Divisions per power-of-two interval: index 0 is [.., 2 MiB), index i is
+  // [2^(20+i), 2^(21+i)); 0 or 1 means plain 512-byte rounding.
+  std::array<size_t, kRoundUpPowerOfTwoIntervals> roundup_power2_divisions{};
+  bool expandable_segments = false;
+  bool release_lock_on_cudamalloc = false;
+
+  std::string source;                // the string these settings were parsed from
+  std::vector<std::string> notices;  // accepted keys that have no effect in memsnap
+
+  bool operator==(const AllocatorConfig& other) const {
+    return max_split_size == other.max_split_size &&
+           max_non_split_rounding_size == other.max_non_split_rounding_size &&
+           large_segment_size == other.large_segment_size &&
+           garbage_collection_threshold == other.garbage_collection_threshold &&
+           roundup_power2_divisions == other.roundup_power2_divisions &&
+           expandable_segments == other.expandable_segments &&
+           release_lock_on_cudamalloc == other.release_lock_on_cudamalloc;
+  }
+};
+
+// Parses a configuration string; an empty string gives the defaults.
+Result<AllocatorConfig> parse_allocator_config(std::string_view text);
+
+// Reads the first of MEMSNAP_ALLOC_CONF, PYTORCH_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF that is
+// set and parses it; the error names the variable as well as the key.
+Result<AllocatorConfig> allocator_config_from_environment();
+
+// The settings as a configuration string that parses back to the same settings.
+std::string to_config_string(const AllocatorConfig& config);
+
+}  // namespace memsnap

@@ -1,0 +1,25 @@
+// The narrow interface through which layers such as history recording or replay accounting
+// watch the allocator, instead of flags scattered through the policy (STYLE.md, "Layers,
+// not flags"). Calls are made with the device's allocator lock held, in the order the
+// events happen; an observer must be quick and must not call back into the allocator.
+#pragma once
+
+#include "allocator/block.h"
+#include "allocator/out_of_memory.h"
+
+namespace memsnap {
+
+class AllocatorObserver {
+ public:
+  virtual ~AllocatorObserver() = default;
+  virtual void on_alloc(int /*device*/, const Block& /*block*/) {}
+  // The program freed the block; it may still be in use on other streams.
+  virtual void on_free_requested(int /*device*/, const Block& /*block*/) {}
+  // The block's bytes are reusable (called before it merges with free neighbours).
+  virtual void on_free_completed(int /*device*/, const Block& /*block*/) {}
+  virtual void on_segment_alloc(int /*device*/, const Segment& /*segment*/) {}
+  virtual void on_segment_free(int /*device*/, const Segment& /*segment*/) {}
+  virtual void on_oom(int /*device*/, const OomInfo& /*info*/) {}
+};
+
+}  // namespace memsnap

@@ -1,0 +1,52 @@
+// Blocks and segments: the allocator's bookkeeping of device memory.
+//
+// A segment is one reservation from the device. It is tiled, in address order, by blocks
+// linked through prev/next; a block is either allocated, free (then it sits in exactly one
+// pool), or waiting for events after a free on a stream it was used on ("pending free").
+// Invariants (checked by InvariantChecker):
+//   - a segment's blocks cover it exactly, without gaps or overlap;
+//   - two free blocks are never neighbours (a freed block merges with free neighbours);
+//   - a pool holds exactly the free blocks of its kind (small/large);
+//   - a block is only reused on the stream it was allocated on.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "allocator/device_backend.h"
+
+namespace memsnap {
+
+class BlockPool;
+struct Segment;
+
+struct Block {
+  uintptr_t address = 0;
+  size_t size = 0;            // bytes this block covers (a multiple of kMinBlockSize)
+  size_t requested_size = 0;  // bytes asked for, while allocated
+  StreamId stream = 0;        // the stream it was allocated on; reuse only there
+  int device = 0;
+  BlockPool* pool = nullptr;
+  Segment* segment = nullptr;
+  Block* prev = nullptr;  // neighbours in the same segment, in address order
+  Block* next = nullptr;
+  bool allocated = false;
+  int event_count = 0;                // outstanding events before a pending free completes
+  std::vector<StreamId> stream_uses;  // other streams it was used on (record_stream)
+  uint64_t gc_count_base = 0;         // pool's search count when it became free (GC age)
+
+  bool is_split() const { return prev != nullptr || next != nullptr; }
+  bool is_free() const { return !allocated && event_count == 0; }
+};
+
+struct Segment {
+  int device = 0;
+  uintptr_t address = 0;
+  size_t size = 0;
+  StreamId stream = 0;
+  bool small_pool = false;
+  Block* head = nullptr;  // the block at `address`; stable for the segment's life
+};
+
+}  // namespace memsnap

@@ -1,0 +1,80 @@
+// The public allocator: one DeviceCachingAllocator per device behind a drop-in
+// allocate/deallocate, plus a map from each live pointer to its block.
+//
+// The pointer map is sharded (one lock per shard, taken briefly) so threads freeing on
+// different devices or addresses rarely meet; each device's policy has its own lock.
+//
+//   auto backend = std::make_shared<memsnap::SimulatedBackend>();
+//   memsnap::CachingAllocator allocator(backend, config);
+//   void* p = allocator.allocate(4096, /*device=*/0, stream);
+//   allocator.deallocate(p);
+#pragma once
+
+#include <array>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "allocator/allocator_config.h"
+#include "allocator/device_caching_allocator.h"
+#include "allocator/pointer_map.h"
+
+namespace memsnap {
+
+class CachingAllocator {
+ public:
+  // Throws std::invalid_argument for settings memsnap cannot honour yet.
+  explicit CachingAllocator(std::shared_ptr<DeviceBackend> backend, AllocatorConfig config = {});
+  ~CachingAllocator();
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  // Returns nullptr for 0 bytes; throws OutOfMemoryError, or std::out_of_range for a device
+  // that does not exist.
+  void* allocate(size_t bytes, int device = 0, StreamId stream = 0);
+  // Frees a pointer from allocate(); nullptr is ignored. Throws std::invalid_argument for a
+  // pointer this allocator does not own (including a second free of the same pointer).
+  void deallocate(void* ptr);
+  void record_stream(void* ptr, StreamId stream);
+  // The block size (after rounding) behind a live pointer.
+  size_t allocated_size(void* ptr) const;
+
+  void empty_cache();  // every device
+  void set_memory_fraction(double fraction, int device);
+  DeviceStats device_stats(int device) const;
+  void reset_peak_stats(int device);
+  void reset_accumulated_stats(int device);
+  std::string memory_summary(int device) const;
+
+  void add_oom_observer(OomObserver observer);               // every device
+  void add_free_memory_callback(FreeMemoryCallback callback);  // every device
+  void set_observer(AllocatorObserver* observer);              // every device
+
+  int device_count() const { return static_cast<int>(devices_.size()); }
+  DeviceCachingAllocator& device(int index) const;
+  DeviceBackend& backend() const { return *backend_; }
+  const AllocatorConfig& config() const { return config_; }
+
+  // Every violated invariant, as readable lines (empty when all hold). Takes each lock in
+  // turn; for tests and debugging, not the hot path.
+  std::vector<std::string> check_invariants() const;
+
+ private:
+  static constexpr size_t kShards = 16;
+  struct alignas(64) Shard {
+    mutable std::mutex mutex;
+    PointerMap blocks;
+  };
+  Shard& shard_for(uintptr_t address) const {
+    return shards_[(address >> 9) % kShards];
+  }
+  Block* find_block(void* ptr, const char* operation) const;
+
+  std::shared_ptr<DeviceBackend> backend_;
+  AllocatorConfig config_;
+  std::vector<std::unique_ptr<DeviceCachingAllocator>> devices_;
+  mutable std::array<Shard, kShards> shards_;
+};
+
+}  // namespace memsnap

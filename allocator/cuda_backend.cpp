@@ -1,0 +1,126 @@
+#include "allocator/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+namespace memsnap {
+namespace {
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess)
+    throw DeviceError(std::string("CUDA ") + what + " failed: " + cudaGetErrorString(status));
+}
+
+// Makes `device` current for a scope and restores the caller's device afterwards.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    check(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice");
+    changed_ = previous_ != device;
+  }
+  ~DeviceGuard() {
+    if (changed_) cudaSetDevice(previous_);
+  }
+
+ private:
+  int previous_ = 0;
+  bool changed_ = false;
+};
+
+}  // namespace
+
+struct CudaBackend::PooledEvent {
+  cudaEvent_t event = nullptr;
+  int device = 0;
+};
+
+bool CudaBackend::available() {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return false;
+  }
+  return count > 0;
+}
+
+CudaBackend::CudaBackend() {
+  check(cudaGetDeviceCount(&device_count_), "cudaGetDeviceCount");
+  if (device_count_ <= 0) throw DeviceError("CUDA: no device found");
+  free_events_.resize(static_cast<size_t>(device_count_));
+}
+
+CudaBackend::~CudaBackend() {
+  for (auto& pooled : all_events_) cudaEventDestroy(pooled->event);
+}
+
+std::optional<uintptr_t> CudaBackend::reserve(int device, size_t bytes) {
+  DeviceGuard guard(device);
+  void* ptr = nullptr;
+  const cudaError_t status = cudaMalloc(&ptr, bytes);
+  if (status == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // an out-of-memory error is not sticky; clear it
+    return std::nullopt;
+  }
+  check(status, "cudaMalloc");
+  return reinterpret_cast<uintptr_t>(ptr);
+}
+
+void CudaBackend::release(int device, uintptr_t address, size_t /*bytes*/) {
+  DeviceGuard guard(device);
+  check(cudaFree(reinterpret_cast<void*>(address)), "cudaFree");
+}
+
+DeviceMemoryInfo CudaBackend::memory_info(int device) {
+  DeviceGuard guard(device);
+  DeviceMemoryInfo info;
+  check(cudaMemGetInfo(&info.free_bytes, &info.total_bytes), "cudaMemGetInfo");
+  return info;
+}
+
+EventHandle CudaBackend::record_event(int device, StreamId stream) {
+  DeviceGuard guard(device);
+  PooledEvent* pooled = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& spare = free_events_.at(static_cast<size_t>(device));
+    if (!spare.empty()) {
+      pooled = spare.back();
+      spare.pop_back();
+    }
+  }
+  if (pooled == nullptr) {
+    auto fresh = std::make_unique<PooledEvent>();
+    fresh->device = device;
+    check(cudaEventCreateWithFlags(&fresh->event, cudaEventDisableTiming), "cudaEventCreate");
+    pooled = fresh.get();
+    std::lock_guard<std::mutex> lock(mutex_);
+    all_events_.push_back(std::move(fresh));
+  }
+  check(cudaEventRecord(pooled->event, reinterpret_cast<cudaStream_t>(stream)), "cudaEventRecord");
+  return reinterpret_cast<EventHandle>(pooled);
+}
+
+bool CudaBackend::event_completed(EventHandle event) {
+  const cudaError_t status = cudaEventQuery(reinterpret_cast<PooledEvent*>(event)->event);
+  if (status == cudaErrorNotReady) {
+    cudaGetLastError();
+    return false;
+  }
+  check(status, "cudaEventQuery");
+  return true;
+}
+
+void CudaBackend::synchronize_event(EventHandle event) {
+  check(cudaEventSynchronize(reinterpret_cast<PooledEvent*>(event)->event), "cudaEventSynchronize");
+}
+
+void CudaBackend::release_event(EventHandle event) {
+  auto* pooled = reinterpret_cast<PooledEvent*>(event);
+  std::lock_guard<std::mutex> lock(mutex_);
+  free_events_.at(static_cast<size_t>(pooled->device)).push_back(pooled);
+}
+
+}  // namespace memsnap

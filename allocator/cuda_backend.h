@@ -1,0 +1,42 @@
+// The real device: cudaMalloc/cudaFree, cudaMemGetInfo and CUDA events.
+//
+// Built only when CMake finds the CUDA toolkit (MEMSNAP_HAVE_CUDA). Events are pooled per
+// device, since creating one costs more than recording it.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "allocator/device_backend.h"
+
+namespace memsnap {
+
+class CudaBackend final : public DeviceBackend {
+ public:
+  // Throws DeviceError when no CUDA device can be used.
+  CudaBackend();
+  ~CudaBackend() override;
+
+  // Whether a CUDA device is present and usable (false on machines without a GPU/driver).
+  static bool available();
+
+  std::string name() const override { return "cuda"; }
+  int device_count() const override { return device_count_; }
+  std::optional<uintptr_t> reserve(int device, size_t bytes) override;
+  void release(int device, uintptr_t address, size_t bytes) override;
+  DeviceMemoryInfo memory_info(int device) override;
+  EventHandle record_event(int device, StreamId stream) override;
+  bool event_completed(EventHandle event) override;
+  void synchronize_event(EventHandle event) override;
+  void release_event(EventHandle event) override;
+
+ private:
+  struct PooledEvent;
+  int device_count_ = 0;
+  std::mutex mutex_;
+  std::vector<std::vector<PooledEvent*>> free_events_;  // per device
+  std::vector<std::unique_ptr<PooledEvent>> all_events_;
+};
+
+}  // namespace memsnap

@@ -1,0 +1,60 @@
+// The narrow interface between the caching policy and a device.
+//
+// The policy never calls CUDA itself: it reserves and releases segments, asks for memory
+// info, and records/queries events through this interface. Two implementations exist:
+// `CudaBackend` (cudaMalloc & co., built when the CUDA toolkit is found) and
+// `SimulatedBackend` (a deterministic fake device for tests, CI and replay).
+//
+// A backend is shared by all of an allocator's devices and is called with the device's
+// allocator lock held (except `reserve` under release_lock_on_cudamalloc), so
+// implementations must be thread-safe across devices.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace memsnap {
+
+// A stream as the allocator sees it: an opaque integer (a cudaStream_t's value on CUDA;
+// 0 is the device's default stream).
+using StreamId = uint64_t;
+
+// An event recorded on a stream; opaque to the policy.
+using EventHandle = uint64_t;
+
+struct DeviceMemoryInfo {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+};
+
+// A device call failed for a reason other than running out of memory.
+class DeviceError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+
+  virtual std::string name() const = 0;
+  virtual int device_count() const = 0;
+
+  // Reserves a segment of `bytes` on `device`; std::nullopt when the device is out of
+  // memory (any other failure throws DeviceError).
+  virtual std::optional<uintptr_t> reserve(int device, size_t bytes) = 0;
+  virtual void release(int device, uintptr_t address, size_t bytes) = 0;
+  virtual DeviceMemoryInfo memory_info(int device) = 0;
+
+  // Events mark the point a stream has reached; the allocator uses them to know when a
+  // block used on another stream may be reused.
+  virtual EventHandle record_event(int device, StreamId stream) = 0;
+  virtual bool event_completed(EventHandle event) = 0;
+  virtual void synchronize_event(EventHandle event) = 0;
+  virtual void release_event(EventHandle event) = 0;
+};
+
+}  // namespace memsnap

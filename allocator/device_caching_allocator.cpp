@@ -1,0 +1,229 @@
+// The fast path: serve a request from a cached block, and return freed blocks to the pools.
+// Nothing here talks to the device except through the slow path.
+#include "allocator/device_caching_allocator.h"
+
+#include <algorithm>
+
+#include "allocator/policy.h"
+
+namespace memsnap {
+
+DeviceCachingAllocator::DeviceCachingAllocator(int device, DeviceBackend& backend,
+                                               const AllocatorConfig& config)
+    : device_(device), backend_(backend), config_(config) {
+  stats_.max_split_size = config.max_split_size == kNoMaxSplitSize
+                              ? -1
+                              : static_cast<int64_t>(config.max_split_size);
+}
+
+DeviceCachingAllocator::~DeviceCachingAllocator() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [event_stream, queue] : pending_events_)
+    for (auto& [event, block] : queue) {
+      try {
+        backend_.release_event(event);
+      } catch (const DeviceError&) {
+        // The device may already be gone at process exit; nothing left to recover.
+      }
+    }
+  for (auto& [address, segment] : segments_) {
+    try {
+      backend_.release(device_, segment->address, segment->size);
+    } catch (const DeviceError&) {
+    }
+  }
+}
+
+Block* DeviceCachingAllocator::malloc(size_t size, StreamId stream) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (size > kMaxRequestSize) report_out_of_memory(size, size, size, stream, lock);
+  if (!pending_events_.empty()) process_events();
+  const size_t rounded = round_size(size, config_);
+  BlockPool& pool = pool_for(rounded);
+  Block* block = take_free_block(pool, stream, rounded);
+  if (block == nullptr) block = allocate_after_miss(pool, stream, rounded, size, lock);
+  return finish_allocation(block, rounded, size);
+}
+
+// Best fit: the smallest free block on `stream` that is large enough (lowest address on
+// ties), subject to the max_split_size rules.
+Block* DeviceCachingAllocator::take_free_block(BlockPool& pool, StreamId stream,
+                                               size_t rounded_size) {
+  if (gc_enabled()) pool.count_search();
+  auto it = pool.lower_bound(stream, rounded_size);
+  if (it == pool.end() || (*it)->stream != stream) return nullptr;
+  Block* block = *it;
+  if (!block_fits_split_rules(block->size, rounded_size, config_)) return nullptr;
+  pool.erase(it);
+  return block;
+}
+
+// Marks a block taken from a pool (or fresh from a segment) allocated, splitting off the
+// remainder when the split rules allow, and keeps the statistics in step.
+Block* DeviceCachingAllocator::finish_allocation(Block* block, size_t rounded_size,
+                                                 size_t requested_size) {
+  BlockPool& pool = *block->pool;
+  const bool small = pool.is_small();
+  const bool already_split = block->is_split();
+  if (should_split(block->size, rounded_size, small, config_)) {
+    Block* remaining = new_block();
+    remaining->address = block->address + rounded_size;
+    remaining->size = block->size - rounded_size;
+    remaining->stream = block->stream;
+    remaining->device = block->device;
+    remaining->pool = block->pool;
+    remaining->segment = block->segment;
+    remaining->prev = block;
+    remaining->next = block->next;
+    if (remaining->next) remaining->next->prev = remaining;
+    block->next = remaining;
+    block->size = rounded_size;
+    pool.insert(remaining);
+    if (already_split) {
+      // An inactive split block shrinks by the bytes now allocated.
+      DeviceStats::decrease(stats_.inactive_split_bytes, small, static_cast<int64_t>(rounded_size));
+    } else {
+      DeviceStats::increase(stats_.inactive_split_bytes, small, static_cast<int64_t>(remaining->size));
+      DeviceStats::increase(stats_.inactive_split, small, 1);
+    }
+  } else if (already_split) {
+    DeviceStats::decrease(stats_.inactive_split_bytes, small, static_cast<int64_t>(block->size));
+    DeviceStats::decrease(stats_.inactive_split, small, 1);
+  }
+
+  block->allocated = true;
+  block->requested_size = requested_size;
+  const auto bytes = static_cast<int64_t>(block->size);
+  DeviceStats::increase(stats_.allocation, small, 1);
+  DeviceStats::increase(stats_.allocated_bytes, small, bytes);
+  DeviceStats::increase(stats_.active, small, 1);
+  DeviceStats::increase(stats_.active_bytes, small, bytes);
+  DeviceStats::increase(stats_.requested_bytes, small, static_cast<int64_t>(requested_size));
+  if (block->size >= config_.max_split_size) stats_.oversize_allocations.increase(1);
+  if (observer_) observer_->on_alloc(device_, *block);
+  return block;
+}
+
+void DeviceCachingAllocator::free(Block* block) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const bool small = block->pool->is_small();
+  block->allocated = false;
+  DeviceStats::decrease(stats_.allocation, small, 1);
+  DeviceStats::decrease(stats_.allocated_bytes, small, static_cast<int64_t>(block->size));
+  if (block->size >= config_.max_split_size) stats_.oversize_allocations.decrease(1);
+  if (observer_) observer_->on_free_requested(device_, *block);
+  if (!block->stream_uses.empty())
+    insert_events(block);  // becomes reusable once the other streams catch up
+  else
+    free_block(block);
+}
+
+void DeviceCachingAllocator::record_stream(Block* block, StreamId stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stream == block->stream) return;
+  if (std::find(block->stream_uses.begin(), block->stream_uses.end(), stream) ==
+      block->stream_uses.end())
+    block->stream_uses.push_back(stream);
+}
+
+// Returns a block whose frees (and events) are complete to its pool, merged with its free
+// neighbours, and moves it from "active" to cached in the statistics.
+void DeviceCachingAllocator::free_block(Block* block) {
+  if (observer_) observer_->on_free_completed(device_, *block);
+  const bool small = block->pool->is_small();
+  const auto original_size = static_cast<int64_t>(block->size);
+  const auto requested_size = static_cast<int64_t>(block->requested_size);
+  block->requested_size = 0;
+  int64_t split_blocks_change = 0;
+  int64_t split_bytes_change = 0;
+  block = merge_free_neighbours(block, split_blocks_change, split_bytes_change);
+  block->pool->insert(block);
+  if (block->is_split()) {
+    split_blocks_change += 1;
+    split_bytes_change += static_cast<int64_t>(block->size);
+  }
+  if (split_blocks_change > 0) DeviceStats::increase(stats_.inactive_split, small, split_blocks_change);
+  if (split_blocks_change < 0) DeviceStats::decrease(stats_.inactive_split, small, -split_blocks_change);
+  if (split_bytes_change > 0) DeviceStats::increase(stats_.inactive_split_bytes, small, split_bytes_change);
+  if (split_bytes_change < 0) DeviceStats::decrease(stats_.inactive_split_bytes, small, -split_bytes_change);
+  DeviceStats::decrease(stats_.active, small, 1);
+  DeviceStats::decrease(stats_.active_bytes, small, original_size);
+  DeviceStats::decrease(stats_.requested_bytes, small, requested_size);
+}
+
+// Merges `block` with each free neighbour; the block at the lower address survives, so a
+// segment's head block never changes. Each neighbour absorbed was an inactive split block.
+Block* DeviceCachingAllocator::merge_free_neighbours(Block* block, int64_t& split_blocks_change,
+                                                     int64_t& split_bytes_change) {
+  BlockPool& pool = *block->pool;
+  if (Block* prev = block->prev; prev != nullptr && prev->is_free()) {
+    pool.erase(prev);
+    split_blocks_change -= 1;
+    split_bytes_change -= static_cast<int64_t>(prev->size);
+    prev->size += block->size;
+    prev->next = block->next;
+    if (prev->next) prev->next->prev = prev;
+    recycle_block(block);
+    block = prev;
+  }
+  if (Block* next = block->next; next != nullptr && next->is_free()) {
+    pool.erase(next);
+    split_blocks_change -= 1;
+    split_bytes_change -= static_cast<int64_t>(next->size);
+    block->size += next->size;
+    block->next = next->next;
+    if (block->next) block->next->prev = block;
+    recycle_block(next);
+  }
+  return block;
+}
+
+Block* DeviceCachingAllocator::new_block() {
+  if (spare_blocks_.empty()) {
+    block_storage_.push_back(std::make_unique<Block>());
+    return block_storage_.back().get();
+  }
+  Block* block = spare_blocks_.back();
+  spare_blocks_.pop_back();
+  return block;
+}
+
+void DeviceCachingAllocator::recycle_block(Block* block) {
+  std::vector<StreamId> keep_capacity = std::move(block->stream_uses);
+  *block = Block{};
+  keep_capacity.clear();
+  block->stream_uses = std::move(keep_capacity);
+  spare_blocks_.push_back(block);
+}
+
+DeviceStats DeviceCachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void DeviceCachingAllocator::reset_peak_stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.reset_peak();
+}
+
+void DeviceCachingAllocator::reset_accumulated_stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.reset_accumulated();
+}
+
+void DeviceCachingAllocator::add_oom_observer(OomObserver observer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  oom_observers_.push_back(std::move(observer));
+}
+
+void DeviceCachingAllocator::add_free_memory_callback(FreeMemoryCallback callback) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  free_memory_callbacks_.push_back(std::move(callback));
+}
+
+void DeviceCachingAllocator::set_observer(AllocatorObserver* observer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  observer_ = observer;
+}
+
+}  // namespace memsnap

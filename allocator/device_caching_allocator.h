@@ -1,0 +1,121 @@
+// The caching policy for one device: PyTorch's CUDA caching allocator, rule for rule.
+//
+// A request is rounded (policy.h), served from the best-fitting cached block of its pool and
+// stream (split if the rules say so), and only when none fits does the slow path run:
+// free-memory callbacks, garbage collection, a new segment, releasing oversize cached
+// blocks, releasing every cached segment (a "retry"), and finally an out-of-memory error.
+// Freed blocks merge with free neighbours; blocks used on other streams wait for events.
+//
+// Files: device_caching_allocator.cpp holds the fast path (malloc/free and their block
+// bookkeeping), device_slow_path.cpp everything that touches the device or recovers memory.
+// Thread-safe: one mutex per device guards all state below it.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "allocator/allocator_config.h"
+#include "allocator/allocator_observer.h"
+#include "allocator/block.h"
+#include "allocator/block_pool.h"
+#include "allocator/device_backend.h"
+#include "allocator/device_stats.h"
+#include "allocator/out_of_memory.h"
+#include "allocator/policy.h"
+
+namespace memsnap {
+
+class DeviceCachingAllocator {
+ public:
+  DeviceCachingAllocator(int device, DeviceBackend& backend, const AllocatorConfig& config);
+  ~DeviceCachingAllocator();  // returns every segment to the backend
+  DeviceCachingAllocator(const DeviceCachingAllocator&) = delete;
+  DeviceCachingAllocator& operator=(const DeviceCachingAllocator&) = delete;
+
+  // Returns an allocated block of at least `size` bytes; throws OutOfMemoryError.
+  Block* malloc(size_t size, StreamId stream);
+  void free(Block* block);
+  // Marks `block` as used on `stream`: its memory is reused only after the work queued
+  // on `stream` at the time of the free has completed.
+  void record_stream(Block* block, StreamId stream);
+  // Waits for pending frees, then returns every unsplit cached segment to the device.
+  void empty_cache();
+  // Caps reserved memory at `fraction` of the device's total (0 <= fraction <= 1).
+  void set_memory_fraction(double fraction);
+
+  DeviceStats stats() const;
+  void reset_peak_stats();
+  void reset_accumulated_stats();
+
+  void add_oom_observer(OomObserver observer);
+  void add_free_memory_callback(FreeMemoryCallback callback);
+  void set_observer(AllocatorObserver* observer);
+
+  int device() const { return device_; }
+  const AllocatorConfig& config() const { return config_; }
+
+ private:
+  friend class InvariantChecker;
+  using PendingEvents = std::map<StreamId, std::deque<std::pair<EventHandle, Block*>>>;
+
+  // --- fast path (device_caching_allocator.cpp) ---
+  BlockPool& pool_for(size_t rounded_size) {
+    return is_small_request(rounded_size) ? small_blocks_ : large_blocks_;
+  }
+  Block* take_free_block(BlockPool& pool, StreamId stream, size_t rounded_size);
+  Block* finish_allocation(Block* block, size_t rounded_size, size_t requested_size);
+  void free_block(Block* block);
+  Block* merge_free_neighbours(Block* block, int64_t& inactive_split_blocks_change,
+                               int64_t& inactive_split_bytes_change);
+  Block* new_block();
+  void recycle_block(Block* block);
+  bool gc_enabled() const {
+    return memory_fraction_set_ && config_.garbage_collection_threshold > 0.0;
+  }
+
+  // --- slow path (device_slow_path.cpp) ---
+  Block* allocate_after_miss(BlockPool& pool, StreamId stream, size_t rounded_size,
+                             size_t requested_size, std::unique_lock<std::mutex>& lock);
+  bool run_free_memory_callbacks(std::unique_lock<std::mutex>& lock);
+  Block* reserve_segment(BlockPool& pool, StreamId stream, size_t rounded_size, bool is_retry,
+                         std::unique_lock<std::mutex>& lock);
+  bool release_oversize_cached_blocks(BlockPool& pool, StreamId stream, size_t rounded_size);
+  void release_all_cached_blocks();
+  void release_unsplit_blocks(BlockPool& pool);
+  void release_segment(Block* head);
+  void garbage_collect_cached_blocks();
+  void insert_events(Block* block);
+  void process_events();
+  void synchronize_and_free_events();
+  [[noreturn]] void report_out_of_memory(size_t requested_size, size_t rounded_size,
+                                         size_t allocation_size, StreamId stream,
+                                         std::unique_lock<std::mutex>& lock);
+  size_t reserved_bytes() const {
+    return static_cast<size_t>(stats_.reserved_bytes[kAggregate].current);
+  }
+
+  const int device_;
+  DeviceBackend& backend_;
+  const AllocatorConfig config_;
+
+  mutable std::mutex mutex_;
+  BlockPool small_blocks_{true};  // free blocks of requests <= 1 MiB
+  BlockPool large_blocks_{false};
+  std::map<uintptr_t, std::unique_ptr<Segment>> segments_;  // by address
+  PendingEvents pending_events_;  // per stream, in the order recorded
+  DeviceStats stats_;
+  bool memory_fraction_set_ = false;
+  size_t allowed_bytes_ = 0;  // reserved-memory cap when memory_fraction_set_
+
+  std::vector<std::unique_ptr<Block>> block_storage_;  // owns every Block object
+  std::vector<Block*> spare_blocks_;                   // recycled, ready for reuse
+
+  std::vector<OomObserver> oom_observers_;
+  std::vector<FreeMemoryCallback> free_memory_callbacks_;
+  AllocatorObserver* observer_ = nullptr;
+};
+
+}  // namespace memsnap

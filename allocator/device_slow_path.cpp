@@ -1,0 +1,272 @@
+// The slow path: what happens when no cached block fits, how cached memory goes back to the
+// device, deferred frees on events, and the out-of-memory report. The order of the recovery
+// steps is DESIGN.md's "When no cached block fits", (a) to (f).
+#include <algorithm>
+
+#include "allocator/device_caching_allocator.h"
+#include "allocator/policy.h"
+
+namespace memsnap {
+namespace {
+
+// Releases a unique_lock for a scope (callbacks, device calls) and always retakes it.
+class ScopedUnlock {
+ public:
+  explicit ScopedUnlock(std::unique_lock<std::mutex>& lock) : lock_(lock) { lock_.unlock(); }
+  ~ScopedUnlock() { lock_.lock(); }
+  ScopedUnlock(const ScopedUnlock&) = delete;
+  ScopedUnlock& operator=(const ScopedUnlock&) = delete;
+
+ private:
+  std::unique_lock<std::mutex>& lock_;
+};
+
+}  // namespace
+
+Block* DeviceCachingAllocator::allocate_after_miss(BlockPool& pool, StreamId stream,
+                                                   size_t rounded_size, size_t requested_size,
+                                                   std::unique_lock<std::mutex>& lock) {
+  // (a) let registered callbacks free memory, then search again
+  if (run_free_memory_callbacks(lock)) {
+    if (Block* block = take_free_block(pool, stream, rounded_size)) return block;
+  }
+  // (b) garbage-collect old cached blocks when above the threshold
+  if (gc_enabled()) garbage_collect_cached_blocks();
+  // (c) a new segment; (d) after releasing oversize cached blocks; (e) after releasing all
+  Block* block = reserve_segment(pool, stream, rounded_size, false, lock);
+  if (block == nullptr && release_oversize_cached_blocks(pool, stream, rounded_size))
+    block = reserve_segment(pool, stream, rounded_size, false, lock);
+  if (block == nullptr) {
+    release_all_cached_blocks();
+    block = reserve_segment(pool, stream, rounded_size, true, lock);
+  }
+  // (f)
+  if (block == nullptr)
+    report_out_of_memory(requested_size, rounded_size, segment_size_for(rounded_size, config_),
+                         stream, lock);
+  return block;
+}
+
+bool DeviceCachingAllocator::run_free_memory_callbacks(std::unique_lock<std::mutex>& lock) {
+  if (free_memory_callbacks_.empty()) return false;
+  const std::vector<FreeMemoryCallback> callbacks = free_memory_callbacks_;
+  bool freed = false;
+  ScopedUnlock unlocked(lock);  // callbacks free memory through this allocator
+  for (const FreeMemoryCallback& callback : callbacks) freed = callback() || freed;
+  return freed;
+}
+
+// Reserves a new segment for the request and returns its single (unsplit) block, or
+// nullptr when the device or the memory fraction says no.
+Block* DeviceCachingAllocator::reserve_segment(BlockPool& pool, StreamId stream,
+                                               size_t rounded_size, bool is_retry,
+                                               std::unique_lock<std::mutex>& lock) {
+  const size_t size = segment_size_for(rounded_size, config_);
+  if (is_retry) stats_.num_alloc_retries += 1;
+  if (memory_fraction_set_ && reserved_bytes() + size > allowed_bytes_) return nullptr;
+  std::optional<uintptr_t> address;
+  if (config_.release_lock_on_cudamalloc) {
+    ScopedUnlock unlocked(lock);
+    address = backend_.reserve(device_, size);
+  } else {
+    address = backend_.reserve(device_, size);
+  }
+  if (!address) return nullptr;
+
+  auto segment = std::make_unique<Segment>();
+  segment->device = device_;
+  segment->address = *address;
+  segment->size = size;
+  segment->stream = stream;
+  segment->small_pool = pool.is_small();
+  Block* block = new_block();
+  block->address = *address;
+  block->size = size;
+  block->stream = stream;
+  block->device = device_;
+  block->pool = &pool;
+  block->segment = segment.get();
+  segment->head = block;
+  const Segment& added = *segments_.emplace(*address, std::move(segment)).first->second;
+
+  DeviceStats::increase(stats_.segment, pool.is_small(), 1);
+  DeviceStats::increase(stats_.reserved_bytes, pool.is_small(), static_cast<int64_t>(size));
+  if (size >= config_.max_split_size) stats_.oversize_segments.increase(1);
+  stats_.num_device_alloc += 1;
+  if (observer_) observer_->on_segment_alloc(device_, added);
+  return block;
+}
+
+// (d) Frees cached oversize blocks (>= max_split_size) on the request's pool and stream: the
+// smallest single one that is large enough, else the largest ones until enough is freed.
+bool DeviceCachingAllocator::release_oversize_cached_blocks(BlockPool& pool, StreamId stream,
+                                                            size_t rounded_size) {
+  if (config_.max_split_size == kNoMaxSplitSize) return false;
+  const size_t wanted = std::max(rounded_size, config_.max_split_size);
+  auto it = pool.lower_bound(stream, wanted);
+  if (it != pool.end() && (*it)->stream == stream) {
+    // A split block cannot go back to the device on its own; PyTorch would free it anyway,
+    // which corrupts its segment, so memsnap declines instead.
+    if ((*it)->is_split()) return false;
+    release_segment(*it);
+    return true;
+  }
+  if (it == pool.begin()) return false;
+  size_t released = 0;
+  --it;  // the largest block below `wanted`
+  while (released < wanted && (*it)->size >= config_.max_split_size && (*it)->stream == stream) {
+    auto current = it;
+    const bool is_first = current == pool.begin();
+    if (!is_first) --it;
+    if (!(*current)->is_split()) {
+      released += (*current)->size;
+      release_segment(*current);
+    }
+    if (is_first) break;
+  }
+  return released >= wanted;
+}
+
+// (e) and empty_cache(): wait for every pending free, then release every unsplit segment.
+void DeviceCachingAllocator::release_all_cached_blocks() {
+  synchronize_and_free_events();
+  release_unsplit_blocks(large_blocks_);
+  release_unsplit_blocks(small_blocks_);
+}
+
+void DeviceCachingAllocator::release_unsplit_blocks(BlockPool& pool) {
+  for (auto it = pool.begin(); it != pool.end();) {
+    Block* block = *it;
+    ++it;  // release_segment erases `block`; other iterators stay valid
+    if (!block->is_split()) release_segment(block);
+  }
+}
+
+// Returns a free, unsplit block's whole segment to the device.
+void DeviceCachingAllocator::release_segment(Block* head) {
+  auto found = segments_.find(head->address);
+  Segment& segment = *found->second;
+  const bool small = head->pool->is_small();
+  if (observer_) observer_->on_segment_free(device_, segment);
+  backend_.release(device_, segment.address, segment.size);
+  DeviceStats::decrease(stats_.segment, small, 1);
+  DeviceStats::decrease(stats_.reserved_bytes, small, static_cast<int64_t>(segment.size));
+  if (segment.size >= config_.max_split_size) stats_.oversize_segments.decrease(1);
+  stats_.num_device_free += 1;
+  head->pool->erase(head);
+  recycle_block(head);
+  segments_.erase(found);
+}
+
+// (b) Frees unsplit cached large blocks, oldest first (older than the average age of the
+// candidates, repeatedly), until reserved memory is back under the threshold.
+void DeviceCachingAllocator::garbage_collect_cached_blocks() {
+  const auto threshold = static_cast<size_t>(config_.garbage_collection_threshold *
+                                             static_cast<double>(allowed_bytes_));
+  if (reserved_bytes() <= threshold) return;
+  const size_t target = reserved_bytes() - threshold;
+  uint64_t total_age = 0;
+  size_t candidates = 0;
+  for (const Block* block : large_blocks_) {
+    if (!block->is_split()) {
+      total_age += large_blocks_.age_of(block);
+      ++candidates;
+    }
+  }
+  size_t reclaimed = 0;
+  bool freed_any = true;
+  while (reclaimed < target && freed_any && candidates > 0) {
+    const double age_threshold = static_cast<double>(total_age) / static_cast<double>(candidates);
+    freed_any = false;
+    for (auto it = large_blocks_.begin(); it != large_blocks_.end();) {
+      Block* block = *it;
+      ++it;
+      const uint64_t age = large_blocks_.age_of(block);
+      if (!block->is_split() && static_cast<double>(age) >= age_threshold) {
+        freed_any = true;
+        reclaimed += block->size;
+        total_age -= age;
+        --candidates;
+        release_segment(block);
+      }
+    }
+  }
+}
+
+void DeviceCachingAllocator::insert_events(Block* block) {
+  std::vector<StreamId> streams = std::move(block->stream_uses);
+  block->stream_uses.clear();
+  for (StreamId stream : streams) {
+    const EventHandle event = backend_.record_event(device_, stream);
+    block->event_count += 1;
+    pending_events_[stream].emplace_back(event, block);
+  }
+}
+
+// Frees the blocks whose events have all completed. Each stream's events are checked in
+// the order recorded, stopping at the first that is still pending.
+void DeviceCachingAllocator::process_events() {
+  for (auto it = pending_events_.begin(); it != pending_events_.end();) {
+    auto& queue = it->second;
+    while (!queue.empty()) {
+      auto [event, block] = queue.front();
+      if (!backend_.event_completed(event)) break;
+      backend_.release_event(event);
+      queue.pop_front();
+      if (--block->event_count == 0) free_block(block);
+    }
+    it = queue.empty() ? pending_events_.erase(it) : std::next(it);
+  }
+}
+
+void DeviceCachingAllocator::synchronize_and_free_events() {
+  stats_.num_sync_all_streams += 1;
+  for (auto& [stream, queue] : pending_events_) {
+    for (auto& [event, block] : queue) {
+      backend_.synchronize_event(event);
+      backend_.release_event(event);
+      if (--block->event_count == 0) free_block(block);
+    }
+  }
+  pending_events_.clear();
+}
+
+void DeviceCachingAllocator::report_out_of_memory(size_t requested_size, size_t rounded_size,
+                                                  size_t allocation_size, StreamId stream,
+                                                  std::unique_lock<std::mutex>& lock) {
+  const DeviceMemoryInfo memory = backend_.memory_info(device_);
+  stats_.num_ooms += 1;
+  OomInfo info;
+  info.device = device_;
+  info.requested_bytes = requested_size;
+  info.rounded_bytes = rounded_size;
+  info.allocation_bytes = allocation_size;
+  info.stream = stream;
+  info.device_total_bytes = memory.total_bytes;
+  info.device_free_bytes = memory.free_bytes;
+  info.allocated_bytes = static_cast<size_t>(stats_.allocated_bytes[kAggregate].current);
+  info.reserved_bytes = reserved_bytes();
+  if (memory_fraction_set_) info.allowed_bytes = allowed_bytes_;
+  if (observer_) observer_->on_oom(device_, info);
+  const std::vector<OomObserver> observers = oom_observers_;
+  lock.unlock();  // observers may snapshot or free memory through the allocator
+  for (const OomObserver& observer : observers) observer(info);
+  throw OutOfMemoryError(info);
+}
+
+void DeviceCachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  release_all_cached_blocks();
+}
+
+void DeviceCachingAllocator::set_memory_fraction(double fraction) {
+  if (!(fraction >= 0.0 && fraction <= 1.0))
+    throw std::invalid_argument("memory fraction must be between 0 and 1, got " +
+                                std::to_string(fraction));
+  const DeviceMemoryInfo memory = backend_.memory_info(device_);
+  std::lock_guard<std::mutex> lock(mutex_);
+  allowed_bytes_ = static_cast<size_t>(fraction * static_cast<double>(memory.total_bytes));
+  memory_fraction_set_ = true;
+}
+
+}  // namespace memsnap

@@ -1,0 +1,139 @@
+#include "allocator/invariant_checker.h"
+
+#include <map>
+#include <set>
+
+#include "allocator/device_caching_allocator.h"
+#include "allocator/policy.h"
+
+namespace memsnap {
+namespace {
+
+// The statistics as recomputed from the blocks.
+struct Expected {
+  DeviceStats stats;
+  void add(StatArray& array, bool small, int64_t amount) {
+    DeviceStats::increase(array, small, amount);
+  }
+};
+
+void compare(std::vector<std::string>& problems, const char* name, const StatArray& actual,
+             const StatArray& expected) {
+  static const char* kTypes[] = {"all", "small_pool", "large_pool"};
+  for (size_t t = 0; t < kNumStatTypes; ++t) {
+    if (actual[t].current != expected[t].current)
+      problems.push_back(std::string(name) + "." + kTypes[t] + ".current is " +
+                         std::to_string(actual[t].current) + " but the blocks say " +
+                         std::to_string(expected[t].current));
+    if (actual[t].peak < actual[t].current)
+      problems.push_back(std::string(name) + "." + kTypes[t] + ".peak is below current");
+  }
+}
+
+}  // namespace
+
+InvariantReport InvariantChecker::check(const DeviceCachingAllocator& allocator) {
+  std::lock_guard<std::mutex> lock(allocator.mutex_);
+  InvariantReport report;
+  auto& problems = report.problems;
+  const AllocatorConfig& config = allocator.config_;
+  Expected expected;
+  std::set<const Block*> free_blocks;
+  std::map<const Block*, int> pending;  // block -> events expected
+
+  for (const auto& [address, segment_ptr] : allocator.segments_) {
+    const Segment& segment = *segment_ptr;
+    const std::string where = "segment " + std::to_string(address);
+    const bool small = segment.small_pool;
+    expected.add(expected.stats.segment, small, 1);
+    expected.add(expected.stats.reserved_bytes, small, static_cast<int64_t>(segment.size));
+    if (segment.size >= config.max_split_size) expected.stats.oversize_segments.increase(1);
+    if (segment.head == nullptr || segment.head->address != segment.address ||
+        segment.head->prev != nullptr) {
+      problems.push_back(where + ": head block missing or misplaced");
+      continue;
+    }
+    uintptr_t cursor = segment.address;
+    const Block* previous = nullptr;
+    size_t steps = 0;
+    for (const Block* block = segment.head; block != nullptr; block = block->next) {
+      if (++steps > segment.size / kMinBlockSize + 1) {
+        problems.push_back(where + ": block list loops");
+        break;
+      }
+      const std::string at = where + ", block " + std::to_string(block->address);
+      if (block->address != cursor) problems.push_back(at + ": gap or overlap before it");
+      if (block->prev != previous) problems.push_back(at + ": prev link broken");
+      if (block->segment != &segment) problems.push_back(at + ": points to another segment");
+      if (block->stream != segment.stream) problems.push_back(at + ": stream differs from segment");
+      if (block->device != allocator.device_) problems.push_back(at + ": wrong device");
+      if (block->pool->is_small() != small) problems.push_back(at + ": in the wrong pool kind");
+      if (block->size == 0 || block->size % kMinBlockSize != 0)
+        problems.push_back(at + ": size not a positive multiple of 512");
+      if (block->allocated && block->event_count != 0)
+        problems.push_back(at + ": allocated with pending events");
+      const bool is_free = block->is_free();
+      if (is_free && previous != nullptr && previous->is_free())
+        problems.push_back(at + ": two adjacent free blocks (missed merge)");
+      const auto size = static_cast<int64_t>(block->size);
+      if (block->allocated) {
+        ++report.allocated_blocks;
+        expected.add(expected.stats.allocation, small, 1);
+        expected.add(expected.stats.allocated_bytes, small, size);
+        if (block->size >= config.max_split_size) expected.stats.oversize_allocations.increase(1);
+      }
+      if (!is_free) {
+        expected.add(expected.stats.active, small, 1);
+        expected.add(expected.stats.active_bytes, small, size);
+        expected.add(expected.stats.requested_bytes, small,
+                     static_cast<int64_t>(block->requested_size));
+        if (!block->allocated) pending[block] = block->event_count;
+      } else {
+        free_blocks.insert(block);
+        if (!block->pool->contains(const_cast<Block*>(block)))
+          problems.push_back(at + ": free but not in its pool");
+        if (block->is_split()) {
+          expected.add(expected.stats.inactive_split, small, 1);
+          expected.add(expected.stats.inactive_split_bytes, small, size);
+        }
+      }
+      cursor += block->size;
+      previous = block;
+    }
+    if (cursor != segment.address + segment.size)
+      problems.push_back(where + ": blocks cover " + std::to_string(cursor - segment.address) +
+                         " of " + std::to_string(segment.size) + " bytes");
+  }
+
+  for (const BlockPool* pool : {&allocator.small_blocks_, &allocator.large_blocks_})
+    for (const Block* block : *pool)
+      if (!free_blocks.count(block))
+        problems.push_back("pool holds block " + std::to_string(block->address) +
+                           " that is not a free block of any segment");
+  if (free_blocks.size() != allocator.small_blocks_.size() + allocator.large_blocks_.size())
+    problems.push_back("pools and segments disagree on the number of free blocks");
+
+  std::map<const Block*, int> queued;
+  for (const auto& [stream, queue] : allocator.pending_events_)
+    for (const auto& [event, block] : queue) queued[block] += 1;
+  if (queued != pending) problems.push_back("pending frees and queued events disagree");
+
+  const DeviceStats& actual = allocator.stats_;
+  compare(problems, "allocation", actual.allocation, expected.stats.allocation);
+  compare(problems, "segment", actual.segment, expected.stats.segment);
+  compare(problems, "active", actual.active, expected.stats.active);
+  compare(problems, "inactive_split", actual.inactive_split, expected.stats.inactive_split);
+  compare(problems, "allocated_bytes", actual.allocated_bytes, expected.stats.allocated_bytes);
+  compare(problems, "reserved_bytes", actual.reserved_bytes, expected.stats.reserved_bytes);
+  compare(problems, "active_bytes", actual.active_bytes, expected.stats.active_bytes);
+  compare(problems, "inactive_split_bytes", actual.inactive_split_bytes,
+          expected.stats.inactive_split_bytes);
+  compare(problems, "requested_bytes", actual.requested_bytes, expected.stats.requested_bytes);
+  if (actual.oversize_allocations.current != expected.stats.oversize_allocations.current)
+    problems.push_back("oversize_allocations.current disagrees with the blocks");
+  if (actual.oversize_segments.current != expected.stats.oversize_segments.current)
+    problems.push_back("oversize_segments.current disagrees with the blocks");
+  return report;
+}
+
+}  // namespace memsnap

@@ -1,0 +1,32 @@
+#include "allocator/out_of_memory.h"
+
+#include "allocator/device_stats.h"
+
+namespace memsnap {
+namespace {
+
+std::string describe(const OomInfo& info) {
+  const auto size = [](size_t bytes) { return format_bytes(static_cast<int64_t>(bytes)); };
+  std::string message = "out of device memory. Tried to allocate " + size(info.allocation_bytes) +
+                        " (request of " + size(info.requested_bytes) + "). Device " +
+                        std::to_string(info.device) + " has a total capacity of " +
+                        size(info.device_total_bytes) + " of which " +
+                        size(info.device_free_bytes) + " is free. ";
+  if (info.allowed_bytes) message += size(*info.allowed_bytes) + " allowed; ";
+  const size_t unallocated =
+      info.reserved_bytes > info.allocated_bytes ? info.reserved_bytes - info.allocated_bytes : 0;
+  message += "Of the allocated memory " + size(info.allocated_bytes) +
+             " is allocated by memsnap, and " + size(unallocated) +
+             " is reserved by memsnap but unallocated.";
+  if (unallocated > info.allocation_bytes)
+    message += " Reserved but unallocated memory this large means fragmentation: setting "
+               "max_split_size_mb in MEMSNAP_ALLOC_CONF may help.";
+  return message;
+}
+
+}  // namespace
+
+OutOfMemoryError::OutOfMemoryError(const OomInfo& info)
+    : std::runtime_error(describe(info)), info_(info) {}
+
+}  // namespace memsnap

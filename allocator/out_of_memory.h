@@ -1,0 +1,47 @@
+// What the allocator reports when a request cannot be satisfied, and who hears about it.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "allocator/device_backend.h"
+
+namespace memsnap {
+
+struct OomInfo {
+  int device = 0;
+  size_t requested_bytes = 0;   // what the caller asked for
+  size_t rounded_bytes = 0;     // after the allocator's rounding
+  size_t allocation_bytes = 0;  // the segment size it tried to reserve
+  StreamId stream = 0;
+  size_t device_total_bytes = 0;
+  size_t device_free_bytes = 0;
+  size_t allocated_bytes = 0;  // held by the program through this allocator
+  size_t reserved_bytes = 0;   // held by this allocator in segments
+  std::optional<size_t> allowed_bytes;  // the memory-fraction cap, when one is set
+};
+
+// Thrown by allocate() after every recovery step failed. The message follows PyTorch's
+// ("Tried to allocate ... of which ... is free ...").
+class OutOfMemoryError : public std::runtime_error {
+ public:
+  explicit OutOfMemoryError(const OomInfo& info);
+  const OomInfo& info() const { return info_; }
+
+ private:
+  OomInfo info_;
+};
+
+// Called once per out-of-memory error, after the allocator's lock has been released (so an
+// observer may take a snapshot or free memory) and before the error is thrown.
+using OomObserver = std::function<void(const OomInfo&)>;
+
+// Called when no cached block fits, before any new segment is reserved; returns true when it
+// freed memory through the allocator (then the pools are searched again). Runs without the
+// allocator's lock held.
+using FreeMemoryCallback = std::function<bool()>;
+
+}  // namespace memsnap

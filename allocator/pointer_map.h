@@ -1,0 +1,95 @@
+// An open-addressing hash map from a block's address to the block, for the free path.
+//
+// std::unordered_map allocates a node per insert; this map stores entries inline (linear
+// probing, backward-shift deletion, no tombstones), so allocate/free cost no malloc once it
+// has grown. Addresses are never 0, which marks an empty slot. Not thread-safe: the caller
+// shards it and holds the shard's lock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace memsnap {
+
+struct Block;
+
+class PointerMap {
+ public:
+  PointerMap() : slots_(kInitialCapacity) {}
+
+  // Returns false (and changes nothing) when `address` is already present.
+  bool insert(uintptr_t address, Block* block) {
+    if ((size_ + 1) * 2 > slots_.size()) grow();
+    size_t i = slot_for(address);
+    while (slots_[i].address != 0) {
+      if (slots_[i].address == address) return false;
+      i = (i + 1) & mask();
+    }
+    slots_[i] = {address, block};
+    ++size_;
+    return true;
+  }
+
+  Block* find(uintptr_t address) const {
+    for (size_t i = slot_for(address);; i = (i + 1) & mask()) {
+      if (slots_[i].address == address) return slots_[i].block;
+      if (slots_[i].address == 0) return nullptr;
+    }
+  }
+
+  // Removes and returns the entry's block, or nullptr when absent.
+  Block* erase(uintptr_t address) {
+    size_t i = slot_for(address);
+    while (slots_[i].address != address) {
+      if (slots_[i].address == 0) return nullptr;
+      i = (i + 1) & mask();
+    }
+    Block* found = slots_[i].block;
+    // Shift later entries of the probe run back so that lookups never stop early.
+    for (size_t j = (i + 1) & mask(); slots_[j].address != 0; j = (j + 1) & mask()) {
+      const size_t home = slot_for(slots_[j].address);
+      const bool movable = ((j - home) & mask()) >= ((j - i) & mask());
+      if (movable) {
+        slots_[i] = slots_[j];
+        i = j;
+      }
+    }
+    slots_[i] = {};
+    --size_;
+    return found;
+  }
+
+  size_t size() const { return size_; }
+
+  template <typename F>
+  void for_each(F&& f) const {
+    for (const Slot& slot : slots_)
+      if (slot.address != 0) f(slot.address, slot.block);
+  }
+
+ private:
+  struct Slot {
+    uintptr_t address = 0;
+    Block* block = nullptr;
+  };
+  static constexpr size_t kInitialCapacity = 1024;
+
+  size_t mask() const { return slots_.size() - 1; }
+  size_t slot_for(uintptr_t address) const {
+    // Addresses are multiples of 512: drop those bits, then mix (Fibonacci hashing).
+    return static_cast<size_t>(((address >> 9) * 0x9E3779B97F4A7C15ull) >> 20) & mask();
+  }
+  void grow() {
+    std::vector<Slot> old(slots_.size() * 2);
+    old.swap(slots_);
+    size_ = 0;
+    for (const Slot& slot : old)
+      if (slot.address != 0) insert(slot.address, slot.block);
+  }
+
+  std::vector<Slot> slots_;
+  size_t size_ = 0;
+};
+
+}  // namespace memsnap

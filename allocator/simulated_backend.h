@@ -1,0 +1,92 @@
+// A deterministic fake device: what CI tests, `memsnap replay` and machines without a GPU
+// run on.
+//
+// Each device has a capacity and its own address range; segments are placed first-fit in
+// address order (freed ranges are reused, as cudaMalloc tends to), so a run is reproducible.
+// A caller may ask for a specific address for the next reservation (replay uses this to
+// give segments the addresses a recorded run got). Tests control when events complete and
+// can make reservations fail. Releasing a range that is not reserved throws, so a double
+// free in the policy cannot go unnoticed.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "allocator/device_backend.h"
+
+namespace memsnap {
+
+class SimulatedBackend final : public DeviceBackend {
+ public:
+  struct Options {
+    int device_count = 1;
+    size_t capacity_bytes = size_t{80} << 30;  // per device, like an 80 GB H100
+    // When true, an event counts as complete as soon as it is queried; when false it stays
+    // pending until complete_events()/complete_all_events() or a synchronize.
+    bool events_complete_immediately = true;
+  };
+
+  SimulatedBackend() : SimulatedBackend(Options{}) {}
+  explicit SimulatedBackend(Options options);
+
+  std::string name() const override { return "simulated"; }
+  int device_count() const override { return options_.device_count; }
+  std::optional<uintptr_t> reserve(int device, size_t bytes) override;
+  void release(int device, uintptr_t address, size_t bytes) override;
+  DeviceMemoryInfo memory_info(int device) override;
+  EventHandle record_event(int device, StreamId stream) override;
+  bool event_completed(EventHandle event) override;
+  void synchronize_event(EventHandle event) override;
+  void release_event(EventHandle event) override;
+
+  // --- controls for tests and replay ---
+  // The next successful reservation on `device` gets `address` if that range is free
+  // (else the usual placement); 0 clears the wish.
+  void prefer_address_for_next_reserve(int device, uintptr_t address);
+  void fail_next_reserves(int device, int count);
+  // Called before each reservation; returning true makes it fail as out of memory.
+  void set_reserve_failure_hook(std::function<bool(int device, size_t bytes)> hook);
+  void set_events_complete_immediately(bool immediately);
+  void complete_events(StreamId stream);  // every event recorded so far on `stream`
+  void complete_all_events();
+
+  // --- observations ---
+  size_t used_bytes(int device) const;
+  size_t live_segments(int device) const;
+  size_t live_events() const;
+  uint64_t reserve_calls() const;
+  uint64_t failed_reserves() const;
+  static uintptr_t base_address(int device);
+
+ private:
+  struct DeviceState {
+    std::map<uintptr_t, size_t> reserved;    // address -> bytes
+    std::map<uintptr_t, size_t> free_ranges; // address -> bytes, coalesced
+    size_t used = 0;
+    int failures_pending = 0;
+    std::optional<uintptr_t> preferred_address;
+  };
+  struct EventState {
+    StreamId stream = 0;
+    bool completed = false;
+  };
+
+  DeviceState& state(int device);
+  const DeviceState& state(int device) const;
+  std::optional<uintptr_t> place(DeviceState& device, size_t bytes);
+  static bool take_range(DeviceState& device, uintptr_t address, size_t bytes);
+
+  Options options_;
+  mutable std::mutex mutex_;
+  std::vector<DeviceState> devices_;
+  std::unordered_map<EventHandle, EventState> events_;
+  EventHandle next_event_ = 1;
+  std::function<bool(int, size_t)> failure_hook_;
+  uint64_t reserve_calls_ = 0;
+  uint64_t failed_reserves_ = 0;
+};
+
+}  // namespace memsnap

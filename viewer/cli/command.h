@@ -1,0 +1,27 @@
+// How the memsnap CLI is put together: each command registers its subcommand and options
+// with CLI11 and returns the function that runs it. A command reports bad input by
+// throwing CommandError; main() turns it into one line on stderr and exit status 1.
+#pragma once
+
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace memsnap::cli {
+
+class CommandError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+using CommandRunner = std::function<void()>;
+
+CommandRunner add_replay_command(CLI::App& app);
+
+// Writes `text` to `path`, or to stdout when path is empty or "-". The file is written to a
+// temporary name and renamed, so a failure never leaves a partial file behind.
+void write_output(const std::string& path, const std::string& text);
+
+}  // namespace memsnap::cli

@@ -1,0 +1,30 @@
+// memsnap: the command-line viewer. Every command reads its input, writes to -o or stdout,
+// and on bad input prints one line (`memsnap: error: ...`) and exits with status 1.
+#include <iostream>
+#include <vector>
+
+#include "allocator/out_of_memory.h"
+#include "viewer/cli/command.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"memsnap: understand GPU memory (allocator replay, snapshots, views)", "memsnap"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "memsnap 0.1.0");
+  std::vector<memsnap::cli::CommandRunner> commands = {memsnap::cli::add_replay_command(app)};
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    const int status = app.exit(error);
+    return status == 0 ? 0 : 2;
+  }
+  try {
+    for (auto& run : commands) run();
+  } catch (const memsnap::cli::CommandError& error) {
+    std::cerr << "memsnap: error: " << error.what() << "\n";
+    return 1;
+  } catch (const std::exception& error) {
+    std::cerr << "memsnap: error: " << error.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
