@@ -84,14 +84,19 @@ std::string format_bytes(int64_t bytes) {
 }
 
 std::string memory_summary(const DeviceStats& stats, int device) {
+  // Every line is 77 characters: '|', 75 inside, '|'.
+  constexpr int kInside = 75;
   std::ostringstream out;
-  const std::string rule(75, '=');
-  const std::string thin(75, '-');
-  char line[128];
+  const std::string rule = "|" + std::string(kInside, '=') + "|\n";
+  const std::string thin = "|" + std::string(kInside, '-') + "|\n";
+  char line[160];
+  auto centered = [&](const std::string& text) {
+    const int left = (kInside - static_cast<int>(text.size())) / 2;
+    std::snprintf(line, sizeof line, "|%*s%-*s|\n", left, "", kInside - left, text.c_str());
+    out << line;
+  };
   auto row = [&](const char* label, const Stat& s, bool bytes) {
-    auto cell = [&](int64_t v) {
-      return bytes ? format_bytes(v) : std::to_string(v);
-    };
+    auto cell = [&](int64_t v) { return bytes ? format_bytes(v) : std::to_string(v); };
     std::snprintf(line, sizeof line, "| %-21s | %10s | %10s | %10s | %10s |\n", label,
                   cell(s.current).c_str(), cell(s.peak).c_str(), cell(s.allocated).c_str(),
                   cell(s.freed).c_str());
@@ -101,21 +106,19 @@ std::string memory_summary(const DeviceStats& stats, int device) {
     row(label, a[kAggregate], bytes);
     row("      from large pool", a[kLargePool], bytes);
     row("      from small pool", a[kSmallPool], bytes);
-    out << '|' << thin.substr(2) << "-|\n";
+    out << thin;
   };
-  out << '|' << rule.substr(2) << "=|\n";
-  std::snprintf(line, sizeof line, "|%*s%-*s|\n", 22, "",
-                51, ("memsnap memory summary, device ID " + std::to_string(device)).c_str());
+  out << rule;
+  centered("memsnap memory summary, device ID " + std::to_string(device));
+  out << thin;
+  std::snprintf(line, sizeof line, "| %-36s| %-36s|\n",
+                ("           out-of-memory errors: " + std::to_string(stats.num_ooms)).c_str(),
+                ("     device malloc retries: " + std::to_string(stats.num_alloc_retries)).c_str());
   out << line;
-  out << '|' << thin.substr(2) << "-|\n";
-  std::snprintf(line, sizeof line, "| %13s OOMs: %-12" PRId64 " | %17s retries: %-8" PRId64 " |\n",
-                "device", stats.num_ooms, "cudaMalloc", stats.num_alloc_retries);
-  out << line;
-  out << '|' << rule.substr(2) << "=|\n";
+  out << rule;
   std::snprintf(line, sizeof line, "| %-21s | %10s | %10s | %10s | %10s |\n", "Metric",
                 "Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed");
-  out << line;
-  out << '|' << thin.substr(2) << "-|\n";
+  out << line << thin;
   section("Allocated memory", stats.allocated_bytes, true);
   section("Active memory", stats.active_bytes, true);
   section("Requested memory", stats.requested_bytes, true);
@@ -127,7 +130,7 @@ std::string memory_summary(const DeviceStats& stats, int device) {
   section("Non-releasable allocs", stats.inactive_split, false);
   row("Oversize allocations", stats.oversize_allocations, false);
   row("Oversize GPU segments", stats.oversize_segments, false);
-  out << '|' << rule.substr(2) << "=|\n";
+  out << rule;
   return out.str();
 }
 
