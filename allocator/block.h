@@ -12,14 +12,23 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <set>
 #include <vector>
 
 #include "allocator/device_backend.h"
+#include "allocator/node_recycler.h"
 
 namespace memsnap {
 
 class BlockPool;
+struct Block;
 struct Segment;
+
+// Free blocks ordered by (stream, size, address): best fit is one lower_bound.
+struct BlockOrder {
+  bool operator()(const Block* a, const Block* b) const;
+};
+using BlockSet = std::set<Block*, BlockOrder, NodeRecyclingAllocator<Block*>>;
 
 struct Block {
   uintptr_t address = 0;
@@ -35,10 +44,17 @@ struct Block {
   int event_count = 0;                // outstanding events before a pending free completes
   std::vector<StreamId> stream_uses;  // other streams it was used on (record_stream)
   uint64_t gc_count_base = 0;         // pool's search count when it became free (GC age)
+  BlockSet::iterator pool_position;   // where it sits in its pool, while free (O(1) erase)
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
   bool is_free() const { return !allocated && event_count == 0; }
 };
+
+inline bool BlockOrder::operator()(const Block* a, const Block* b) const {
+  if (a->stream != b->stream) return a->stream < b->stream;
+  if (a->size != b->size) return a->size < b->size;
+  return a->address < b->address;
+}
 
 struct Segment {
   int device = 0;

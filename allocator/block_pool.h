@@ -3,30 +3,21 @@
 // Best fit is one ordered search: the first block at or after (stream, size, 0) is the
 // smallest block on that stream that is large enough, ties going to the lower address —
 // the same order PyTorch keeps, which also fixes the order in which cached segments are
-// released. Tree nodes come from a pool resource so the hot path does not call malloc.
+// released. Each free block remembers its position, so removing it needs no search, and tree
+// nodes are recycled so the hot path does not call malloc.
 #pragma once
-
-#include <memory_resource>
-#include <set>
 
 #include "allocator/block.h"
 
 namespace memsnap {
 
-struct BlockOrder {
-  bool operator()(const Block* a, const Block* b) const {
-    if (a->stream != b->stream) return a->stream < b->stream;
-    if (a->size != b->size) return a->size < b->size;
-    return a->address < b->address;
-  }
-};
-
 class BlockPool {
  public:
-  using Set = std::pmr::set<Block*, BlockOrder>;
+  using Set = BlockSet;
   using iterator = Set::iterator;
 
-  explicit BlockPool(bool small) : is_small_(small), blocks_(&node_memory_) {}
+  explicit BlockPool(bool small)
+      : is_small_(small), blocks_(BlockOrder{}, NodeRecyclingAllocator<Block*>(&node_memory_)) {}
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
 
@@ -34,9 +25,9 @@ class BlockPool {
 
   void insert(Block* block) {
     block->gc_count_base = free_block_searches_;
-    blocks_.insert(block);
+    block->pool_position = blocks_.insert(block).first;
   }
-  void erase(Block* block) { blocks_.erase(block); }
+  void erase(Block* block) { blocks_.erase(block->pool_position); }
   iterator erase(iterator it) { return blocks_.erase(it); }
 
   // First block in order at or after (stream, size, 0): a best-fit candidate when it is on
@@ -53,7 +44,11 @@ class BlockPool {
   Set::const_iterator begin() const { return blocks_.begin(); }
   Set::const_iterator end() const { return blocks_.end(); }
   size_t size() const { return blocks_.size(); }
-  bool contains(Block* block) const { return blocks_.count(block) != 0; }
+  // A real search (not the remembered position), for the invariant checker.
+  bool contains(Block* block) const {
+    auto it = blocks_.find(block);
+    return it != blocks_.end() && it == block->pool_position;
+  }
 
   // Searches made while garbage collection is on; a free block's age is the number of
   // searches since it became free.
@@ -62,7 +57,7 @@ class BlockPool {
 
  private:
   bool is_small_;
-  std::pmr::unsynchronized_pool_resource node_memory_;
+  NodeFreeList node_memory_;  // declared before blocks_, so it outlives the tree
   Set blocks_;
   uint64_t free_block_searches_ = 0;
 };

@@ -1,0 +1,158 @@
+// memsnap_bench replay FILE.trace [--backend sim|cuda] [--passes N] [--json]
+//
+// Replays an allocation trace through memsnap's caching allocator the way
+// ../shared/bench/torch_cca_replay.cpp replays it through PyTorch's: one cold pass that fills
+// the cache (its peaks and device-malloc count are reported), then `passes` timed passes,
+// each freeing what is left at its end. Prints the same keys, so bench/side_by_side.py can
+// put the two next to each other.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "allocator/caching_allocator.h"
+#include "allocator/simulated_backend.h"
+#include "viewer/allocation_trace.h"
+#ifdef MEMSNAP_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "allocator/cuda_backend.h"
+#endif
+
+namespace {
+
+using memsnap::AllocationTrace;
+using memsnap::CachingAllocator;
+using memsnap::StreamId;
+using memsnap::TraceEvent;
+
+// Trace stream numbers -> the allocator's stream ids (real streams on CUDA).
+class StreamTable {
+ public:
+  explicit StreamTable(bool cuda) : cuda_(cuda) {}
+  StreamId operator()(int64_t id) {
+    if (!cuda_ || id == 0) return static_cast<StreamId>(id);
+    auto [it, fresh] = streams_.try_emplace(id, 0);
+#ifdef MEMSNAP_HAVE_CUDA
+    if (fresh) {
+      cudaStream_t stream = nullptr;
+      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+      it->second = reinterpret_cast<StreamId>(stream);
+    }
+#endif
+    return it->second;
+  }
+
+ private:
+  bool cuda_;
+  std::map<int64_t, StreamId> streams_;
+};
+
+double replay_ns_per_event(CachingAllocator& allocator, const AllocationTrace& trace,
+                           std::vector<StreamId>& streams, int passes) {
+  std::unordered_map<uint64_t, void*> live;
+  live.reserve(1 << 16);
+  size_t n = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (int p = 0; p < passes; ++p) {
+    for (size_t i = 0; i < trace.events.size(); ++i) {
+      const TraceEvent& e = trace.events[i];
+      if (e.kind == TraceEvent::Kind::kAlloc) {
+        live[e.id] = allocator.allocate(e.bytes, 0, streams[i]);
+      } else if (auto it = live.find(e.id); it != live.end()) {
+        allocator.deallocate(it->second);
+        live.erase(it);
+      }
+      ++n;
+    }
+    for (auto& [id, ptr] : live) allocator.deallocate(ptr);
+    live.clear();
+  }
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  return std::chrono::duration<double, std::nano>(elapsed).count() / static_cast<double>(n);
+}
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: memsnap_bench replay FILE.trace [--backend sim|cuda] [--passes N] [--json]\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3 || std::strcmp(argv[1], "replay") != 0) return usage();
+  const std::string path = argv[2];
+  std::string backend_name = "sim";
+  int passes = 5;
+  bool json = false;
+  for (int i = 3; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--backend" && i + 1 < argc) backend_name = argv[++i];
+    else if (arg == "--passes" && i + 1 < argc) passes = std::atoi(argv[++i]);
+    else if (arg == "--json") json = true;
+    else return usage();
+  }
+  if (passes < 1 || passes > 100000) return usage();
+
+  auto trace = memsnap::read_allocation_trace(path);
+  if (!trace) {
+    std::fprintf(stderr, "memsnap_bench: error: %s\n", trace.error().c_str());
+    return 1;
+  }
+  std::shared_ptr<memsnap::DeviceBackend> backend;
+  if (backend_name == "sim") {
+    backend = std::make_shared<memsnap::SimulatedBackend>();
+  } else if (backend_name == "cuda") {
+#ifdef MEMSNAP_HAVE_CUDA
+    if (!memsnap::CudaBackend::available()) {
+      std::fprintf(stderr, "memsnap_bench: error: no usable CUDA device\n");
+      return 1;
+    }
+    cudaSetDevice(0);
+    cudaFree(nullptr);
+    backend = std::make_shared<memsnap::CudaBackend>();
+#else
+    std::fprintf(stderr, "memsnap_bench: error: built without CUDA\n");
+    return 1;
+#endif
+  } else {
+    return usage();
+  }
+
+  CachingAllocator allocator(backend, {});
+  StreamTable table(backend_name == "cuda");
+  std::vector<StreamId> streams;
+  streams.reserve(trace->events.size());
+  for (const TraceEvent& e : trace->events) streams.push_back(table(e.stream));
+
+  replay_ns_per_event(allocator, trace.value(), streams, 1);  // cold pass fills the cache
+  const memsnap::DeviceStats cold = allocator.device_stats(0);
+  const double off = replay_ns_per_event(allocator, trace.value(), streams, passes);
+  if (!allocator.check_invariants().empty()) {
+    std::fprintf(stderr, "memsnap_bench: error: allocator invariants violated\n");
+    return 1;
+  }
+  using memsnap::kAggregate;
+  if (json) {
+    std::printf(
+        "{\"allocator\":\"memsnap\",\"backend\":\"%s\",\"events\":%zu,"
+        "\"ns_per_event_history_off\":%.1f,\"peak_reserved_bytes\":%lld,"
+        "\"peak_allocated_bytes\":%lld,\"device_mallocs\":%lld}\n",
+        backend->name().c_str(), trace->events.size(), off,
+        static_cast<long long>(cold.reserved_bytes[kAggregate].peak),
+        static_cast<long long>(cold.allocated_bytes[kAggregate].peak),
+        static_cast<long long>(cold.num_device_alloc));
+  } else {
+    std::printf("memsnap on %s: %zu events, %.1f ns/event (history off), peak reserved %s, "
+                "%lld device mallocs\n",
+                backend->name().c_str(), trace->events.size(), off,
+                memsnap::format_bytes(cold.reserved_bytes[kAggregate].peak).c_str(),
+                static_cast<long long>(cold.num_device_alloc));
+  }
+  return 0;
+}
