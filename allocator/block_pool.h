@@ -7,6 +7,9 @@
 // nodes are recycled so the hot path does not call malloc.
 #pragma once
 
+#include <cstddef>
+#include <iterator>
+
 #include "allocator/block.h"
 
 namespace memsnap {
@@ -14,10 +17,36 @@ namespace memsnap {
 class BlockPool {
  public:
   using Set = BlockSet;
-  using iterator = Set::iterator;
+
+  // Iterates the pool's blocks in order, yielding Block* (the keys stay an internal detail).
+  template <typename SetIterator>
+  class BasicIterator {
+   public:
+    using iterator_category = std::bidirectional_iterator_tag;
+    using value_type = Block*;
+    using difference_type = std::ptrdiff_t;
+    using pointer = Block* const*;
+    using reference = Block*;
+
+    BasicIterator() = default;
+    explicit BasicIterator(SetIterator it) : it_(it) {}
+    Block* operator*() const { return it_->block; }
+    BasicIterator& operator++() { ++it_; return *this; }
+    BasicIterator operator++(int) { BasicIterator old = *this; ++it_; return old; }
+    BasicIterator& operator--() { --it_; return *this; }
+    BasicIterator operator--(int) { BasicIterator old = *this; --it_; return old; }
+    bool operator==(const BasicIterator& other) const { return it_ == other.it_; }
+    SetIterator base() const { return it_; }
+
+   private:
+    SetIterator it_{};
+  };
+  using iterator = BasicIterator<Set::iterator>;
+  using const_iterator = BasicIterator<Set::const_iterator>;
 
   explicit BlockPool(bool small)
-      : is_small_(small), blocks_(BlockOrder{}, NodeRecyclingAllocator<Block*>(&node_memory_)) {}
+      : is_small_(small),
+        blocks_(FreeBlockOrder{}, NodeRecyclingAllocator<FreeBlockKey>(&node_memory_)) {}
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
 
@@ -25,29 +54,28 @@ class BlockPool {
 
   void insert(Block* block) {
     block->gc_count_base = free_block_searches_;
-    block->pool_position = blocks_.insert(block).first;
+    block->pool_position =
+        blocks_.insert({block->stream, block->size, block->address, block}).first;
   }
   void erase(Block* block) { blocks_.erase(block->pool_position); }
-  iterator erase(iterator it) { return blocks_.erase(it); }
+  iterator erase(iterator it) { return iterator(blocks_.erase(it.base())); }
 
   // First block in order at or after (stream, size, 0): a best-fit candidate when it is on
   // `stream`.
   iterator lower_bound(StreamId stream, size_t size) {
-    Block key;
-    key.stream = stream;
-    key.size = size;
-    return blocks_.lower_bound(&key);
+    return iterator(blocks_.lower_bound({stream, size, 0, nullptr}));
   }
 
-  iterator begin() { return blocks_.begin(); }
-  iterator end() { return blocks_.end(); }
-  Set::const_iterator begin() const { return blocks_.begin(); }
-  Set::const_iterator end() const { return blocks_.end(); }
+  iterator begin() { return iterator(blocks_.begin()); }
+  iterator end() { return iterator(blocks_.end()); }
+  const_iterator begin() const { return const_iterator(blocks_.begin()); }
+  const_iterator end() const { return const_iterator(blocks_.end()); }
   size_t size() const { return blocks_.size(); }
   // A real search (not the remembered position), for the invariant checker.
   bool contains(Block* block) const {
-    auto it = blocks_.find(block);
-    return it != blocks_.end() && it == block->pool_position;
+    auto it = blocks_.find({block->stream, block->size, block->address, block});
+    return it != blocks_.end() && it == Set::const_iterator(block->pool_position) &&
+           it->block == block;
   }
 
   // Searches made while garbage collection is on; a free block's age is the number of

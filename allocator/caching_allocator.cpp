@@ -35,49 +35,49 @@ DeviceCachingAllocator& CachingAllocator::device(int index) const {
 
 void* CachingAllocator::allocate(size_t bytes, int device_index, StreamId stream) {
   if (bytes == 0) return nullptr;
-  Block* block = device(device_index).malloc(bytes, stream);
-  Shard& shard = shard_for(block->address);
-  {
-    std::lock_guard<std::mutex> lock(shard.mutex);
-    shard.blocks.insert(block->address, block);
+  DeviceCachingAllocator& owner = device(device_index);
+  const uintptr_t address = owner.allocate(bytes, stream);
+  if (uses_directory()) {
+    Shard& shard = shard_for(address);
+    AllocatorLockGuard lock(shard.mutex);
+    shard.owners.insert(address, &owner);
   }
-  return reinterpret_cast<void*>(block->address);
+  return reinterpret_cast<void*>(address);
+}
+
+DeviceCachingAllocator* CachingAllocator::owner_of(uintptr_t address, bool forget) const {
+  if (!uses_directory()) return devices_.empty() ? nullptr : devices_.front().get();
+  Shard& shard = shard_for(address);
+  AllocatorLockGuard lock(shard.mutex);
+  return forget ? shard.owners.erase(address) : shard.owners.find(address);
 }
 
 void CachingAllocator::deallocate(void* ptr) {
   if (ptr == nullptr) return;
   const auto address = reinterpret_cast<uintptr_t>(ptr);
-  Block* block;
-  {
-    Shard& shard = shard_for(address);
-    std::lock_guard<std::mutex> lock(shard.mutex);
-    block = shard.blocks.erase(address);
-  }
-  if (block == nullptr)
+  DeviceCachingAllocator* owner = owner_of(address, /*forget=*/true);
+  if (owner == nullptr || !owner->deallocate(address))
     throw std::invalid_argument("deallocate: " + hex(address) +
                                 " was not allocated by this allocator or was already freed");
-  devices_[static_cast<size_t>(block->device)]->free(block);
-}
-
-Block* CachingAllocator::find_block(void* ptr, const char* operation) const {
-  const auto address = reinterpret_cast<uintptr_t>(ptr);
-  Shard& shard = shard_for(address);
-  std::lock_guard<std::mutex> lock(shard.mutex);
-  Block* block = shard.blocks.find(address);
-  if (block == nullptr)
-    throw std::invalid_argument(std::string(operation) + ": " + hex(address) +
-                                " is not a live allocation of this allocator");
-  return block;
 }
 
 void CachingAllocator::record_stream(void* ptr, StreamId stream) {
   if (ptr == nullptr) return;
-  Block* block = find_block(ptr, "record_stream");
-  devices_[static_cast<size_t>(block->device)]->record_stream(block, stream);
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  DeviceCachingAllocator* owner = owner_of(address, /*forget=*/false);
+  if (owner == nullptr || !owner->record_stream(address, stream))
+    throw std::invalid_argument("record_stream: " + hex(address) +
+                                " is not a live allocation of this allocator");
 }
 
 size_t CachingAllocator::allocated_size(void* ptr) const {
-  return find_block(ptr, "allocated_size")->size;
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  DeviceCachingAllocator* owner = owner_of(address, /*forget=*/false);
+  const size_t size = owner == nullptr ? 0 : owner->allocated_size(address);
+  if (size == 0)
+    throw std::invalid_argument("allocated_size: " + hex(address) +
+                                " is not a live allocation of this allocator");
+  return size;
 }
 
 void CachingAllocator::empty_cache() {
@@ -116,18 +116,6 @@ void CachingAllocator::set_observer(AllocatorObserver* observer) {
 
 std::vector<std::string> CachingAllocator::check_invariants() const {
   std::vector<std::string> problems;
-  size_t mapped = 0;
-  std::vector<const Block*> live;
-  for (const Shard& shard : shards_) {
-    std::lock_guard<std::mutex> lock(shard.mutex);
-    mapped += shard.blocks.size();
-    shard.blocks.for_each([&](uintptr_t address, Block* block) {
-      if (block->address != address)
-        problems.push_back("pointer map: " + hex(address) + " maps to a block at " +
-                           hex(block->address));
-      live.push_back(block);
-    });
-  }
   size_t allocated = 0;
   for (const auto& d : devices_) {
     InvariantReport report = InvariantChecker::check(*d);
@@ -135,11 +123,20 @@ std::vector<std::string> CachingAllocator::check_invariants() const {
     for (std::string& problem : report.problems)
       problems.push_back("device " + std::to_string(d->device()) + ": " + problem);
   }
-  for (const Block* block : live)
-    if (!block->allocated)
-      problems.push_back("pointer map: " + hex(block->address) + " maps to a block that is not allocated");
-  if (mapped != allocated)
-    problems.push_back("pointer map holds " + std::to_string(mapped) + " pointers but " +
+  if (!uses_directory()) return problems;
+  // The directory must name, for every live pointer, the device that holds it.
+  size_t listed = 0;
+  for (const Shard& shard : shards_) {
+    AllocatorLockGuard lock(shard.mutex);
+    listed += shard.owners.size();
+    shard.owners.for_each([&](uintptr_t address, DeviceCachingAllocator* owner) {
+      if (owner->allocated_size(address) == 0)
+        problems.push_back("directory: " + hex(address) + " is listed for device " +
+                           std::to_string(owner->device()) + ", which does not hold it");
+    });
+  }
+  if (listed != allocated)
+    problems.push_back("directory lists " + std::to_string(listed) + " pointers but " +
                        std::to_string(allocated) + " blocks are allocated");
   return problems;
 }

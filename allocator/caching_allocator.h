@@ -1,8 +1,10 @@
 // The public allocator: one DeviceCachingAllocator per device behind a drop-in
-// allocate/deallocate, plus a map from each live pointer to its block.
+// allocate/deallocate.
 //
-// The pointer map is sharded (one lock per shard, taken briefly) so threads freeing on
-// different devices or addresses rarely meet; each device's policy has its own lock.
+// Each device keeps its own live allocations under its own lock, so with one device a call
+// takes exactly one lock. With several, deallocate must first learn which device owns a
+// pointer: a directory from address to device, sharded (one lock per shard, held briefly)
+// so threads freeing different addresses rarely meet.
 //
 //   auto backend = std::make_shared<memsnap::SimulatedBackend>();
 //   memsnap::CachingAllocator allocator(backend, config);
@@ -12,7 +14,7 @@
 
 #include <array>
 #include <memory>
-#include <mutex>
+#include "allocator/allocator_mutex.h"
 #include <string>
 #include <vector>
 
@@ -63,13 +65,16 @@ class CachingAllocator {
  private:
   static constexpr size_t kShards = 16;
   struct alignas(64) Shard {
-    mutable std::mutex mutex;
-    PointerMap blocks;
+    mutable AllocatorMutex mutex;
+    AddressMap<DeviceCachingAllocator> owners;
   };
   Shard& shard_for(uintptr_t address) const {
     return shards_[(address >> 9) % kShards];
   }
-  Block* find_block(void* ptr, const char* operation) const;
+  bool uses_directory() const { return devices_.size() > 1; }
+  // The device that owns a live pointer (nullptr when none does); with several devices,
+  // `forget` also drops it from the directory.
+  DeviceCachingAllocator* owner_of(uintptr_t address, bool forget) const;
 
   std::shared_ptr<DeviceBackend> backend_;
   AllocatorConfig config_;

@@ -17,7 +17,7 @@ DeviceCachingAllocator::DeviceCachingAllocator(int device, DeviceBackend& backen
 }
 
 DeviceCachingAllocator::~DeviceCachingAllocator() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  AllocatorLockGuard lock(mutex_);
   for (auto& [event_stream, queue] : pending_events_)
     for (auto& [event, block] : queue) {
       try {
@@ -34,8 +34,39 @@ DeviceCachingAllocator::~DeviceCachingAllocator() {
   }
 }
 
-Block* DeviceCachingAllocator::malloc(size_t size, StreamId stream) {
-  std::unique_lock<std::mutex> lock(mutex_);
+uintptr_t DeviceCachingAllocator::allocate(size_t size, StreamId stream) {
+  AllocatorLock lock(mutex_);
+  Block* block = malloc(size, stream, lock);
+  live_blocks_.insert(block->address, block);
+  return block->address;
+}
+
+bool DeviceCachingAllocator::deallocate(uintptr_t address) {
+  AllocatorLockGuard lock(mutex_);
+  Block* block = live_blocks_.erase(address);
+  if (block == nullptr) return false;
+  free(block);
+  return true;
+}
+
+bool DeviceCachingAllocator::record_stream(uintptr_t address, StreamId stream) {
+  AllocatorLockGuard lock(mutex_);
+  Block* block = live_blocks_.find(address);
+  if (block == nullptr) return false;
+  if (stream != block->stream &&
+      std::find(block->stream_uses.begin(), block->stream_uses.end(), stream) ==
+          block->stream_uses.end())
+    block->stream_uses.push_back(stream);
+  return true;
+}
+
+size_t DeviceCachingAllocator::allocated_size(uintptr_t address) const {
+  AllocatorLockGuard lock(mutex_);
+  const Block* block = live_blocks_.find(address);
+  return block == nullptr ? 0 : block->size;
+}
+
+Block* DeviceCachingAllocator::malloc(size_t size, StreamId stream, AllocatorLock& lock) {
   if (size > kMaxRequestSize) report_out_of_memory(size, size, size, stream, lock);
   if (!pending_events_.empty()) process_events();
   const size_t rounded = round_size(size, config_);
@@ -54,7 +85,7 @@ Block* DeviceCachingAllocator::take_free_block(BlockPool& pool, StreamId stream,
   if (it == pool.end() || (*it)->stream != stream) return nullptr;
   Block* block = *it;
   if (!block_fits_split_rules(block->size, rounded_size, config_)) return nullptr;
-  pool.erase(it);
+  pool.erase(block);
   return block;
 }
 
@@ -105,7 +136,6 @@ Block* DeviceCachingAllocator::finish_allocation(Block* block, size_t rounded_si
 }
 
 void DeviceCachingAllocator::free(Block* block) {
-  std::lock_guard<std::mutex> lock(mutex_);
   const bool small = block->pool->is_small();
   block->allocated = false;
   DeviceStats::decrease(stats_.allocation, small, 1);
@@ -116,14 +146,6 @@ void DeviceCachingAllocator::free(Block* block) {
     insert_events(block);  // becomes reusable once the other streams catch up
   else
     free_block(block);
-}
-
-void DeviceCachingAllocator::record_stream(Block* block, StreamId stream) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (stream == block->stream) return;
-  if (std::find(block->stream_uses.begin(), block->stream_uses.end(), stream) ==
-      block->stream_uses.end())
-    block->stream_uses.push_back(stream);
 }
 
 // Returns a block whose frees (and events) are complete to its pool, merged with its free
@@ -197,32 +219,32 @@ void DeviceCachingAllocator::recycle_block(Block* block) {
 }
 
 DeviceStats DeviceCachingAllocator::stats() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  AllocatorLockGuard lock(mutex_);
   return stats_;
 }
 
 void DeviceCachingAllocator::reset_peak_stats() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  AllocatorLockGuard lock(mutex_);
   stats_.reset_peak();
 }
 
 void DeviceCachingAllocator::reset_accumulated_stats() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  AllocatorLockGuard lock(mutex_);
   stats_.reset_accumulated();
 }
 
 void DeviceCachingAllocator::add_oom_observer(OomObserver observer) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  AllocatorLockGuard lock(mutex_);
   oom_observers_.push_back(std::move(observer));
 }
 
 void DeviceCachingAllocator::add_free_memory_callback(FreeMemoryCallback callback) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  AllocatorLockGuard lock(mutex_);
   free_memory_callbacks_.push_back(std::move(callback));
 }
 
 void DeviceCachingAllocator::set_observer(AllocatorObserver* observer) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  AllocatorLockGuard lock(mutex_);
   observer_ = observer;
 }
 

@@ -8,22 +8,24 @@
 //
 // Files: device_caching_allocator.cpp holds the fast path (malloc/free and their block
 // bookkeeping), device_slow_path.cpp everything that touches the device or recovers memory.
-// Thread-safe: one mutex per device guards all state below it.
+// Thread-safe: one mutex per device guards all state below it, the map of live allocations
+// included, so allocate and deallocate each take a single lock.
 #pragma once
 
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "allocator/allocator_config.h"
+#include "allocator/allocator_mutex.h"
 #include "allocator/allocator_observer.h"
 #include "allocator/block.h"
 #include "allocator/block_pool.h"
 #include "allocator/device_backend.h"
 #include "allocator/device_stats.h"
 #include "allocator/out_of_memory.h"
+#include "allocator/pointer_map.h"
 #include "allocator/policy.h"
 
 namespace memsnap {
@@ -35,12 +37,16 @@ class DeviceCachingAllocator {
   DeviceCachingAllocator(const DeviceCachingAllocator&) = delete;
   DeviceCachingAllocator& operator=(const DeviceCachingAllocator&) = delete;
 
-  // Returns an allocated block of at least `size` bytes; throws OutOfMemoryError.
-  Block* malloc(size_t size, StreamId stream);
-  void free(Block* block);
-  // Marks `block` as used on `stream`: its memory is reused only after the work queued
-  // on `stream` at the time of the free has completed.
-  void record_stream(Block* block, StreamId stream);
+  // Allocates at least `size` bytes and returns their address; throws OutOfMemoryError.
+  uintptr_t allocate(size_t size, StreamId stream);
+  // Frees a live allocation of this device. Returns false, changing nothing, when `address`
+  // is not one (never allocated here, or already freed).
+  bool deallocate(uintptr_t address);
+  // Marks a live allocation as used on `stream`: its memory is reused only after the work
+  // queued on `stream` at the time of the free has completed. False when not live here.
+  bool record_stream(uintptr_t address, StreamId stream);
+  // The block size (after rounding) of a live allocation, or 0 when `address` is not one.
+  size_t allocated_size(uintptr_t address) const;
   // Waits for pending frees, then returns every unsplit cached segment to the device.
   void empty_cache();
   // Caps reserved memory at `fraction` of the device's total (0 <= fraction <= 1).
@@ -61,7 +67,9 @@ class DeviceCachingAllocator {
   friend class InvariantChecker;
   using PendingEvents = std::map<StreamId, std::deque<std::pair<EventHandle, Block*>>>;
 
-  // --- fast path (device_caching_allocator.cpp) ---
+  // --- fast path (device_caching_allocator.cpp); the caller holds mutex_ ---
+  Block* malloc(size_t size, StreamId stream, AllocatorLock& lock);
+  void free(Block* block);
   BlockPool& pool_for(size_t rounded_size) {
     return is_small_request(rounded_size) ? small_blocks_ : large_blocks_;
   }
@@ -78,10 +86,10 @@ class DeviceCachingAllocator {
 
   // --- slow path (device_slow_path.cpp) ---
   Block* allocate_after_miss(BlockPool& pool, StreamId stream, size_t rounded_size,
-                             size_t requested_size, std::unique_lock<std::mutex>& lock);
-  bool run_free_memory_callbacks(std::unique_lock<std::mutex>& lock);
+                             size_t requested_size, AllocatorLock& lock);
+  bool run_free_memory_callbacks(AllocatorLock& lock);
   Block* reserve_segment(BlockPool& pool, StreamId stream, size_t rounded_size, bool is_retry,
-                         std::unique_lock<std::mutex>& lock);
+                         AllocatorLock& lock);
   bool release_oversize_cached_blocks(BlockPool& pool, StreamId stream, size_t rounded_size);
   void release_all_cached_blocks();
   void release_unsplit_blocks(BlockPool& pool);
@@ -92,7 +100,7 @@ class DeviceCachingAllocator {
   void synchronize_and_free_events();
   [[noreturn]] void report_out_of_memory(size_t requested_size, size_t rounded_size,
                                          size_t allocation_size, StreamId stream,
-                                         std::unique_lock<std::mutex>& lock);
+                                         AllocatorLock& lock);
   size_t reserved_bytes() const {
     return static_cast<size_t>(stats_.reserved_bytes[kAggregate].current);
   }
@@ -101,7 +109,9 @@ class DeviceCachingAllocator {
   DeviceBackend& backend_;
   const AllocatorConfig config_;
 
-  mutable std::mutex mutex_;
+  mutable AllocatorMutex mutex_;
+  // Live allocations by address, under the same lock as the policy, so a call takes one lock.
+  PointerMap live_blocks_;
   BlockPool small_blocks_{true};  // free blocks of requests <= 1 MiB
   BlockPool large_blocks_{false};
   std::map<uintptr_t, std::unique_ptr<Segment>> segments_;  // by address

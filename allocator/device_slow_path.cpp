@@ -12,20 +12,20 @@ namespace {
 // Releases a unique_lock for a scope (callbacks, device calls) and always retakes it.
 class ScopedUnlock {
  public:
-  explicit ScopedUnlock(std::unique_lock<std::mutex>& lock) : lock_(lock) { lock_.unlock(); }
+  explicit ScopedUnlock(AllocatorLock& lock) : lock_(lock) { lock_.unlock(); }
   ~ScopedUnlock() { lock_.lock(); }
   ScopedUnlock(const ScopedUnlock&) = delete;
   ScopedUnlock& operator=(const ScopedUnlock&) = delete;
 
  private:
-  std::unique_lock<std::mutex>& lock_;
+  AllocatorLock& lock_;
 };
 
 }  // namespace
 
 Block* DeviceCachingAllocator::allocate_after_miss(BlockPool& pool, StreamId stream,
                                                    size_t rounded_size, size_t requested_size,
-                                                   std::unique_lock<std::mutex>& lock) {
+                                                   AllocatorLock& lock) {
   // (a) let registered callbacks free memory, then search again
   if (run_free_memory_callbacks(lock)) {
     if (Block* block = take_free_block(pool, stream, rounded_size)) return block;
@@ -47,7 +47,7 @@ Block* DeviceCachingAllocator::allocate_after_miss(BlockPool& pool, StreamId str
   return block;
 }
 
-bool DeviceCachingAllocator::run_free_memory_callbacks(std::unique_lock<std::mutex>& lock) {
+bool DeviceCachingAllocator::run_free_memory_callbacks(AllocatorLock& lock) {
   if (free_memory_callbacks_.empty()) return false;
   const std::vector<FreeMemoryCallback> callbacks = free_memory_callbacks_;
   bool freed = false;
@@ -60,7 +60,7 @@ bool DeviceCachingAllocator::run_free_memory_callbacks(std::unique_lock<std::mut
 // nullptr when the device or the memory fraction says no.
 Block* DeviceCachingAllocator::reserve_segment(BlockPool& pool, StreamId stream,
                                                size_t rounded_size, bool is_retry,
-                                               std::unique_lock<std::mutex>& lock) {
+                                               AllocatorLock& lock) {
   const size_t size = segment_size_for(rounded_size, config_);
   if (is_retry) stats_.num_alloc_retries += 1;
   if (memory_fraction_set_ && reserved_bytes() + size > allowed_bytes_) return nullptr;
@@ -233,7 +233,7 @@ void DeviceCachingAllocator::synchronize_and_free_events() {
 
 void DeviceCachingAllocator::report_out_of_memory(size_t requested_size, size_t rounded_size,
                                                   size_t allocation_size, StreamId stream,
-                                                  std::unique_lock<std::mutex>& lock) {
+                                                  AllocatorLock& lock) {
   const DeviceMemoryInfo memory = backend_.memory_info(device_);
   stats_.num_ooms += 1;
   OomInfo info;
@@ -255,7 +255,7 @@ void DeviceCachingAllocator::report_out_of_memory(size_t requested_size, size_t 
 }
 
 void DeviceCachingAllocator::empty_cache() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  AllocatorLockGuard lock(mutex_);
   release_all_cached_blocks();
 }
 
@@ -264,7 +264,7 @@ void DeviceCachingAllocator::set_memory_fraction(double fraction) {
     throw std::invalid_argument("memory fraction must be between 0 and 1, got " +
                                 std::to_string(fraction));
   const DeviceMemoryInfo memory = backend_.memory_info(device_);
-  std::lock_guard<std::mutex> lock(mutex_);
+  AllocatorLockGuard lock(mutex_);
   allowed_bytes_ = static_cast<size_t>(fraction * static_cast<double>(memory.total_bytes));
   memory_fraction_set_ = true;
 }

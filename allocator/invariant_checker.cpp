@@ -33,7 +33,7 @@ void compare(std::vector<std::string>& problems, const char* name, const StatArr
 }  // namespace
 
 InvariantReport InvariantChecker::check(const DeviceCachingAllocator& allocator) {
-  std::lock_guard<std::mutex> lock(allocator.mutex_);
+  AllocatorLockGuard lock(allocator.mutex_);
   InvariantReport report;
   auto& problems = report.problems;
   const AllocatorConfig& config = allocator.config_;
@@ -78,6 +78,8 @@ InvariantReport InvariantChecker::check(const DeviceCachingAllocator& allocator)
       const auto size = static_cast<int64_t>(block->size);
       if (block->allocated) {
         ++report.allocated_blocks;
+        if (allocator.live_blocks_.find(block->address) != block)
+          problems.push_back(at + ": allocated but missing from the live-allocation map");
         expected.add(expected.stats.allocation, small, 1);
         expected.add(expected.stats.allocated_bytes, small, size);
         if (block->size >= config.max_split_size) expected.stats.oversize_allocations.increase(1);
@@ -112,6 +114,16 @@ InvariantReport InvariantChecker::check(const DeviceCachingAllocator& allocator)
                            " that is not a free block of any segment");
   if (free_blocks.size() != allocator.small_blocks_.size() + allocator.large_blocks_.size())
     problems.push_back("pools and segments disagree on the number of free blocks");
+
+  allocator.live_blocks_.for_each([&](uintptr_t address, const Block* block) {
+    if (block->address != address || !block->allocated)
+      problems.push_back("live-allocation map: " + std::to_string(address) +
+                         " maps to a block that is not allocated there");
+  });
+  if (allocator.live_blocks_.size() != report.allocated_blocks)
+    problems.push_back("live-allocation map holds " + std::to_string(allocator.live_blocks_.size()) +
+                       " entries for " + std::to_string(report.allocated_blocks) +
+                       " allocated blocks");
 
   std::map<const Block*, int> queued;
   for (const auto& [stream, queue] : allocator.pending_events_)

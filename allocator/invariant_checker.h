@@ -3,6 +3,7 @@
 //     stream, device and pool, sizes multiples of 512 B), and no two free blocks touch;
 //   - the pools hold exactly the free blocks, each in the pool of its kind;
 //   - every pending-free block has as many queued events as its event count;
+//   - the live-allocation map holds exactly the allocated blocks, each at its address;
 //   - every statistic's `current` equals what the blocks say, per pool and in total.
 // Used after every step of the randomized tests; cheap enough for debugging sessions too.
 #pragma once

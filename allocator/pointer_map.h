@@ -1,4 +1,5 @@
-// An open-addressing hash map from a block's address to the block, for the free path.
+// An open-addressing hash map from an allocation's address to an object (its block, or the
+// device that owns it), for the free path.
 //
 // std::unordered_map allocates a node per insert; this map stores entries inline (linear
 // probing, backward-shift deletion, no tombstones), so allocate/free cost no malloc once it
@@ -14,38 +15,39 @@ namespace memsnap {
 
 struct Block;
 
-class PointerMap {
+template <typename T>
+class AddressMap {
  public:
-  PointerMap() : slots_(kInitialCapacity) {}
+  AddressMap() : slots_(kInitialCapacity) {}
 
   // Returns false (and changes nothing) when `address` is already present.
-  bool insert(uintptr_t address, Block* block) {
+  bool insert(uintptr_t address, T* value) {
     if ((size_ + 1) * 2 > slots_.size()) grow();
     size_t i = slot_for(address);
     while (slots_[i].address != 0) {
       if (slots_[i].address == address) return false;
       i = (i + 1) & mask();
     }
-    slots_[i] = {address, block};
+    slots_[i] = {address, value};
     ++size_;
     return true;
   }
 
-  Block* find(uintptr_t address) const {
+  T* find(uintptr_t address) const {
     for (size_t i = slot_for(address);; i = (i + 1) & mask()) {
-      if (slots_[i].address == address) return slots_[i].block;
+      if (slots_[i].address == address) return slots_[i].value;
       if (slots_[i].address == 0) return nullptr;
     }
   }
 
-  // Removes and returns the entry's block, or nullptr when absent.
-  Block* erase(uintptr_t address) {
+  // Removes and returns the entry's value, or nullptr when absent.
+  T* erase(uintptr_t address) {
     size_t i = slot_for(address);
     while (slots_[i].address != address) {
       if (slots_[i].address == 0) return nullptr;
       i = (i + 1) & mask();
     }
-    Block* found = slots_[i].block;
+    T* found = slots_[i].value;
     // Shift later entries of the probe run back so that lookups never stop early.
     for (size_t j = (i + 1) & mask(); slots_[j].address != 0; j = (j + 1) & mask()) {
       const size_t home = slot_for(slots_[j].address);
@@ -65,13 +67,13 @@ class PointerMap {
   template <typename F>
   void for_each(F&& f) const {
     for (const Slot& slot : slots_)
-      if (slot.address != 0) f(slot.address, slot.block);
+      if (slot.address != 0) f(slot.address, slot.value);
   }
 
  private:
   struct Slot {
     uintptr_t address = 0;
-    Block* block = nullptr;
+    T* value = nullptr;
   };
   static constexpr size_t kInitialCapacity = 1024;
 
@@ -85,11 +87,13 @@ class PointerMap {
     old.swap(slots_);
     size_ = 0;
     for (const Slot& slot : old)
-      if (slot.address != 0) insert(slot.address, slot.block);
+      if (slot.address != 0) insert(slot.address, slot.value);
   }
 
   std::vector<Slot> slots_;
   size_t size_ = 0;
 };
+
+using PointerMap = AddressMap<Block>;
 
 }  // namespace memsnap

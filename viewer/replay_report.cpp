@@ -1,5 +1,6 @@
 #include "viewer/replay_report.h"
 
+#include <iomanip>
 #include <map>
 #include <sstream>
 
@@ -53,7 +54,8 @@ std::string replay_to_text(const ReplayResult& r, const std::string& source_name
   std::map<size_t, size_t> by_size;
   for (size_t size : r.segment_alloc_sizes) ++by_size[size];
   for (auto it = by_size.rbegin(); it != by_size.rend(); ++it)
-    out << "      " << it->second << " x " << format_bytes(static_cast<int64_t>(it->first)) << "\n";
+    out << std::setw(10) << it->second << " x " << format_bytes(static_cast<int64_t>(it->first))
+        << "\n";
   out << "  peak reserved      " << format_bytes(s.reserved_bytes[kAggregate].peak) << "\n";
   out << "  peak allocated     " << format_bytes(s.allocated_bytes[kAggregate].peak) << "\n";
   out << "  peak requested     " << format_bytes(s.requested_bytes[kAggregate].peak) << "\n";

@@ -186,6 +186,17 @@ TEST(CachingPolicy, FreeingAnUnknownOrAlreadyFreedPointerThrows) {
   EXPECT_CONSISTENT(h);
 }
 
+TEST(CachingPolicy, WithSeveralDevicesUnknownPointersAreStillRejected) {
+  Harness h("", size_t{80} << 30, /*devices=*/3);
+  const uintptr_t a = h.alloc(4096, 0, 2);
+  EXPECT_EQ(h.allocator.allocated_size(reinterpret_cast<void*>(a)), 4096u);
+  h.free(a);
+  EXPECT_THROW(h.free(a), std::invalid_argument);
+  EXPECT_THROW(h.allocator.record_stream(reinterpret_cast<void*>(a), 1), std::invalid_argument);
+  EXPECT_THROW(h.allocator.allocated_size(reinterpret_cast<void*>(a)), std::invalid_argument);
+  EXPECT_CONSISTENT(h);
+}
+
 TEST(CachingPolicy, DevicesKeepSeparatePoolsAndStatistics) {
   Harness h("", size_t{80} << 30, /*devices=*/2);
   const uintptr_t a = h.alloc(4096, 0, 0);

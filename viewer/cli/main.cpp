@@ -1,5 +1,6 @@
 // memsnap: the command-line viewer. Every command reads its input, writes to -o or stdout,
-// and on bad input prints one line (`memsnap: error: ...`) and exits with status 1.
+// and on bad input prints one line (`memsnap: error: ...`) and exits with status 1 (2 for
+// a malformed command line).
 #include <iostream>
 #include <vector>
 
@@ -14,8 +15,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
-    const int status = app.exit(error);
-    return status == 0 ? 0 : 2;
+    // --help and --version arrive as "errors" with status 0; real usage errors get the same
+    // one-line shape as every other error, with status 2 as is usual for bad usage.
+    if (error.get_exit_code() == 0) return app.exit(error);
+    std::cerr << "memsnap: error: " << error.what() << " (see memsnap --help)\n";
+    return 2;
   }
   try {
     for (auto& run : commands) run();

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Sets up a fresh machine, builds with warnings as errors and runs every test through CTest.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build_dir=${MEMSNAP_BUILD_DIR:-"$root/build"}
+
+bash "$root/scripts/setup.sh"
+bash "$root/scripts/build.sh" -DMEMSNAP_WERROR=ON -DMEMSNAP_BUILD_TESTS=ON
+ctest --test-dir "$build_dir" --output-on-failure --parallel "$(nproc)"
