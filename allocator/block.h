@@ -12,35 +12,15 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <set>
 #include <vector>
 
 #include "allocator/device_backend.h"
-#include "allocator/node_recycler.h"
 
 namespace memsnap {
 
 class BlockPool;
 struct Block;
 struct Segment;
-
-// A free block's place in its pool. The sort key is stored in the tree node itself, so a
-// search compares keys without loading each Block (one cache miss per level saved).
-struct FreeBlockKey {
-  StreamId stream;
-  size_t size;
-  uintptr_t address;
-  Block* block;
-};
-// Free blocks ordered by (stream, size, address): best fit is one lower_bound.
-struct FreeBlockOrder {
-  bool operator()(const FreeBlockKey& a, const FreeBlockKey& b) const {
-    if (a.stream != b.stream) return a.stream < b.stream;
-    if (a.size != b.size) return a.size < b.size;
-    return a.address < b.address;
-  }
-};
-using BlockSet = std::set<FreeBlockKey, FreeBlockOrder, NodeRecyclingAllocator<FreeBlockKey>>;
 
 struct Block {
   uintptr_t address = 0;
@@ -56,7 +36,6 @@ struct Block {
   int event_count = 0;                // outstanding events before a pending free completes
   std::vector<StreamId> stream_uses;  // other streams it was used on (record_stream)
   uint64_t gc_count_base = 0;         // pool's search count when it became free (GC age)
-  BlockSet::iterator pool_position;   // where it sits in its pool, while free (O(1) erase)
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
   bool is_free() const { return !allocated && event_count == 0; }

@@ -81,10 +81,9 @@ Block* DeviceCachingAllocator::malloc(size_t size, StreamId stream, AllocatorLoc
 Block* DeviceCachingAllocator::take_free_block(BlockPool& pool, StreamId stream,
                                                size_t rounded_size) {
   if (gc_enabled()) pool.count_search();
-  auto it = pool.lower_bound(stream, rounded_size);
-  if (it == pool.end() || (*it)->stream != stream) return nullptr;
-  Block* block = *it;
-  if (!block_fits_split_rules(block->size, rounded_size, config_)) return nullptr;
+  Block* block = pool.lower_bound(stream, rounded_size);
+  if (block == nullptr || !block_fits_split_rules(block->size, rounded_size, config_))
+    return nullptr;
   pool.erase(block);
   return block;
 }

@@ -103,26 +103,23 @@ bool DeviceCachingAllocator::release_oversize_cached_blocks(BlockPool& pool, Str
                                                             size_t rounded_size) {
   if (config_.max_split_size == kNoMaxSplitSize) return false;
   const size_t wanted = std::max(rounded_size, config_.max_split_size);
-  auto it = pool.lower_bound(stream, wanted);
-  if (it != pool.end() && (*it)->stream == stream) {
+  if (Block* fit = pool.lower_bound(stream, wanted)) {
     // A split block cannot go back to the device on its own; PyTorch would free it anyway,
     // which corrupts its segment, so memsnap declines instead.
-    if ((*it)->is_split()) return false;
-    release_segment(*it);
+    if (fit->is_split()) return false;
+    release_segment(fit);
     return true;
   }
-  if (it == pool.begin()) return false;
+  // None is large enough alone: release the largest oversize blocks, largest first.
+  const std::vector<Block*> blocks = pool.ordered_blocks(stream);
   size_t released = 0;
-  --it;  // the largest block below `wanted`
-  while (released < wanted && (*it)->size >= config_.max_split_size && (*it)->stream == stream) {
-    auto current = it;
-    const bool is_first = current == pool.begin();
-    if (!is_first) --it;
-    if (!(*current)->is_split()) {
-      released += (*current)->size;
-      release_segment(*current);
+  for (auto it = blocks.rbegin(); it != blocks.rend() && released < wanted; ++it) {
+    Block* block = *it;
+    if (block->size < config_.max_split_size) break;
+    if (!block->is_split()) {
+      released += block->size;
+      release_segment(block);
     }
-    if (is_first) break;
   }
   return released >= wanted;
 }
@@ -135,11 +132,8 @@ void DeviceCachingAllocator::release_all_cached_blocks() {
 }
 
 void DeviceCachingAllocator::release_unsplit_blocks(BlockPool& pool) {
-  for (auto it = pool.begin(); it != pool.end();) {
-    Block* block = *it;
-    ++it;  // release_segment erases `block`; other iterators stay valid
+  for (Block* block : pool.ordered_blocks())
     if (!block->is_split()) release_segment(block);
-  }
 }
 
 // Returns a free, unsplit block's whole segment to the device.
@@ -167,7 +161,7 @@ void DeviceCachingAllocator::garbage_collect_cached_blocks() {
   const size_t target = reserved_bytes() - threshold;
   uint64_t total_age = 0;
   size_t candidates = 0;
-  for (const Block* block : large_blocks_) {
+  for (const Block* block : large_blocks_.ordered_blocks()) {
     if (!block->is_split()) {
       total_age += large_blocks_.age_of(block);
       ++candidates;
@@ -178,9 +172,7 @@ void DeviceCachingAllocator::garbage_collect_cached_blocks() {
   while (reclaimed < target && freed_any && candidates > 0) {
     const double age_threshold = static_cast<double>(total_age) / static_cast<double>(candidates);
     freed_any = false;
-    for (auto it = large_blocks_.begin(); it != large_blocks_.end();) {
-      Block* block = *it;
-      ++it;
+    for (Block* block : large_blocks_.ordered_blocks()) {
       const uint64_t age = large_blocks_.age_of(block);
       if (!block->is_split() && static_cast<double>(age) >= age_threshold) {
         freed_any = true;

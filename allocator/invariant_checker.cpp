@@ -92,7 +92,7 @@ InvariantReport InvariantChecker::check(const DeviceCachingAllocator& allocator)
         if (!block->allocated) pending[block] = block->event_count;
       } else {
         free_blocks.insert(block);
-        if (!block->pool->contains(const_cast<Block*>(block)))
+        if (!block->pool->contains(block))
           problems.push_back(at + ": free but not in its pool");
         if (block->is_split()) {
           expected.add(expected.stats.inactive_split, small, 1);
@@ -107,11 +107,13 @@ InvariantReport InvariantChecker::check(const DeviceCachingAllocator& allocator)
                          " of " + std::to_string(segment.size) + " bytes");
   }
 
-  for (const BlockPool* pool : {&allocator.small_blocks_, &allocator.large_blocks_})
-    for (const Block* block : *pool)
+  for (const BlockPool* pool : {&allocator.small_blocks_, &allocator.large_blocks_}) {
+    for (std::string& problem : pool->structure_problems()) problems.push_back(std::move(problem));
+    for (const Block* block : pool->ordered_blocks())
       if (!free_blocks.count(block))
         problems.push_back("pool holds block " + std::to_string(block->address) +
                            " that is not a free block of any segment");
+  }
   if (free_blocks.size() != allocator.small_blocks_.size() + allocator.large_blocks_.size())
     problems.push_back("pools and segments disagree on the number of free blocks");
 

@@ -1,12 +1,16 @@
 #include "allocator/simulated_backend.h"
 
+#include <algorithm>
 #include <iterator>
 #include <string>
 
 namespace memsnap {
 namespace {
-// Each device's addresses start at a distinct, recognisable base (0x7f00'0000'0000 for
-// device 0, then 1 TiB apart), far from zero so that no address is ever null.
+// All devices share one address space, [4 GiB, 128 TiB) as on x86-64 Linux user space.
+// Each device places segments first-fit from a distinct, recognisable base (0x7f00'0000'0000
+// for device 0, then 1 TiB lower per device), far from zero so no address is ever null.
+constexpr uintptr_t kAddressSpaceStart = uintptr_t{1} << 32;
+constexpr uintptr_t kAddressSpaceEnd = uintptr_t{1} << 47;
 constexpr uintptr_t kFirstBase = 0x7f0000000000;
 constexpr uintptr_t kDeviceSpan = uintptr_t{1} << 40;
 constexpr size_t kSegmentAlignment = 2 << 20;
@@ -16,8 +20,7 @@ SimulatedBackend::SimulatedBackend(Options options) : options_(options) {
   if (options_.device_count < 1 || options_.device_count > 64)
     throw DeviceError("simulated backend: device_count must be between 1 and 64");
   devices_.resize(static_cast<size_t>(options_.device_count));
-  for (int d = 0; d < options_.device_count; ++d)
-    devices_[static_cast<size_t>(d)].free_ranges.emplace(base_address(d), kDeviceSpan / 2);
+  free_ranges_.emplace(kAddressSpaceStart, kAddressSpaceEnd - kAddressSpaceStart);
 }
 
 uintptr_t SimulatedBackend::base_address(int device) {
@@ -33,32 +36,57 @@ const SimulatedBackend::DeviceState& SimulatedBackend::state(int device) const {
   return const_cast<SimulatedBackend*>(this)->state(device);
 }
 
-bool SimulatedBackend::take_range(DeviceState& device, uintptr_t address, size_t bytes) {
-  auto it = device.free_ranges.upper_bound(address);
-  if (it == device.free_ranges.begin()) return false;
+bool SimulatedBackend::take_range(uintptr_t address, size_t bytes) {
+  auto it = free_ranges_.upper_bound(address);
+  if (it == free_ranges_.begin()) return false;
   --it;
   const uintptr_t start = it->first;
   const size_t length = it->second;
-  if (address < start || address + bytes > start + length) return false;
-  device.free_ranges.erase(it);
-  if (address > start) device.free_ranges.emplace(start, address - start);
+  if (address < start || bytes > length || address - start > length - bytes) return false;
+  free_ranges_.erase(it);
+  if (address > start) free_ranges_.emplace(start, address - start);
   if (address + bytes < start + length)
-    device.free_ranges.emplace(address + bytes, start + length - (address + bytes));
+    free_ranges_.emplace(address + bytes, start + length - (address + bytes));
   return true;
 }
 
-std::optional<uintptr_t> SimulatedBackend::place(DeviceState& device, size_t bytes) {
-  if (device.preferred_address) {
-    const uintptr_t wanted = *device.preferred_address;
-    device.preferred_address.reset();
-    if (take_range(device, wanted, bytes)) return wanted;
+// Returns a range to the free space, coalescing it with its free neighbours.
+void SimulatedBackend::return_range(uintptr_t address, size_t bytes) {
+  auto [pos, inserted] = free_ranges_.emplace(address, bytes);
+  if (pos != free_ranges_.begin()) {
+    auto before = std::prev(pos);
+    if (before->first + before->second == pos->first) {
+      before->second += pos->second;
+      free_ranges_.erase(pos);
+      pos = before;
+    }
+  }
+  auto after = std::next(pos);
+  if (after != free_ranges_.end() && pos->first + pos->second == after->first) {
+    pos->second += after->second;
+    free_ranges_.erase(after);
+  }
+}
+
+std::optional<uintptr_t> SimulatedBackend::place(int device, DeviceState& state, size_t bytes) {
+  if (state.preferred_address) {
+    const uintptr_t wanted = *state.preferred_address;
+    state.preferred_address.reset();
+    if (take_range(wanted, bytes)) return wanted;
   }
   const size_t aligned = (bytes + kSegmentAlignment - 1) / kSegmentAlignment * kSegmentAlignment;
-  for (auto& [start, length] : device.free_ranges) {
-    const uintptr_t address = (start + kSegmentAlignment - 1) / kSegmentAlignment * kSegmentAlignment;
-    if (address + aligned <= start + length) {
-      take_range(device, address, bytes);
-      return address;
+  // First fit at or above the device's base; the ranges below it belong to other devices'
+  // bases, so look there only when nothing above fits.
+  const uintptr_t base = base_address(device);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (auto& [start, length] : free_ranges_) {
+      if ((pass == 0) != (start + length > base)) continue;
+      const uintptr_t from = pass == 0 ? std::max(start, base) : start;
+      const uintptr_t address = (from + kSegmentAlignment - 1) / kSegmentAlignment * kSegmentAlignment;
+      if (address + aligned <= start + length) {
+        take_range(address, bytes);
+        return address;
+      }
     }
   }
   return std::nullopt;
@@ -68,14 +96,14 @@ std::optional<uintptr_t> SimulatedBackend::reserve(int device, size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   DeviceState& d = state(device);
   ++reserve_calls_;
-  bool fail = bytes == 0 || d.used + bytes > options_.capacity_bytes || bytes > kDeviceSpan / 2;
+  bool fail = bytes == 0 || d.used + bytes > options_.capacity_bytes || bytes > kDeviceSpan;
   if (!fail && d.failures_pending > 0) {
     --d.failures_pending;
     fail = true;
   }
   if (!fail && failure_hook_ && failure_hook_(device, bytes)) fail = true;
   std::optional<uintptr_t> address;
-  if (!fail) address = place(d, bytes);
+  if (!fail) address = place(device, d, bytes);
   if (!address) {
     ++failed_reserves_;
     return std::nullopt;
@@ -94,21 +122,7 @@ void SimulatedBackend::release(int device, uintptr_t address, size_t bytes) {
                       std::to_string(address) + ", " + std::to_string(bytes) + " bytes)");
   d.reserved.erase(it);
   d.used -= bytes;
-  // Return the range and coalesce it with its free neighbours.
-  auto [pos, inserted] = d.free_ranges.emplace(address, bytes);
-  if (pos != d.free_ranges.begin()) {
-    auto before = std::prev(pos);
-    if (before->first + before->second == pos->first) {
-      before->second += pos->second;
-      d.free_ranges.erase(pos);
-      pos = before;
-    }
-  }
-  auto after = std::next(pos);
-  if (after != d.free_ranges.end() && pos->first + pos->second == after->first) {
-    pos->second += after->second;
-    d.free_ranges.erase(after);
-  }
+  return_range(address, bytes);
 }
 
 DeviceMemoryInfo SimulatedBackend::memory_info(int device) {

@@ -63,8 +63,7 @@ class SimulatedBackend final : public DeviceBackend {
 
  private:
   struct DeviceState {
-    std::map<uintptr_t, size_t> reserved;    // address -> bytes
-    std::map<uintptr_t, size_t> free_ranges; // address -> bytes, coalesced
+    std::map<uintptr_t, size_t> reserved;  // address -> bytes
     size_t used = 0;
     int failures_pending = 0;
     std::optional<uintptr_t> preferred_address;
@@ -76,12 +75,16 @@ class SimulatedBackend final : public DeviceBackend {
 
   DeviceState& state(int device);
   const DeviceState& state(int device) const;
-  std::optional<uintptr_t> place(DeviceState& device, size_t bytes);
-  static bool take_range(DeviceState& device, uintptr_t address, size_t bytes);
+  std::optional<uintptr_t> place(int device, DeviceState& state, size_t bytes);
+  bool take_range(uintptr_t address, size_t bytes);
+  void return_range(uintptr_t address, size_t bytes);
 
   Options options_;
   mutable std::mutex mutex_;
   std::vector<DeviceState> devices_;
+  // Unreserved address space, shared by all devices as CUDA's unified addressing is, so a
+  // preferred address (a recorded run's) can be honoured wherever it lies.
+  std::map<uintptr_t, size_t> free_ranges_;  // address -> bytes, coalesced
   std::unordered_map<EventHandle, EventState> events_;
   EventHandle next_event_ = 1;
   std::function<bool(int, size_t)> failure_hook_;

@@ -19,6 +19,9 @@ nlohmann::json replay_to_json(const ReplayResult& r) {
       {"failed_allocs", r.failed_allocs},
       {"segment_allocs", r.segment_alloc_sizes.size()},
       {"segment_alloc_sizes", r.segment_alloc_sizes},
+      {"segment_alloc_events", r.segment_alloc_events},
+      {"address_mismatches", r.address_mismatches},
+      {"first_address_mismatch", r.first_address_mismatch},
       {"segment_frees", r.segment_frees},
       {"peak_reserved_bytes", peak_reserved},
       {"peak_allocated_bytes", peak_allocated},
@@ -70,6 +73,14 @@ std::string replay_to_text(const ReplayResult& r, const std::string& source_name
   out << "  out-of-memory      " << s.num_ooms << "\n";
   out << "  address hints      " << (r.address_hints_used ? "on (ids are recorded addresses)" : "off")
       << "\n";
+  if (r.address_hints_used) {
+    out << "  placement          ";
+    if (r.address_mismatches == 0)
+      out << "every allocation landed where the recorded run put it\n";
+    else
+      out << r.address_mismatches << " allocations placed differently from the recorded run, "
+          << "first at event " << r.first_address_mismatch << " (0-based)\n";
+  }
   if (!r.invariant_problems.empty()) {
     out << "\n  INVARIANT VIOLATIONS (please report):\n";
     for (const std::string& p : r.invariant_problems) out << "    " << p << "\n";

@@ -12,9 +12,14 @@ namespace {
 
 class SegmentRecorder final : public AllocatorObserver {
  public:
-  void on_segment_alloc(int, const Segment& segment) override { sizes.push_back(segment.size); }
+  void on_segment_alloc(int, const Segment& segment) override {
+    sizes.push_back(segment.size);
+    events.push_back(current_event);
+  }
   void on_segment_free(int, const Segment&) override { ++frees; }
+  size_t current_event = 0;  // index of the trace event being replayed
   std::vector<size_t> sizes;
+  std::vector<size_t> events;
   size_t frees = 0;
 };
 
@@ -47,6 +52,7 @@ ReplayResult replay_trace(const AllocationTrace& trace, const ReplayOptions& opt
   std::unordered_map<uint64_t, void*> live;
   live.reserve(1024);
   for (const TraceEvent& event : trace.events) {
+    recorder.current_event = result.events;
     ++result.events;
     const auto stream = static_cast<StreamId>(event.stream);
     if (event.kind == TraceEvent::Kind::kAlloc) {
@@ -60,6 +66,10 @@ ReplayResult replay_trace(const AllocationTrace& trace, const ReplayOptions& opt
       }
       if (result.address_hints_used) backend->prefer_address_for_next_reserve(0, 0);
       if (ptr == nullptr) continue;
+      if (result.address_hints_used && reinterpret_cast<uintptr_t>(ptr) != event.id) {
+        if (result.address_mismatches == 0) result.first_address_mismatch = result.events - 1;
+        ++result.address_mismatches;
+      }
       auto [it, fresh] = live.try_emplace(event.id, ptr);
       if (!fresh) {
         ++result.reused_live_ids;  // like the reference replay, the older block stays allocated
@@ -78,6 +88,7 @@ ReplayResult replay_trace(const AllocationTrace& trace, const ReplayOptions& opt
   }
   result.stats = allocator.device_stats(0);
   result.segment_alloc_sizes = std::move(recorder.sizes);
+  result.segment_alloc_events = std::move(recorder.events);
   result.segment_frees = recorder.frees;
   if (options.check_invariants) result.invariant_problems = allocator.check_invariants();
   allocator.set_observer(nullptr);

@@ -34,9 +34,14 @@ struct ReplayResult {
   size_t ignored_frees = 0;       // frees of ids that were not live (as TRACE_FORMAT.md says)
   size_t reused_live_ids = 0;     // allocs whose id was still live; the old one stays allocated
   size_t failed_allocs = 0;       // out-of-memory errors
-  std::vector<size_t> segment_alloc_sizes;  // in order
+  std::vector<size_t> segment_alloc_sizes;   // in order
+  std::vector<size_t> segment_alloc_events;  // the event (0-based) that caused each one
   size_t segment_frees = 0;
   bool address_hints_used = false;
+  // With address hints, an allocation placed elsewhere than in the recorded run means the
+  // replay decided differently there (or earlier); the first such event is where to look.
+  size_t address_mismatches = 0;
+  int64_t first_address_mismatch = -1;  // event index (0-based), -1 when none
   DeviceStats stats;              // at the end of the replay
   std::vector<std::string> invariant_problems;
   std::string config;             // the settings replayed, as a config string

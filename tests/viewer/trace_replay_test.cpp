@@ -30,6 +30,7 @@ TEST(TraceReplay, ReproducesPyTorchSegmentAllocationsForTheMlpTrace) {
   EXPECT_EQ(result.failed_allocs, 0u);
   EXPECT_TRUE(result.invariant_problems.empty());
   EXPECT_EQ(result.stats.reserved_bytes[kAggregate].peak, 230 * static_cast<int64_t>(kMiB));
+  EXPECT_EQ(result.address_mismatches, 0u);
 }
 
 TEST(TraceReplay, OtherSettingsChangeTheOutcome) {

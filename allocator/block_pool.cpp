@@ -1,0 +1,148 @@
+#include "allocator/block_pool.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <type_traits>
+
+namespace memsnap {
+namespace {
+
+// Order inside a bin: (size, address), as in PyTorch's block comparator.
+// The first entry at or after (size, address) in a bin sorted by (size, address). Bins
+// hold blocks of nearly equal size and are short in practice; a bin of many equal-sized
+// blocks costs a binary search and a move of the entries behind the change.
+template <typename Bin>
+auto position_of(Bin& bin, size_t size, uintptr_t address) {
+  using Entry = typename std::remove_reference_t<Bin>::value_type;
+  return std::partition_point(bin.begin(), bin.end(), [&](const Entry& entry) {
+    return entry.size != size ? entry.size < size : entry.address < address;
+  });
+}
+
+}  // namespace
+
+BlockPool::StreamBlocks* BlockPool::find_stream(StreamId stream) const {
+  if (last_stream_ != nullptr && last_stream_->stream == stream) return last_stream_;
+  for (const auto& blocks : streams_) {
+    if (blocks->stream == stream) {
+      last_stream_ = blocks.get();
+      return last_stream_;
+    }
+  }
+  return nullptr;
+}
+
+BlockPool::StreamBlocks& BlockPool::stream_blocks(StreamId stream) {
+  if (StreamBlocks* found = find_stream(stream)) return *found;
+  auto position = std::lower_bound(
+      streams_.begin(), streams_.end(), stream,
+      [](const std::unique_ptr<StreamBlocks>& blocks, StreamId id) { return blocks->stream < id; });
+  position = streams_.insert(position, std::make_unique<StreamBlocks>(stream));
+  last_stream_ = position->get();
+  return *last_stream_;
+}
+
+void BlockPool::insert(Block* block) {
+  block->gc_count_base = free_block_searches_;
+  StreamBlocks& blocks = stream_blocks(block->stream);
+  const size_t bin_index = size_bin(block->size);
+  if (bin_index >= blocks.bins.size()) blocks.bins.resize(bin_index + 1);
+  Bin& bin = blocks.bins[bin_index];
+  bin.insert(position_of(bin, block->size, block->address),
+             Entry{block->size, block->address, block});
+  blocks.non_empty.set(bin_index);
+  ++size_;
+}
+
+void BlockPool::erase(Block* block) {
+  StreamBlocks* blocks = find_stream(block->stream);
+  const size_t bin_index = size_bin(block->size);
+  if (blocks != nullptr && bin_index < blocks->bins.size()) {
+    Bin& bin = blocks->bins[bin_index];
+    const auto it = position_of(bin, block->size, block->address);
+    if (it != bin.end() && it->block == block) {
+      bin.erase(it);
+      if (bin.empty()) blocks->non_empty.clear(bin_index);
+      --size_;
+      return;
+    }
+  }
+  throw std::logic_error("block pool: erasing a block the pool does not hold");
+}
+
+Block* BlockPool::lower_bound(StreamId stream, size_t size) {
+  StreamBlocks* blocks = find_stream(stream);
+  if (blocks == nullptr) return nullptr;
+  const size_t bin_index = size_bin(size);
+  if (bin_index >= blocks->bins.size()) return nullptr;  // no bin this high is in use
+  const Bin& bin = blocks->bins[bin_index];
+  const auto fit = position_of(bin, size, 0);
+  if (fit != bin.end()) return fit->block;
+  const size_t next = blocks->non_empty.next_set(bin_index + 1);
+  return next == kNoSizeBin ? nullptr : blocks->bins[next].front().block;
+}
+
+void BlockPool::append_in_order(const StreamBlocks& blocks, std::vector<Block*>& out) {
+  for (size_t bin = blocks.non_empty.next_set(0); bin != kNoSizeBin;
+       bin = blocks.non_empty.next_set(bin + 1))
+    for (const Entry& entry : blocks.bins[bin]) out.push_back(entry.block);
+}
+
+std::vector<Block*> BlockPool::ordered_blocks() const {
+  std::vector<Block*> out;
+  out.reserve(size_);
+  for (const auto& blocks : streams_) append_in_order(*blocks, out);
+  return out;
+}
+
+std::vector<Block*> BlockPool::ordered_blocks(StreamId stream) const {
+  std::vector<Block*> out;
+  if (const StreamBlocks* blocks = find_stream(stream)) append_in_order(*blocks, out);
+  return out;
+}
+
+bool BlockPool::contains(const Block* block) const {
+  const StreamBlocks* blocks = find_stream(block->stream);
+  const size_t bin_index = size_bin(block->size);
+  if (blocks == nullptr || bin_index >= blocks->bins.size()) return false;
+  const Bin& bin = blocks->bins[bin_index];
+  const auto it = position_of(bin, block->size, block->address);
+  return it != bin.end() && it->block == block;
+}
+
+std::vector<std::string> BlockPool::structure_problems() const {
+  std::vector<std::string> problems;
+  const std::string name = is_small_ ? "small pool" : "large pool";
+  size_t counted = 0;
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    const StreamBlocks& blocks = *streams_[i];
+    if (i > 0 && streams_[i - 1]->stream >= blocks.stream)
+      problems.push_back(name + ": streams out of order");
+    if (blocks.non_empty.next_set(blocks.bins.size()) != kNoSizeBin)
+      problems.push_back(name + ": bitmap marks a bin beyond those in use");
+    for (size_t b = 0; b < blocks.bins.size(); ++b) {
+      const bool in_use = !blocks.bins[b].empty();
+      if (blocks.non_empty.test(b) != in_use)
+        problems.push_back(name + ": bitmap disagrees with bin " + std::to_string(b));
+      if (!in_use) continue;
+      const Bin& bin = blocks.bins[b];
+      counted += bin.size();
+      for (size_t e = 0; e < bin.size(); ++e) {
+        const Entry& entry = bin[e];
+        if (size_bin(entry.size) != b || entry.size != entry.block->size ||
+            entry.address != entry.block->address || entry.block->stream != blocks.stream)
+          problems.push_back(name + ": entry for block " + std::to_string(entry.address) +
+                             " is stale or in the wrong bin");
+        if (e > 0 && !(bin[e - 1].size < entry.size ||
+                       (bin[e - 1].size == entry.size && bin[e - 1].address < entry.address)))
+          problems.push_back(name + ": bin " + std::to_string(b) + " out of order");
+      }
+    }
+  }
+  if (counted != size_)
+    problems.push_back(name + ": holds " + std::to_string(counted) + " entries but counts " +
+                       std::to_string(size_));
+  return problems;
+}
+
+}  // namespace memsnap

@@ -1,0 +1,111 @@
+// The binned pool must order blocks exactly as PyTorch's (stream, size, address) tree does:
+// checked against a std::set under random inserts, erases and best-fit searches.
+#include "allocator/block_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <deque>
+#include <random>
+#include <set>
+#include <tuple>
+
+namespace memsnap {
+namespace {
+
+using Key = std::tuple<StreamId, size_t, uintptr_t>;
+
+TEST(BlockPool, OrdersAndSearchesLikeAnOrderedSetOfStreamSizeAddress) {
+  BlockPool pool(false);
+  std::set<Key> reference;
+  std::deque<Block> storage;  // stable addresses
+  std::vector<Block*> inside;
+  std::mt19937_64 rng(11);
+  auto random_size = [&] {
+    // Mostly small and clustered sizes (many ties), sometimes huge ones.
+    switch (rng() % 4) {
+      case 0: return size_t{512} * (1 + rng() % 8);
+      case 1: return size_t{512} * (1 + rng() % 4096);
+      case 2: return (size_t{1} << (20 + rng() % 20)) + size_t{512} * (rng() % 64);
+      default: return size_t{512} * (1 + rng() % (size_t{1} << 30));
+    }
+  };
+  for (int step = 0; step < 200000; ++step) {
+    const int action = static_cast<int>(rng() % 3);
+    if (action == 0 || inside.empty()) {
+      Block& block = storage.emplace_back();
+      block.stream = rng() % 3;
+      block.size = random_size();
+      block.address = 0x100000000 + (rng() % (uint64_t{1} << 36)) * 512;
+      if (!reference.emplace(block.stream, block.size, block.address).second) continue;
+      pool.insert(&block);
+      inside.push_back(&block);
+    } else if (action == 1) {
+      const size_t index = rng() % inside.size();
+      Block* block = inside[index];
+      pool.erase(block);
+      reference.erase({block->stream, block->size, block->address});
+      inside[index] = inside.back();
+      inside.pop_back();
+    } else {
+      const StreamId stream = rng() % 3;
+      const size_t size = random_size();
+      Block* found = pool.lower_bound(stream, size);
+      auto it = reference.lower_bound({stream, size, 0});
+      const bool expect_found = it != reference.end() && std::get<0>(*it) == stream;
+      ASSERT_EQ(found != nullptr, expect_found) << "step " << step;
+      if (found) {
+        EXPECT_EQ(found->size, std::get<1>(*it));
+        EXPECT_EQ(found->address, std::get<2>(*it));
+      }
+    }
+    ASSERT_EQ(pool.size(), reference.size());
+  }
+  std::vector<Block*> ordered = pool.ordered_blocks();
+  ASSERT_EQ(ordered.size(), reference.size());
+  auto it = reference.begin();
+  for (Block* block : ordered) {
+    EXPECT_EQ(Key(block->stream, block->size, block->address), *it);
+    EXPECT_TRUE(pool.contains(block));
+    ++it;
+  }
+  EXPECT_TRUE(pool.structure_problems().empty());
+  EXPECT_EQ(pool.ordered_blocks(1).size(),
+            static_cast<size_t>(std::count_if(reference.begin(), reference.end(),
+                                              [](const Key& k) { return std::get<0>(k) == 1; })));
+}
+
+TEST(BlockPool, ErasingABlockItDoesNotHoldIsALogicError) {
+  BlockPool pool(true);
+  Block block;
+  block.size = 4096;
+  block.address = 0x7f0000000000;
+  EXPECT_THROW(pool.erase(&block), std::logic_error);
+  pool.insert(&block);
+  EXPECT_TRUE(pool.contains(&block));
+  pool.erase(&block);
+  EXPECT_FALSE(pool.contains(&block));
+}
+
+TEST(SizeBins, AreOrderedAndFitEverySize) {
+  size_t previous = 0;
+  for (size_t units = 1; units < (size_t{1} << 22); units += 1 + units / 97) {
+    const size_t bin = size_bin(units * 512);
+    EXPECT_GE(bin, previous);
+    previous = bin;
+  }
+  EXPECT_LT(size_bin(~size_t{0} - 511), kSizeBinCount);
+  SizeBinBitmap bitmap;
+  bitmap.set(5);
+  bitmap.set(700);
+  bitmap.set(4095);
+  EXPECT_EQ(bitmap.next_set(0), 5u);
+  EXPECT_EQ(bitmap.next_set(6), 700u);
+  EXPECT_EQ(bitmap.next_set(701), 4095u);
+  bitmap.clear(4095);
+  EXPECT_EQ(bitmap.next_set(701), kNoSizeBin);
+  EXPECT_EQ(bitmap.next_set(kSizeBinCount), kNoSizeBin);
+}
+
+}  // namespace
+}  // namespace memsnap

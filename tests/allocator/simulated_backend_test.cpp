@@ -1,0 +1,66 @@
+// The simulated device: deterministic placement in one address space shared by all devices,
+// preferred addresses honoured wherever they are free, capacity and injected failures.
+#include "allocator/simulated_backend.h"
+
+#include <gtest/gtest.h>
+
+namespace memsnap {
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+SimulatedBackend two_devices() {
+  SimulatedBackend::Options options;
+  options.device_count = 2;
+  options.capacity_bytes = size_t{1} << 30;
+  return SimulatedBackend(options);
+}
+
+TEST(SimulatedBackend, PlacesSegmentsFirstFitFromEachDevicesBase) {
+  SimulatedBackend backend = two_devices();
+  EXPECT_EQ(backend.reserve(0, 2 * kMiB), SimulatedBackend::base_address(0));
+  EXPECT_EQ(backend.reserve(0, 3 * kMiB), SimulatedBackend::base_address(0) + 2 * kMiB);
+  // The next placement starts at the next 2 MiB boundary.
+  EXPECT_EQ(backend.reserve(0, 2 * kMiB), SimulatedBackend::base_address(0) + 6 * kMiB);
+  EXPECT_EQ(backend.reserve(1, 2 * kMiB), SimulatedBackend::base_address(1));
+}
+
+TEST(SimulatedBackend, HonoursAPreferredAddressAnywhereInUserSpace) {
+  SimulatedBackend backend = two_devices();
+  const uintptr_t recorded = 0x7fc56c800000;  // above device 0's base, as real runs are
+  backend.prefer_address_for_next_reserve(0, recorded);
+  EXPECT_EQ(backend.reserve(0, 16 * kMiB), recorded);
+  // The hint is used once, then placement is first fit again.
+  EXPECT_EQ(backend.reserve(0, 2 * kMiB), SimulatedBackend::base_address(0));
+}
+
+TEST(SimulatedBackend, DeclinesAPreferredAddressThatOverlapsAnotherDevicesSegment) {
+  SimulatedBackend backend = two_devices();
+  const uintptr_t taken = *backend.reserve(1, 4 * kMiB);
+  backend.prefer_address_for_next_reserve(0, taken + 2 * kMiB);
+  const auto placed = backend.reserve(0, 2 * kMiB);
+  ASSERT_TRUE(placed.has_value());
+  EXPECT_TRUE(*placed + 2 * kMiB <= taken || *placed >= taken + 4 * kMiB);
+}
+
+TEST(SimulatedBackend, ReleasedRangesCoalesceAndAreReused) {
+  SimulatedBackend backend = two_devices();
+  const uintptr_t a = *backend.reserve(0, 2 * kMiB);
+  const uintptr_t b = *backend.reserve(0, 2 * kMiB);
+  backend.release(0, a, 2 * kMiB);
+  backend.release(0, b, 2 * kMiB);
+  EXPECT_EQ(backend.reserve(0, 4 * kMiB), a);
+  EXPECT_THROW(backend.release(0, b, 2 * kMiB), DeviceError);
+}
+
+TEST(SimulatedBackend, CapacityAndInjectedFailuresRefuseReservations) {
+  SimulatedBackend backend = two_devices();
+  EXPECT_FALSE(backend.reserve(0, (size_t{1} << 30) + 1).has_value());
+  backend.fail_next_reserves(0, 1);
+  EXPECT_FALSE(backend.reserve(0, 2 * kMiB).has_value());
+  EXPECT_TRUE(backend.reserve(0, 2 * kMiB).has_value());
+  EXPECT_EQ(backend.failed_reserves(), 2u);
+}
+
+}  // namespace
+}  // namespace memsnap
