@@ -21,8 +21,7 @@ auto position_of(Bin& bin, size_t size, uintptr_t address) {
 
 }  // namespace
 
-BlockPool::StreamBlocks* BlockPool::find_stream(StreamId stream) const {
-  if (last_stream_ != nullptr && last_stream_->stream == stream) return last_stream_;
+BlockPool::StreamBlocks* BlockPool::find_other_stream(StreamId stream) const {
   for (const auto& blocks : streams_) {
     if (blocks->stream == stream) {
       last_stream_ = blocks.get();
@@ -48,8 +47,11 @@ void BlockPool::insert(Block* block) {
   const size_t bin_index = size_bin(block->size);
   if (bin_index >= blocks.bins.size()) blocks.bins.resize(bin_index + 1);
   Bin& bin = blocks.bins[bin_index];
-  bin.insert(position_of(bin, block->size, block->address),
-             Entry{block->size, block->address, block});
+  const Entry entry{block->size, block->address, block};
+  if (bin.empty())
+    bin.push_back(entry);  // the common case: bins are fine enough to hold one block
+  else
+    bin.insert(position_of(bin, block->size, block->address), entry);
   blocks.non_empty.set(bin_index);
   ++size_;
 }
@@ -59,6 +61,12 @@ void BlockPool::erase(Block* block) {
   const size_t bin_index = size_bin(block->size);
   if (blocks != nullptr && bin_index < blocks->bins.size()) {
     Bin& bin = blocks->bins[bin_index];
+    if (bin.size() == 1 && bin.front().block == block) {
+      bin.clear();
+      blocks->non_empty.clear(bin_index);
+      --size_;
+      return;
+    }
     const auto it = position_of(bin, block->size, block->address);
     if (it != bin.end() && it->block == block) {
       bin.erase(it);

@@ -66,7 +66,11 @@ class BlockPool {
     SizeBinBitmap non_empty;
   };
 
-  StreamBlocks* find_stream(StreamId stream) const;
+  StreamBlocks* find_stream(StreamId stream) const {
+    if (last_stream_ != nullptr && last_stream_->stream == stream) return last_stream_;
+    return find_other_stream(stream);
+  }
+  StreamBlocks* find_other_stream(StreamId stream) const;
   StreamBlocks& stream_blocks(StreamId stream);
   static void append_in_order(const StreamBlocks& blocks, std::vector<Block*>& out);
 
