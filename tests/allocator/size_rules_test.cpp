@@ -1,6 +1,10 @@
 // The size rules of policy.h, one test per rule of DESIGN.md's "Allocator policy".
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "allocator/policy.h"
 #include "allocator_harness.h"
 
@@ -20,6 +24,27 @@ TEST(SizeRules, RequestsRoundUpToMultipleOf512Bytes) {
   EXPECT_EQ(round_size(513, config), 1024u);
   EXPECT_EQ(round_size(1200, config), 1536u);
   EXPECT_EQ(round_size(5 * kMiB + 1, config), 5 * kMiB + 512);
+}
+
+// What PyTorch 2.11 allocated (torch.cuda.memory_allocated()) for one tensor of each size on
+// the H100, under three settings. Note 1200 B with 4 divisions: PyTorch applies divisions
+// only above 512 B x divisions, so it rounds to 1536 B, not the 1280 B of DESIGN.md's
+// example (that example holds for the division helper itself, and for 1200 KiB).
+TEST(SizeRules, MatchesWhatPyTorchAllocatedOnTheGpu) {
+  const std::vector<size_t> sizes = {1200, 1537, 2600, 5000, 70000, 1228800, 3145729, 104857605};
+  const std::vector<std::pair<std::string, std::vector<size_t>>> measured = {
+      {"roundup_power2_divisions:4",
+       {1536, 2048, 3072, 5120, 81920, 1310720, 3670016, 117440512}},
+      {"roundup_power2_divisions:[256:4,>:1]",
+       {1536, 2048, 3072, 5120, 81920, 1310720, 3670016, 117440512}},
+      {"roundup_power2_divisions:[1:8,2:8,64:2,>:1]",
+       {1536, 2048, 3072, 5120, 73728, 1310720, 3407872, 134217728}},
+  };
+  for (const auto& [setting, allocated] : measured) {
+    const AllocatorConfig config = config_from(setting);
+    for (size_t i = 0; i < sizes.size(); ++i)
+      EXPECT_EQ(round_size(sizes[i], config), allocated[i]) << setting << ", " << sizes[i] << " B";
+  }
 }
 
 TEST(SizeRules, PowerTwoDivisionsRoundToNextOfNEqualSteps) {
