@@ -12,6 +12,12 @@ std::string describe(const OomInfo& info) {
                         std::to_string(info.device) + " has a total capacity of " +
                         size(info.device_total_bytes) + " of which " +
                         size(info.device_free_bytes) + " is free. ";
+  // PyTorch names this process's usage through NVML; the device-wide figure needs nothing
+  // beyond cudaMemGetInfo and still shows memory held outside the allocator.
+  if (info.device_total_bytes >= info.device_free_bytes)
+    message += "Including memory outside memsnap, " +
+               size(info.device_total_bytes - info.device_free_bytes) +
+               " is in use on the device (all processes). ";
   if (info.allowed_bytes) message += size(*info.allowed_bytes) + " allowed; ";
   const size_t unallocated =
       info.reserved_bytes > info.allocated_bytes ? info.reserved_bytes - info.allocated_bytes : 0;

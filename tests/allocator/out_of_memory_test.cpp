@@ -47,6 +47,9 @@ TEST(OutOfMemory, ErrorReportsTheRequestAndTheDeviceState) {
     EXPECT_NE(message.find("Tried to allocate 20.00 MiB"), std::string::npos) << message;
     EXPECT_NE(message.find("total capacity of 100.00 MiB of which 10.00 MiB is free"),
               std::string::npos) << message;
+    EXPECT_NE(message.find("90.00 MiB is in use on the device"), std::string::npos) << message;
+    EXPECT_NE(message.find("90.00 MiB is allocated by memsnap, and 0 B is reserved"),
+              std::string::npos) << message;
   }
   EXPECT_EQ(h.stats().num_ooms, 1);
   EXPECT_EQ(h.stats().num_alloc_retries, 1);
