@@ -1,0 +1,241 @@
+#include "history/history_recorder.h"
+
+#include <algorithm>
+#include <array>
+#include <stdexcept>
+#include <chrono>
+
+#include "allocator/caching_allocator.h"
+#include "history/stack_capture.h"
+
+namespace memsnap {
+namespace {
+
+constexpr std::array<std::string_view, 4> kLevelNames = {"off", "state", "alloc", "all"};
+
+// Frames of the recorder and the allocator above the user's call: capture_stack's caller
+// (capture), the hook, and the allocator's own frames are dropped later by name, so only
+// the capture helper itself is skipped here.
+constexpr size_t kCaptureSkip = 1;
+
+}  // namespace
+
+std::string_view history_level_name(HistoryLevel level) {
+  return kLevelNames[static_cast<size_t>(level)];
+}
+
+std::optional<HistoryLevel> history_level_from_name(std::string_view name) {
+  for (size_t i = 0; i < kLevelNames.size(); ++i)
+    if (kLevelNames[i] == name) return static_cast<HistoryLevel>(i);
+  return std::nullopt;
+}
+
+int64_t steady_time_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+HistoryRecorder::HistoryRecorder(CachingAllocator& allocator) : allocator_(allocator) {
+  for (int d = 0; d < allocator.device_count(); ++d)
+    devices_.push_back(std::make_unique<DeviceRecord>());
+  allocator_.set_observer(this);
+}
+
+HistoryRecorder::~HistoryRecorder() { allocator_.set_observer(nullptr); }
+
+void HistoryRecorder::configure(const HistorySettings& settings, std::optional<int> device) {
+  if (device && (*device < 0 || *device >= device_count()))
+    throw std::out_of_range("history: no device " + std::to_string(*device));
+  for (int d = 0; d < device_count(); ++d) {
+    if (device && *device != d) continue;
+    DeviceRecord& record = *devices_[static_cast<size_t>(d)];
+    AllocatorLockGuard lock(record.mutex);
+    record.settings = settings;
+    record.trace.set_capacity(settings.level >= HistoryLevel::kAlloc ? settings.max_entries : 0);
+    record.level.store(settings.level, std::memory_order_release);
+  }
+}
+
+HistorySettings HistoryRecorder::settings(int device) const {
+  const DeviceRecord& record = *devices_.at(static_cast<size_t>(device));
+  AllocatorLockGuard lock(record.mutex);
+  return record.settings;
+}
+
+void HistoryRecorder::clear(std::optional<int> device) {
+  for (int d = 0; d < device_count(); ++d) {
+    if (device && *device != d) continue;
+    DeviceRecord& record = *devices_[static_cast<size_t>(d)];
+    AllocatorLockGuard lock(record.mutex);
+    record.trace.clear();
+    record.annotations.clear();
+    std::erase_if(record.last_allocations, [](const auto& entry) { return !entry.second.live; });
+  }
+}
+
+HistoryRecorder::DeviceRecord* HistoryRecorder::record_at(int device, HistoryLevel at_least) const {
+  if (device < 0 || device >= device_count()) return nullptr;
+  DeviceRecord* record = devices_[static_cast<size_t>(device)].get();
+  return record->level.load(std::memory_order_acquire) >= at_least ? record : nullptr;
+}
+
+StackId HistoryRecorder::capture(const DeviceRecord& record) {
+  if (!record.settings.cpp_stacks) return kNoStack;
+  uintptr_t frames[kMaxStackDepth];
+  const size_t count = capture_stack(frames, kMaxStackDepth, kCaptureSkip);
+  return stacks_.intern(frames, count);
+}
+
+void HistoryRecorder::push(DeviceRecord& record, TraceAction action, uintptr_t address,
+                           size_t size, StreamId stream, StackId stack) {
+  record.trace.push({action, address, size, stream, steady_time_us(), stack});
+}
+
+// Drops entries that overlap [address, address + size): the new allocation is now the last
+// one to have lived in those bytes.
+void HistoryRecorder::forget_overlapping(DeviceRecord& record, uintptr_t address, size_t size) {
+  auto& entries = record.last_allocations;
+  auto it = entries.lower_bound(address);
+  if (it != entries.begin()) {
+    auto before = std::prev(it);
+    if (before->first + before->second.block_size > address) it = before;
+  }
+  while (it != entries.end() && it->first < address + size) it = entries.erase(it);
+}
+
+void HistoryRecorder::on_alloc(int device, const Block& block) {
+  DeviceRecord* record = record_at(device, HistoryLevel::kState);
+  if (record == nullptr) return;
+  AllocatorLockGuard lock(record->mutex);
+  StackId stack = record->segment_stack;
+  record->segment_stack = kNoStack;
+  if (stack == kNoStack) stack = capture(*record);
+  forget_overlapping(*record, block.address, block.size);
+  const int64_t now = steady_time_us();
+  record->last_allocations.emplace(
+      block.address, BlockHistoryEntry{block.address, block.size, block.requested_size, stack, now, true});
+  if (record->settings.level >= HistoryLevel::kAlloc)
+    record->trace.push({TraceAction::kAlloc, block.address, block.requested_size, block.stream, now, stack});
+}
+
+void HistoryRecorder::on_free_requested(int device, const Block& block) {
+  DeviceRecord* record = record_at(device, HistoryLevel::kState);
+  if (record == nullptr) return;
+  AllocatorLockGuard lock(record->mutex);
+  auto it = record->last_allocations.find(block.address);
+  if (it != record->last_allocations.end()) it->second.live = false;
+  if (record->settings.level >= HistoryLevel::kAll)
+    push(*record, TraceAction::kFreeRequested, block.address, block.requested_size, block.stream,
+         capture(*record));
+}
+
+void HistoryRecorder::on_free_completed(int device, const Block& block) {
+  DeviceRecord* record = record_at(device, HistoryLevel::kAll);
+  if (record == nullptr) return;
+  AllocatorLockGuard lock(record->mutex);
+  // Like PyTorch, the completion carries the stack of the allocation it ends.
+  auto it = record->last_allocations.find(block.address);
+  const StackId stack = it != record->last_allocations.end() ? it->second.stack : kNoStack;
+  push(*record, TraceAction::kFreeCompleted, block.address, block.requested_size, block.stream,
+       stack);
+}
+
+void HistoryRecorder::on_segment_alloc(int device, const Segment& segment) {
+  DeviceRecord* record = record_at(device, HistoryLevel::kState);
+  if (record == nullptr) return;
+  AllocatorLockGuard lock(record->mutex);
+  // The allocation that needed this segment follows at once on this thread: one capture
+  // serves both.
+  record->segment_stack = capture(*record);
+  if (record->settings.level >= HistoryLevel::kAll)
+    push(*record, TraceAction::kSegmentAlloc, segment.address, segment.size, segment.stream,
+         record->segment_stack);
+}
+
+void HistoryRecorder::on_segment_free(int device, const Segment& segment) {
+  DeviceRecord* record = record_at(device, HistoryLevel::kState);
+  if (record == nullptr) return;
+  AllocatorLockGuard lock(record->mutex);
+  forget_overlapping(*record, segment.address, segment.size);
+  if (record->settings.level >= HistoryLevel::kAll)
+    push(*record, TraceAction::kSegmentFree, segment.address, segment.size, segment.stream,
+         capture(*record));
+}
+
+void HistoryRecorder::on_oom(int device, const OomInfo& info) {
+  DeviceRecord* record = record_at(device, HistoryLevel::kAll);
+  if (record == nullptr) return;
+  AllocatorLockGuard lock(record->mutex);
+  // PyTorch records the device's free bytes as the address of an oom entry; memsnap keeps
+  // the address empty and the requested size in `size`.
+  push(*record, TraceAction::kOom, 0, info.requested_bytes, info.stream, capture(*record));
+}
+
+void HistoryRecorder::annotate(std::string name, bool start, std::optional<int> device) {
+  const int64_t now = steady_time_us();
+  for (int d = 0; d < device_count(); ++d) {
+    if (device && *device != d) continue;
+    DeviceRecord& record = *devices_[static_cast<size_t>(d)];
+    AllocatorLockGuard lock(record.mutex);
+    if (record.settings.level == HistoryLevel::kOff) continue;
+    if (record.annotations.size() >= std::max<size_t>(record.settings.max_entries, 1))
+      record.annotations.erase(record.annotations.begin());
+    record.annotations.push_back({d, start, name, now});
+  }
+}
+
+void HistoryRecorder::record_snapshot_taken(int device) {
+  DeviceRecord* record = record_at(device, HistoryLevel::kAll);
+  if (record == nullptr) return;
+  AllocatorLockGuard lock(record->mutex);
+  push(*record, TraceAction::kSnapshot, 0, 0, 0, kNoStack);
+}
+
+std::vector<RecordedEvent> HistoryRecorder::trace(int device) const {
+  const DeviceRecord& record = *devices_.at(static_cast<size_t>(device));
+  AllocatorLockGuard lock(record.mutex);
+  return record.trace.entries();
+}
+
+uint64_t HistoryRecorder::dropped_trace_entries(int device) const {
+  const DeviceRecord& record = *devices_.at(static_cast<size_t>(device));
+  AllocatorLockGuard lock(record.mutex);
+  return record.trace.dropped();
+}
+
+std::vector<BlockHistoryEntry> HistoryRecorder::history_within(int device, uintptr_t address,
+                                                               size_t size) const {
+  const DeviceRecord& record = *devices_.at(static_cast<size_t>(device));
+  AllocatorLockGuard lock(record.mutex);
+  std::vector<BlockHistoryEntry> out;
+  for (auto it = record.last_allocations.lower_bound(address);
+       it != record.last_allocations.end() && it->first < address + size; ++it)
+    out.push_back(it->second);
+  return out;
+}
+
+std::vector<Annotation> HistoryRecorder::annotations() const {
+  std::vector<Annotation> out;
+  for (const auto& record : devices_) {
+    AllocatorLockGuard lock(record->mutex);
+    out.insert(out.end(), record->annotations.begin(), record->annotations.end());
+  }
+  return out;
+}
+
+ScopedAnnotation::ScopedAnnotation(HistoryRecorder& recorder, std::string name,
+                                   std::optional<int> device)
+    : recorder_(recorder), name_(std::move(name)), device_(device) {
+  recorder_.annotate(name_, /*start=*/true, device_);
+}
+
+ScopedAnnotation::~ScopedAnnotation() {
+  try {
+    recorder_.annotate(name_, /*start=*/false, device_);
+  } catch (const std::exception&) {
+    // Out of host memory while unwinding a scope: losing one END mark is the lesser harm.
+  }
+}
+
+}  // namespace memsnap

@@ -1,0 +1,138 @@
+// Records what happened to the allocator's memory, for snapshots: a bounded trace of events
+// per device, the allocation that last lived in each stretch of memory with the C++ stack
+// that asked for it, and user annotations of program phases.
+//
+// It watches the allocator through AllocatorObserver (a layer, not flags in the policy), so
+// with recording off the allocator pays one virtual call per event. Levels, as PyTorch's:
+//   off    nothing;
+//   state  remember the stack of each allocation (what snapshots show for live blocks);
+//   alloc  also a trace of allocations;
+//   all    also frees, segment events and out-of-memory events.
+// Stacks are captured as raw addresses and interned (stack_table.h); symbols are resolved
+// only when a snapshot asks (symbolizer.h).
+//
+// Thread-safety: the hooks run under the device's allocator lock; each device's record also
+// has its own lock, taken inside, so settings, clearing and reads are safe from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "allocator/allocator_mutex.h"
+#include "allocator/allocator_observer.h"
+#include "history/stack_table.h"
+#include "history/trace_ring.h"
+
+namespace memsnap {
+
+class CachingAllocator;
+
+enum class HistoryLevel : uint8_t { kOff, kState, kAlloc, kAll };
+std::string_view history_level_name(HistoryLevel level);
+std::optional<HistoryLevel> history_level_from_name(std::string_view name);
+
+struct HistorySettings {
+  HistoryLevel level = HistoryLevel::kOff;
+  size_t max_entries = 100000;  // trace entries kept per device
+  bool cpp_stacks = true;       // capture C++ stacks (else entries carry no stack)
+};
+
+// The allocation that last occupied a stretch of a segment.
+struct BlockHistoryEntry {
+  uintptr_t address = 0;
+  size_t block_size = 0;      // bytes it occupied (after rounding)
+  size_t requested_size = 0;  // bytes asked for
+  StackId stack = kNoStack;
+  int64_t time_us = 0;
+  bool live = true;  // still allocated
+};
+
+struct Annotation {
+  int device = 0;
+  bool start = true;  // START or END of the named phase
+  std::string name;
+  int64_t time_us = 0;
+};
+
+int64_t steady_time_us();
+
+class HistoryRecorder final : public AllocatorObserver {
+ public:
+  // Watches `allocator` (as its observer) until destroyed; records nothing until configured.
+  explicit HistoryRecorder(CachingAllocator& allocator);
+  ~HistoryRecorder() override;
+  HistoryRecorder(const HistoryRecorder&) = delete;
+  HistoryRecorder& operator=(const HistoryRecorder&) = delete;
+
+  // Applies to one device, or to all when `device` is empty. Lowering the trace capacity
+  // keeps the newest entries.
+  void configure(const HistorySettings& settings, std::optional<int> device = std::nullopt);
+  HistorySettings settings(int device) const;
+  // Forgets the trace, annotations and the history of freed memory (live allocations keep
+  // theirs, so snapshots still say who holds what).
+  void clear(std::optional<int> device = std::nullopt);
+
+  void annotate(std::string name, bool start, std::optional<int> device = std::nullopt);
+  void record_snapshot_taken(int device);
+
+  // --- reads, for snapshots ---
+  int device_count() const { return static_cast<int>(devices_.size()); }
+  std::vector<RecordedEvent> trace(int device) const;
+  uint64_t dropped_trace_entries(int device) const;
+  // History entries that lie within [address, address + size), in address order.
+  std::vector<BlockHistoryEntry> history_within(int device, uintptr_t address, size_t size) const;
+  std::vector<Annotation> annotations() const;
+  const StackTable& stacks() const { return stacks_; }
+
+  // --- AllocatorObserver ---
+  void on_alloc(int device, const Block& block) override;
+  void on_free_requested(int device, const Block& block) override;
+  void on_free_completed(int device, const Block& block) override;
+  void on_segment_alloc(int device, const Segment& segment) override;
+  void on_segment_free(int device, const Segment& segment) override;
+  void on_oom(int device, const OomInfo& info) override;
+
+ private:
+  struct DeviceRecord {
+    std::atomic<HistoryLevel> level{HistoryLevel::kOff};  // read without the lock
+    mutable AllocatorMutex mutex;
+    HistorySettings settings;
+    TraceRing trace;
+    std::map<uintptr_t, BlockHistoryEntry> last_allocations;  // by address, never overlapping
+    std::vector<Annotation> annotations;
+    StackId segment_stack = kNoStack;  // captured for a new segment, reused by its allocation
+  };
+
+  DeviceRecord* record_at(int device, HistoryLevel at_least) const;
+  StackId capture(const DeviceRecord& record);
+  static void forget_overlapping(DeviceRecord& record, uintptr_t address, size_t size);
+  void push(DeviceRecord& record, TraceAction action, uintptr_t address, size_t size,
+            StreamId stream, StackId stack);
+
+  CachingAllocator& allocator_;
+  std::vector<std::unique_ptr<DeviceRecord>> devices_;
+  StackTable stacks_;
+};
+
+// Names a phase of the program for as long as it lives: START when made, END when destroyed.
+class ScopedAnnotation {
+ public:
+  ScopedAnnotation(HistoryRecorder& recorder, std::string name,
+                   std::optional<int> device = std::nullopt);
+  ~ScopedAnnotation();
+  ScopedAnnotation(const ScopedAnnotation&) = delete;
+  ScopedAnnotation& operator=(const ScopedAnnotation&) = delete;
+
+ private:
+  HistoryRecorder& recorder_;
+  std::string name_;
+  std::optional<int> device_;
+};
+
+}  // namespace memsnap

@@ -1,0 +1,58 @@
+#include "history/stack_table.h"
+
+#include <algorithm>
+
+namespace memsnap {
+namespace {
+
+uint64_t hash_frames(const uintptr_t* frames, size_t count) {
+  uint64_t hash = 0x9E3779B97F4A7C15ull ^ count;
+  for (size_t i = 0; i < count; ++i) {
+    hash ^= frames[i] + 0x9E3779B97F4A7C15ull + (hash << 6) + (hash >> 2);
+    hash *= 0xff51afd7ed558ccdull;
+  }
+  return hash ^ (hash >> 33);
+}
+
+}  // namespace
+
+bool StackTable::same(const Span& span, const uintptr_t* frames, size_t count) const {
+  return span.count == count && std::equal(frames, frames + count, frames_.begin() +
+                                                                        static_cast<std::ptrdiff_t>(span.offset));
+}
+
+StackId StackTable::intern(const uintptr_t* frames, size_t count) {
+  const uint64_t hash = hash_frames(frames, count);
+  AllocatorLockGuard lock(mutex_);
+  auto [first, last] = by_hash_.equal_range(hash);
+  for (auto it = first; it != last; ++it)
+    if (same(spans_[it->second], frames, count)) return it->second;
+  if (frames_.size() + count > max_frames_ || spans_.size() >= kNoStack) return kNoStack;
+  const auto id = static_cast<StackId>(spans_.size());
+  spans_.push_back({frames_.size(), static_cast<uint32_t>(count)});
+  frames_.insert(frames_.end(), frames, frames + count);
+  by_hash_.emplace(hash, id);
+  return id;
+}
+
+std::vector<uintptr_t> StackTable::frames(StackId id) const {
+  AllocatorLockGuard lock(mutex_);
+  if (id >= spans_.size()) return {};
+  const Span& span = spans_[id];
+  const auto begin = frames_.begin() + static_cast<std::ptrdiff_t>(span.offset);
+  return {begin, begin + span.count};
+}
+
+size_t StackTable::size() const {
+  AllocatorLockGuard lock(mutex_);
+  return spans_.size();
+}
+
+void StackTable::clear() {
+  AllocatorLockGuard lock(mutex_);
+  frames_.clear();
+  spans_.clear();
+  by_hash_.clear();
+}
+
+}  // namespace memsnap

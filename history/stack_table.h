@@ -1,0 +1,44 @@
+// Interned stacks: each distinct call path is stored once and named by a small id, so a trace
+// entry or a block's history holds 4 bytes instead of a list of frames, and a path seen
+// before costs one hash lookup. Thread-safe. Bounded: past `max_frames` stored addresses it
+// stops taking new stacks (intern returns kNoStack) rather than grow without limit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <unordered_map>
+#include <vector>
+
+#include "allocator/allocator_mutex.h"
+
+namespace memsnap {
+
+using StackId = uint32_t;
+inline constexpr StackId kNoStack = std::numeric_limits<StackId>::max();
+
+class StackTable {
+ public:
+  explicit StackTable(size_t max_frames = size_t{16} << 20) : max_frames_(max_frames) {}
+
+  StackId intern(const uintptr_t* frames, size_t count);
+  // The frames of a stack, innermost first (empty for kNoStack or an unknown id).
+  std::vector<uintptr_t> frames(StackId id) const;
+  size_t size() const;
+  void clear();
+
+ private:
+  struct Span {
+    size_t offset;
+    uint32_t count;
+  };
+  bool same(const Span& span, const uintptr_t* frames, size_t count) const;
+
+  const size_t max_frames_;
+  mutable AllocatorMutex mutex_;
+  std::vector<uintptr_t> frames_;  // every stack's frames, back to back
+  std::vector<Span> spans_;        // by id
+  std::unordered_multimap<uint64_t, StackId> by_hash_;
+};
+
+}  // namespace memsnap

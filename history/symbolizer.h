@@ -1,0 +1,53 @@
+// Turns return addresses into what people read: demangled function, source file and line,
+// with the frames the compiler inlined at that address, from the process's own DWARF debug
+// info (elfutils' libdwfl). Each address is resolved once per process and cached.
+//
+// Degrades rather than fails: without debug info a frame is `function+0xoffset` from the
+// symbol table, without a symbol `module+0xoffset`, and without a module the bare address.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "allocator/allocator_mutex.h"
+
+struct Dwfl;  // elfutils' session type, kept out of this header
+
+namespace memsnap {
+
+struct SourceFrame {
+  std::string function;  // demangled; "??" when unknown
+  std::string file;      // empty when unknown
+  int line = 0;          // 0 when unknown
+};
+
+class Symbolizer {
+ public:
+  Symbolizer();
+  ~Symbolizer();
+  Symbolizer(const Symbolizer&) = delete;
+  Symbolizer& operator=(const Symbolizer&) = delete;
+
+  // The frames at a return address, innermost (inlined) first, then the function that
+  // contains them.
+  std::vector<SourceFrame> frames_at(uintptr_t return_address);
+
+ private:
+  ::Dwfl* session();
+  std::vector<SourceFrame> resolve(uintptr_t address);
+
+  AllocatorMutex mutex_;
+  ::Dwfl* dwfl_ = nullptr;
+  bool reported_ = false;
+  std::unordered_map<uintptr_t, std::vector<SourceFrame>> cache_;
+};
+
+// The process-wide symbolizer (its cache lives as long as the process).
+Symbolizer& process_symbolizer();
+
+std::string demangle(const char* symbol);
+
+}  // namespace memsnap

@@ -1,0 +1,164 @@
+// The recorder's levels, trace bound, per-block history and annotations, on the simulated
+// device.
+#include "history/history_recorder.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "allocator/caching_allocator.h"
+#include "allocator/simulated_backend.h"
+#include "history/symbolizer.h"
+
+namespace history_recorder_test {
+
+using memsnap::HistoryLevel;
+using memsnap::TraceAction;
+
+constexpr size_t kKiB = 1024;
+
+struct Recording {
+  std::shared_ptr<memsnap::SimulatedBackend> backend = std::make_shared<memsnap::SimulatedBackend>();
+  memsnap::CachingAllocator allocator{backend};
+  memsnap::HistoryRecorder recorder{allocator};
+
+  void record(HistoryLevel level, size_t max_entries = 1000, bool stacks = true) {
+    recorder.configure({level, max_entries, stacks});
+  }
+  std::vector<TraceAction> actions() {
+    std::vector<TraceAction> out;
+    for (const auto& event : recorder.trace(0)) out.push_back(event.action);
+    return out;
+  }
+};
+
+__attribute__((noinline)) void* allocate_parameters(memsnap::CachingAllocator& allocator) {
+  void* p = allocator.allocate(300 * kKiB);
+  asm volatile("" ::: "memory");
+  return p;
+}
+
+TEST(HistoryRecorder, OffRecordsNothing) {
+  Recording s;
+  s.allocator.deallocate(s.allocator.allocate(4096));
+  EXPECT_TRUE(s.recorder.trace(0).empty());
+  EXPECT_TRUE(s.recorder.history_within(0, 0, ~uintptr_t{0}).empty());
+}
+
+TEST(HistoryRecorder, StateLevelKeepsWhoHoldsWhatButNoTrace) {
+  Recording s;
+  s.record(HistoryLevel::kState);
+  void* p = s.allocator.allocate(4096);
+  EXPECT_TRUE(s.recorder.trace(0).empty());
+  const auto history = s.recorder.history_within(0, reinterpret_cast<uintptr_t>(p), 4096);
+  ASSERT_EQ(history.size(), 1u);
+  EXPECT_EQ(history[0].requested_size, 4096u);
+  EXPECT_TRUE(history[0].live);
+  s.allocator.deallocate(p);
+}
+
+TEST(HistoryRecorder, AllocLevelTracesAllocationsOnlyAndAllAddsFreesAndSegments) {
+  Recording s;
+  s.record(HistoryLevel::kAlloc);
+  s.allocator.deallocate(s.allocator.allocate(4096));
+  EXPECT_EQ(s.actions(), std::vector<TraceAction>{TraceAction::kAlloc});
+  s.recorder.clear();
+  s.record(HistoryLevel::kAll);
+  s.allocator.deallocate(s.allocator.allocate(4096));
+  s.allocator.empty_cache();
+  EXPECT_EQ(s.actions(), (std::vector<TraceAction>{TraceAction::kAlloc, TraceAction::kFreeRequested,
+                                                   TraceAction::kFreeCompleted,
+                                                   TraceAction::kSegmentFree}));
+  s.allocator.deallocate(s.allocator.allocate(8192));
+  EXPECT_EQ(s.actions()[4], TraceAction::kSegmentAlloc);
+}
+
+TEST(HistoryRecorder, TraceKeepsTheNewestMaxEntries) {
+  Recording s;
+  s.record(HistoryLevel::kAlloc, /*max_entries=*/3);
+  std::vector<void*> held;
+  for (size_t i = 1; i <= 5; ++i) held.push_back(s.allocator.allocate(i * 512));
+  const auto trace = s.recorder.trace(0);
+  ASSERT_EQ(trace.size(), 3u);
+  EXPECT_EQ(trace[0].size, 3 * 512u);
+  EXPECT_EQ(trace[2].size, 5 * 512u);
+  EXPECT_EQ(s.recorder.dropped_trace_entries(0), 2u);
+  for (void* p : held) s.allocator.deallocate(p);
+}
+
+TEST(HistoryRecorder, AllocationStackNamesTheCaller) {
+  Recording s;
+  s.record(HistoryLevel::kAlloc);
+  void* p = allocate_parameters(s.allocator);
+  const auto trace = s.recorder.trace(0);
+  ASSERT_EQ(trace.size(), 1u);
+  bool found = false;
+  for (uintptr_t address : s.recorder.stacks().frames(trace[0].stack))
+    for (const auto& frame : memsnap::process_symbolizer().frames_at(address))
+      found |= frame.function.find("allocate_parameters") != std::string::npos;
+  EXPECT_TRUE(found);
+  s.allocator.deallocate(p);
+}
+
+TEST(HistoryRecorder, WithoutStacksEntriesCarryNone) {
+  Recording s;
+  s.record(HistoryLevel::kAll, 100, /*stacks=*/false);
+  s.allocator.deallocate(s.allocator.allocate(4096));
+  for (const auto& event : s.recorder.trace(0)) EXPECT_EQ(event.stack, memsnap::kNoStack);
+  EXPECT_EQ(s.recorder.stacks().size(), 0u);
+}
+
+TEST(HistoryRecorder, MergedFreeBlocksKeepBothHistoriesUntilNewAllocationsOverlapThem) {
+  Recording s;
+  s.record(HistoryLevel::kState);
+  void* a = s.allocator.allocate(512 * kKiB);
+  void* b = s.allocator.allocate(512 * kKiB);
+  const auto base = reinterpret_cast<uintptr_t>(a);
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(b), base + 512 * kKiB);
+  s.allocator.deallocate(a);
+  s.allocator.deallocate(b);  // merges with a and the segment's free tail
+  auto history = s.recorder.history_within(0, base, 2048 * kKiB);
+  ASSERT_EQ(history.size(), 2u);
+  EXPECT_FALSE(history[0].live);
+  EXPECT_FALSE(history[1].live);
+  void* c = s.allocator.allocate(768 * kKiB);  // lands at base, over all of a and half of b
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(c), base);
+  history = s.recorder.history_within(0, base, 2048 * kKiB);
+  ASSERT_EQ(history.size(), 1u);
+  EXPECT_EQ(history[0].requested_size, 768 * kKiB);
+  EXPECT_TRUE(history[0].live);
+  s.allocator.deallocate(c);
+}
+
+TEST(HistoryRecorder, ClearForgetsFreedMemoryButKeepsLiveAllocations) {
+  Recording s;
+  s.record(HistoryLevel::kAll);
+  void* kept = s.allocator.allocate(4096);
+  s.allocator.deallocate(s.allocator.allocate(4096));
+  s.recorder.clear();
+  EXPECT_TRUE(s.recorder.trace(0).empty());
+  const auto history = s.recorder.history_within(0, 0, ~uintptr_t{0});
+  ASSERT_EQ(history.size(), 1u);
+  EXPECT_EQ(history[0].address, reinterpret_cast<uintptr_t>(kept));
+  s.allocator.deallocate(kept);
+}
+
+TEST(HistoryRecorder, ScopedAnnotationsMarkStartAndEnd) {
+  Recording s;
+  s.record(HistoryLevel::kAlloc);
+  {
+    memsnap::ScopedAnnotation forward(s.recorder, "forward");
+  }
+  const auto annotations = s.recorder.annotations();
+  ASSERT_EQ(annotations.size(), 2u);
+  EXPECT_EQ(annotations[0].name, "forward");
+  EXPECT_TRUE(annotations[0].start);
+  EXPECT_FALSE(annotations[1].start);
+  EXPECT_LE(annotations[0].time_us, annotations[1].time_us);
+  EXPECT_THROW(s.recorder.configure({}, 3), std::out_of_range);
+  EXPECT_EQ(memsnap::history_level_from_name("alloc"), HistoryLevel::kAlloc);
+  EXPECT_FALSE(memsnap::history_level_from_name("everything").has_value());
+}
+
+}  // namespace history_recorder_test

@@ -1,0 +1,74 @@
+// Stacks are captured as addresses and turned into the caller's own name, file and line.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "history/stack_capture.h"
+#include "history/stack_table.h"
+#include "history/symbolizer.h"
+
+// Outside namespace memsnap on purpose: user code, as the symbolizer sees it.
+namespace stack_capture_test {
+
+int g_capture_line = 0;
+
+__attribute__((noinline)) std::vector<uintptr_t> capture_from_a_named_function() {
+  std::vector<uintptr_t> frames(memsnap::kMaxStackDepth);
+  g_capture_line = __LINE__ + 1;
+  const size_t count = memsnap::capture_stack(frames.data(), frames.size());
+  frames.resize(count);
+  asm volatile("" ::: "memory");  // keep the call from becoming a tail call
+  return frames;
+}
+
+TEST(StackCapture, FindsTheCallingFunctionByNameFileAndLine) {
+  const std::vector<uintptr_t> frames = capture_from_a_named_function();
+  ASSERT_GE(frames.size(), 2u);
+  bool found = false;
+  for (uintptr_t address : frames) {
+    for (const memsnap::SourceFrame& frame : memsnap::process_symbolizer().frames_at(address)) {
+      if (frame.function.find("capture_from_a_named_function") == std::string::npos) continue;
+      found = true;
+      EXPECT_NE(frame.file.find("stack_capture_test.cpp"), std::string::npos) << frame.file;
+      EXPECT_EQ(frame.line, g_capture_line);
+    }
+  }
+  EXPECT_TRUE(found) << "no frame named capture_from_a_named_function";
+  // The test body that called it is further out.
+  bool caller_found = false;
+  for (uintptr_t address : frames)
+    for (const memsnap::SourceFrame& frame : memsnap::process_symbolizer().frames_at(address))
+      caller_found |= frame.function.find("FindsTheCallingFunctionByNameFileAndLine") != std::string::npos;
+  EXPECT_TRUE(caller_found);
+}
+
+TEST(Symbolizer, DegradesToModuleOffsetOrAddressWithoutDebugInfo) {
+  // An address inside libc (no debug info on this machine) and one mapped nowhere.
+  const auto libc_frames =
+      memsnap::process_symbolizer().frames_at(reinterpret_cast<uintptr_t>(&::abort) + 4);
+  ASSERT_FALSE(libc_frames.empty());
+  EXPECT_FALSE(libc_frames.back().function.empty());
+  const auto nowhere = memsnap::process_symbolizer().frames_at(0x10);
+  ASSERT_EQ(nowhere.size(), 1u);
+  EXPECT_EQ(nowhere[0].function, "0x10");
+  EXPECT_EQ(memsnap::demangle("_ZN7memsnap5BlockC2Ev"), "memsnap::Block::Block()");
+  EXPECT_EQ(memsnap::demangle("not_mangled"), "not_mangled");
+}
+
+TEST(StackTable, InternsEachPathOnceAndStopsAtItsBound) {
+  memsnap::StackTable table(/*max_frames=*/6);
+  const uintptr_t a[] = {1, 2, 3};
+  const uintptr_t b[] = {1, 2, 4};
+  const memsnap::StackId id_a = table.intern(a, 3);
+  EXPECT_EQ(table.intern(a, 3), id_a);
+  const memsnap::StackId id_b = table.intern(b, 3);
+  EXPECT_NE(id_a, id_b);
+  EXPECT_EQ(table.frames(id_b), (std::vector<uintptr_t>{1, 2, 4}));
+  EXPECT_EQ(table.intern(a, 2), memsnap::kNoStack);  // full: 6 frames stored
+  EXPECT_EQ(table.intern(a, 3), id_a);               // known paths still resolve
+  EXPECT_EQ(table.size(), 2u);
+  EXPECT_TRUE(table.frames(memsnap::kNoStack).empty());
+}
+
+}  // namespace stack_capture_test
