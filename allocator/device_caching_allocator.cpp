@@ -222,6 +222,27 @@ DeviceStats DeviceCachingAllocator::stats() const {
   return stats_;
 }
 
+std::vector<SegmentRecord> DeviceCachingAllocator::segment_records() const {
+  AllocatorLockGuard lock(mutex_);
+  std::vector<SegmentRecord> records;
+  records.reserve(segments_.size());
+  for (const auto& [address, segment] : segments_) {
+    SegmentRecord& record = records.emplace_back();
+    record.device = device_;
+    record.address = segment->address;
+    record.size = segment->size;
+    record.stream = segment->stream;
+    record.small_pool = segment->small_pool;
+    for (const Block* block = segment->head; block != nullptr; block = block->next) {
+      const BlockState state = block->allocated      ? BlockState::kActiveAllocated
+                               : block->event_count ? BlockState::kActivePendingFree
+                                                    : BlockState::kInactive;
+      record.blocks.push_back({block->address, block->size, block->requested_size, state});
+    }
+  }
+  return records;
+}
+
 void DeviceCachingAllocator::reset_peak_stats() {
   AllocatorLockGuard lock(mutex_);
   stats_.reset_peak();

@@ -20,6 +20,7 @@
 #include "allocator/allocator_config.h"
 #include "allocator/allocator_mutex.h"
 #include "allocator/allocator_observer.h"
+#include "allocator/allocator_state.h"
 #include "allocator/block.h"
 #include "allocator/block_pool.h"
 #include "allocator/device_backend.h"
@@ -53,6 +54,8 @@ class DeviceCachingAllocator {
   void set_memory_fraction(double fraction);
 
   DeviceStats stats() const;
+  // Every segment and its blocks, in address order.
+  std::vector<SegmentRecord> segment_records() const;
   void reset_peak_stats();
   void reset_accumulated_stats();
 

@@ -1,0 +1,13 @@
+// A Snapshot as JSON, with frames expanded in place (no tables), for scripts and jq: the
+// shape of PyTorch's snapshot dictionary, plus memsnap's extras.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "snapshot/snapshot.h"
+
+namespace memsnap {
+
+nlohmann::json to_json(const Snapshot& snapshot);
+
+}  // namespace memsnap

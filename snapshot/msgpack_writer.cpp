@@ -1,0 +1,167 @@
+#include "snapshot/msgpack_writer.h"
+
+#include <msgpack.hpp>
+
+namespace memsnap {
+namespace {
+
+using Packer = msgpack::packer<msgpack::sbuffer>;
+
+void pack_string(Packer& out, const std::string& text) {
+  out.pack_str(static_cast<uint32_t>(text.size()));
+  out.pack_str_body(text.data(), static_cast<uint32_t>(text.size()));
+}
+
+template <typename T>
+void pack_array_header(Packer& out, const T& items) {
+  out.pack_array(static_cast<uint32_t>(items.size()));
+}
+
+void pack_process(Packer& out, const ProcessInfo& process) {
+  out.pack_map(5);
+  pack_string(out, "host");
+  pack_string(out, process.host);
+  pack_string(out, "pid");
+  out.pack_int64(process.pid);
+  pack_string(out, "rank");
+  if (process.rank)
+    out.pack_int64(*process.rank);
+  else
+    out.pack_nil();
+  pack_string(out, "time_unix_us");
+  out.pack_int64(process.time_unix_us);
+  pack_string(out, "clock_offset_us");
+  out.pack_int64(process.clock_offset_us);
+}
+
+void pack_segment(Packer& out, const SnapshotSegment& segment) {
+  out.pack_array(12);
+  out.pack_int64(segment.device);
+  out.pack_uint64(segment.address);
+  out.pack_uint64(segment.total_size);
+  out.pack_uint64(segment.allocated_size);
+  out.pack_uint64(segment.active_size);
+  out.pack_uint64(segment.requested_size);
+  out.pack_uint64(segment.stream);
+  pack_string(out, segment.segment_type);
+  out.pack_int64(segment.segment_pool_id);
+  if (segment.is_expandable)
+    out.pack_true();
+  else
+    out.pack_false();
+  out.pack_int64(segment.stack);
+  pack_array_header(out, segment.blocks);
+  for (const SnapshotBlock& block : segment.blocks) {
+    out.pack_array(6);
+    out.pack_uint64(block.address);
+    out.pack_uint64(block.size);
+    out.pack_uint64(block.requested_size);
+    out.pack_uint8(static_cast<uint8_t>(block.state));
+    out.pack_int64(block.stack);
+    pack_array_header(out, block.history);
+    for (const HistoryItem& item : block.history) {
+      out.pack_array(3);
+      out.pack_uint64(item.address);
+      out.pack_uint64(item.size);
+      out.pack_int64(item.stack);
+    }
+  }
+}
+
+// Addresses and times are written as differences from the previous entry's: consecutive
+// entries are close in both, so most deltas take 1 to 5 bytes instead of 9.
+void pack_trace(Packer& out, const std::vector<TraceEntry>& trace) {
+  pack_array_header(out, trace);
+  uint64_t previous_address = 0;
+  int64_t previous_time = 0;
+  for (const TraceEntry& entry : trace) {
+    out.pack_array(6);
+    out.pack_uint8(static_cast<uint8_t>(entry.action));
+    out.pack_int64(static_cast<int64_t>(entry.address - previous_address));
+    out.pack_uint64(entry.size);
+    out.pack_uint64(entry.stream);
+    out.pack_int64(entry.time_us - previous_time);
+    out.pack_int64(entry.stack);
+    previous_address = entry.address;
+    previous_time = entry.time_us;
+  }
+}
+
+}  // namespace
+
+std::string to_msgpack(const Snapshot& snapshot) {
+  msgpack::sbuffer buffer;
+  Packer out(buffer);
+  out.pack_map(12);
+  pack_string(out, "format");
+  pack_string(out, "memsnap-snapshot");
+  pack_string(out, "version");
+  out.pack_uint32(kSnapshotFormatVersion);
+  pack_string(out, "source");
+  pack_string(out, snapshot.source);
+  pack_string(out, "process");
+  pack_process(out, snapshot.process);
+
+  pack_string(out, "devices");
+  pack_array_header(out, snapshot.devices);
+  for (const DeviceInfo& device : snapshot.devices) {
+    out.pack_array(3);
+    out.pack_int64(device.index);
+    pack_string(out, device.name);
+    out.pack_uint64(device.total_memory);
+  }
+
+  pack_string(out, "allocator_settings");
+  out.pack_map(static_cast<uint32_t>(snapshot.allocator_settings.size()));
+  for (const auto& [key, value] : snapshot.allocator_settings) {
+    pack_string(out, key);
+    pack_string(out, value);
+  }
+
+  pack_string(out, "frames");
+  pack_array_header(out, snapshot.frames);
+  for (const Frame& frame : snapshot.frames) {
+    out.pack_array(3);
+    pack_string(out, frame.function);
+    pack_string(out, frame.file);
+    out.pack_int64(frame.line);
+  }
+
+  pack_string(out, "stacks");
+  pack_array_header(out, snapshot.stacks);
+  for (const auto& stack : snapshot.stacks) {
+    pack_array_header(out, stack);
+    for (uint32_t frame : stack) out.pack_uint32(frame);
+  }
+
+  pack_string(out, "segments");
+  pack_array_header(out, snapshot.segments);
+  for (const SnapshotSegment& segment : snapshot.segments) pack_segment(out, segment);
+
+  pack_string(out, "device_traces");
+  pack_array_header(out, snapshot.device_traces);
+  for (const auto& trace : snapshot.device_traces) pack_trace(out, trace);
+
+  pack_string(out, "external_annotations");
+  pack_array_header(out, snapshot.external_annotations);
+  for (const SnapshotAnnotation& annotation : snapshot.external_annotations) {
+    out.pack_array(4);
+    out.pack_int64(annotation.device);
+    pack_string(out, annotation.stage);
+    pack_string(out, annotation.name);
+    out.pack_int64(annotation.time_us);
+  }
+
+  pack_string(out, "statistics");
+  pack_array_header(out, snapshot.statistics);
+  for (const Statistics& statistics : snapshot.statistics) {
+    out.pack_map(static_cast<uint32_t>(statistics.size()));
+    for (const auto& [key, value] : statistics) {
+      pack_string(out, key);
+      out.pack_int64(value);
+    }
+  }
+  return std::string(buffer.data(), buffer.size());
+}
+
+}  // namespace memsnap

@@ -1,0 +1,119 @@
+// The Snapshot model: everything known about a process's device memory at one moment, as
+// plain data (no I/O). It mirrors PyTorch's snapshot dictionary (same field names, same
+// meanings) so memsnap files and PyTorch pickles load into it alike, with one difference:
+// frames and stacks are stored once, in tables, and referred to by index.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "allocator/allocator_state.h"
+#include "history/trace_action.h"
+
+namespace memsnap {
+
+inline constexpr uint32_t kSnapshotFormatVersion = 1;
+
+std::string_view block_state_name(BlockState state);  // "active_allocated", ...
+std::optional<BlockState> block_state_from_name(std::string_view name);
+
+struct Frame {
+  std::string function;
+  std::string file;
+  int64_t line = 0;
+  bool operator==(const Frame&) const = default;
+};
+
+// An index into Snapshot::stacks, or kNoStackIndex.
+using StackIndex = int64_t;
+inline constexpr StackIndex kNoStackIndex = -1;
+
+// An allocation that lived in a block's bytes (the newest last).
+struct HistoryItem {
+  uint64_t address = 0;
+  uint64_t size = 0;  // bytes requested
+  StackIndex stack = kNoStackIndex;
+  bool operator==(const HistoryItem&) const = default;
+};
+
+struct SnapshotBlock {
+  uint64_t address = 0;
+  uint64_t size = 0;
+  uint64_t requested_size = 0;
+  BlockState state = BlockState::kInactive;
+  StackIndex stack = kNoStackIndex;  // the allocation's stack, for active blocks
+  std::vector<HistoryItem> history;
+  bool operator==(const SnapshotBlock&) const = default;
+};
+
+struct SnapshotSegment {
+  int64_t device = 0;
+  uint64_t address = 0;
+  uint64_t total_size = 0;
+  uint64_t allocated_size = 0;
+  uint64_t active_size = 0;
+  uint64_t requested_size = 0;
+  uint64_t stream = 0;
+  std::string segment_type;  // "small" or "large"
+  int64_t segment_pool_id = 0;
+  bool is_expandable = false;
+  StackIndex stack = kNoStackIndex;  // of the allocation that made the segment
+  std::vector<SnapshotBlock> blocks;
+  bool operator==(const SnapshotSegment&) const = default;
+};
+
+struct TraceEntry {
+  TraceAction action = TraceAction::kAlloc;
+  uint64_t address = 0;
+  uint64_t size = 0;
+  uint64_t stream = 0;
+  int64_t time_us = 0;
+  StackIndex stack = kNoStackIndex;
+  bool operator==(const TraceEntry&) const = default;
+};
+
+struct SnapshotAnnotation {
+  int64_t device = 0;
+  std::string stage;  // "START" or "END"
+  std::string name;
+  int64_t time_us = 0;
+  bool operator==(const SnapshotAnnotation&) const = default;
+};
+
+struct DeviceInfo {
+  int64_t index = 0;
+  std::string name;
+  uint64_t total_memory = 0;
+  bool operator==(const DeviceInfo&) const = default;
+};
+
+struct ProcessInfo {
+  std::string host;
+  int64_t pid = 0;
+  std::optional<int64_t> rank;
+  int64_t time_unix_us = 0;   // when the snapshot was taken
+  int64_t clock_offset_us = 0;  // add to a time_us to get Unix time in µs
+  bool operator==(const ProcessInfo&) const = default;
+};
+
+using Statistics = std::vector<std::pair<std::string, int64_t>>;  // memory_stats() keys
+
+struct Snapshot {
+  std::string source = "memsnap";  // or "pytorch"
+  std::vector<Frame> frames;
+  std::vector<std::vector<uint32_t>> stacks;  // frame indices, innermost first
+  std::vector<SnapshotSegment> segments;
+  std::vector<std::vector<TraceEntry>> device_traces;  // by device, oldest first
+  std::vector<std::pair<std::string, std::string>> allocator_settings;
+  std::vector<SnapshotAnnotation> external_annotations;
+  std::vector<Statistics> statistics;  // by device
+  std::vector<DeviceInfo> devices;
+  ProcessInfo process;
+  bool operator==(const Snapshot&) const = default;
+};
+
+}  // namespace memsnap

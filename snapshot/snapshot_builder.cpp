@@ -1,0 +1,181 @@
+#include "snapshot/snapshot_builder.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <unordered_map>
+
+#include "allocator/device_stats.h"
+#include "history/symbolizer.h"
+
+namespace memsnap {
+namespace {
+
+// Builds the frame and stack tables, symbolizing each interned stack once.
+class StackTables {
+ public:
+  StackTables(Snapshot& snapshot, const HistoryRecorder* recorder)
+      : snapshot_(snapshot), recorder_(recorder) {}
+
+  StackIndex index_of(StackId id) {
+    if (id == kNoStack || recorder_ == nullptr) return kNoStackIndex;
+    auto found = by_id_.find(id);
+    if (found != by_id_.end()) return found->second;
+    const StackIndex index = intern_stack(symbolize(recorder_->stacks().frames(id)));
+    by_id_.emplace(id, index);
+    return index;
+  }
+
+ private:
+  std::vector<uint32_t> symbolize(const std::vector<uintptr_t>& addresses) {
+    std::vector<uint32_t> frames;
+    bool in_memsnap = true;  // innermost frames belong to the allocator and recorder
+    for (uintptr_t address : addresses) {
+      for (SourceFrame& frame : process_symbolizer().frames_at(address)) {
+        if (in_memsnap && frame.function.rfind("memsnap::", 0) == 0) continue;
+        in_memsnap = false;
+        frames.push_back(intern_frame(std::move(frame)));
+      }
+    }
+    return frames;
+  }
+
+  uint32_t intern_frame(SourceFrame frame) {
+    std::string key = frame.function;
+    key += '\0';
+    key += frame.file;
+    key += '\0';
+    key += std::to_string(frame.line);
+    auto [it, fresh] = frame_index_.try_emplace(std::move(key), 0);
+    if (fresh) {
+      it->second = static_cast<uint32_t>(snapshot_.frames.size());
+      snapshot_.frames.push_back({std::move(frame.function), std::move(frame.file), frame.line});
+    }
+    return it->second;
+  }
+
+  StackIndex intern_stack(std::vector<uint32_t> frames) {
+    auto [it, fresh] = stack_index_.try_emplace(frames, 0);
+    if (fresh) {
+      it->second = static_cast<StackIndex>(snapshot_.stacks.size());
+      snapshot_.stacks.push_back(std::move(frames));
+    }
+    return it->second;
+  }
+
+  Snapshot& snapshot_;
+  const HistoryRecorder* recorder_;
+  std::unordered_map<StackId, StackIndex> by_id_;
+  std::unordered_map<std::string, uint32_t> frame_index_;
+  std::map<std::vector<uint32_t>, StackIndex> stack_index_;
+};
+
+int64_t unix_time_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+ProcessInfo process_info(const SnapshotOptions& options) {
+  ProcessInfo info;
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) == 0) info.host = host;
+  info.pid = getpid();
+  info.rank = options.rank;
+  if (!info.rank) {
+    if (const char* rank = std::getenv("RANK")) {
+      char* end = nullptr;
+      const long long value = std::strtoll(rank, &end, 10);
+      if (end != rank && *end == '\0' && value >= 0) info.rank = value;
+    }
+  }
+  info.time_unix_us = unix_time_us();
+  info.clock_offset_us = info.time_unix_us - steady_time_us();
+  return info;
+}
+
+std::vector<std::pair<std::string, std::string>> settings_of(const AllocatorConfig& config) {
+  std::string divisions;
+  for (size_t i = 0; i < config.roundup_power2_divisions.size(); ++i) {
+    if (i > 0) divisions += ',';
+    divisions += std::to_string(config.roundup_power2_divisions[i]);
+  }
+  return {
+      {"config", config.source},
+      {"max_split_size", config.max_split_size == kNoMaxSplitSize
+                             ? "-1"
+                             : std::to_string(config.max_split_size)},
+      {"max_non_split_rounding_size", std::to_string(config.max_non_split_rounding_size)},
+      {"garbage_collection_threshold", std::to_string(config.garbage_collection_threshold)},
+      {"roundup_power2_divisions", divisions},
+      {"expandable_segments", config.expandable_segments ? "true" : "false"},
+      {"release_lock_on_cudamalloc", config.release_lock_on_cudamalloc ? "true" : "false"},
+  };
+}
+
+SnapshotSegment segment_of(const SegmentRecord& record, const HistoryRecorder* recorder,
+                           StackTables& stacks) {
+  SnapshotSegment segment;
+  segment.device = record.device;
+  segment.address = record.address;
+  segment.total_size = record.size;
+  segment.stream = record.stream;
+  segment.segment_type = record.small_pool ? "small" : "large";
+  for (const BlockRecord& block_record : record.blocks) {
+    SnapshotBlock& block = segment.blocks.emplace_back();
+    block.address = block_record.address;
+    block.size = block_record.size;
+    block.requested_size = block_record.requested_size;
+    block.state = block_record.state;
+    if (block.state != BlockState::kInactive) {
+      segment.active_size += block.size;
+      segment.requested_size += block.requested_size;
+    }
+    if (block.state == BlockState::kActiveAllocated) segment.allocated_size += block.size;
+    if (recorder == nullptr) continue;
+    for (const BlockHistoryEntry& entry :
+         recorder->history_within(record.device, block.address, block.size)) {
+      const StackIndex stack = stacks.index_of(entry.stack);
+      block.history.push_back({entry.address, entry.requested_size, stack});
+      if (entry.live && entry.address == block.address && block.state != BlockState::kInactive)
+        block.stack = stack;
+    }
+  }
+  return segment;
+}
+
+}  // namespace
+
+Snapshot take_snapshot(CachingAllocator& allocator, HistoryRecorder* recorder,
+                       const SnapshotOptions& options) {
+  Snapshot snapshot;
+  StackTables stacks(snapshot, recorder);
+  snapshot.process = process_info(options);
+  snapshot.allocator_settings = settings_of(allocator.config());
+  for (int d = 0; d < allocator.device_count(); ++d) {
+    if (recorder != nullptr) recorder->record_snapshot_taken(d);
+    for (const SegmentRecord& record : allocator.device(d).segment_records())
+      snapshot.segments.push_back(segment_of(record, recorder, stacks));
+    snapshot.statistics.push_back(to_memory_stats(allocator.device_stats(d)));
+    const DeviceMemoryInfo memory = allocator.backend().memory_info(d);
+    snapshot.devices.push_back({d, allocator.backend().name() + " device " + std::to_string(d),
+                                memory.total_bytes});
+    std::vector<TraceEntry>& trace = snapshot.device_traces.emplace_back();
+    if (recorder == nullptr || !options.include_traces) continue;
+    for (const RecordedEvent& event : recorder->trace(d))
+      trace.push_back({event.action, event.address, event.size, event.stream, event.time_us,
+                       stacks.index_of(event.stack)});
+  }
+  if (recorder != nullptr) {
+    for (const Annotation& annotation : recorder->annotations())
+      snapshot.external_annotations.push_back(
+          {annotation.device, annotation.start ? "START" : "END", annotation.name,
+           annotation.time_us});
+  }
+  return snapshot;
+}
+
+}  // namespace memsnap

@@ -1,0 +1,27 @@
+// Takes a Snapshot of a live allocator: its segments and blocks on every device, statistics,
+// settings, and — when a HistoryRecorder watches it — each block's history, the traces and
+// annotations, with every stack symbolized (once per distinct address per process).
+//
+// Frames inside memsnap itself (the allocator and recorder, innermost on every captured
+// stack) are left out: stacks start at the user's call.
+#pragma once
+
+#include <optional>
+
+#include "allocator/caching_allocator.h"
+#include "history/history_recorder.h"
+#include "snapshot/snapshot.h"
+
+namespace memsnap {
+
+struct SnapshotOptions {
+  std::optional<int64_t> rank;  // for multi-process jobs; also read from $RANK when unset
+  bool include_traces = true;
+};
+
+// Locks each device briefly, one at a time; safe to call from an OOM observer (which runs
+// without the allocator lock) and allocates no device memory.
+Snapshot take_snapshot(CachingAllocator& allocator, HistoryRecorder* recorder,
+                       const SnapshotOptions& options = {});
+
+}  // namespace memsnap

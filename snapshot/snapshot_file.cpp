@@ -1,0 +1,86 @@
+#include "snapshot/snapshot_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "snapshot/msgpack_writer.h"
+
+namespace memsnap {
+namespace {
+
+std::string system_error(const std::string& what, const std::string& path) {
+  return what + " " + path + ": " + std::strerror(errno);
+}
+
+void replace_all(std::string& text, const std::string& from, const std::string& to) {
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to);
+}
+
+}  // namespace
+
+std::optional<std::string> write_file_atomically(const std::string& path, const std::string& bytes) {
+  const std::string temporary = path + ".tmp." + std::to_string(getpid());
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return system_error("cannot create", temporary);
+  size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      std::string error = system_error("cannot write", temporary);
+      ::close(fd);
+      ::unlink(temporary.c_str());
+      return error;
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    std::string error = system_error("cannot flush", temporary);
+    ::unlink(temporary.c_str());
+    return error;
+  }
+  if (::rename(temporary.c_str(), path.c_str()) != 0) {
+    std::string error = system_error("cannot rename to", path);
+    ::unlink(temporary.c_str());
+    return error;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> dump_snapshot(CachingAllocator& allocator, HistoryRecorder* recorder,
+                                         const std::string& path, const SnapshotOptions& options) {
+  try {
+    return write_file_atomically(path, to_msgpack(take_snapshot(allocator, recorder, options)));
+  } catch (const std::exception& error) {
+    return "cannot take a snapshot for " + path + ": " + error.what();
+  }
+}
+
+std::string expand_dump_path(const std::string& pattern, int device, uint64_t count) {
+  std::string path = pattern;
+  replace_all(path, "{pid}", std::to_string(getpid()));
+  replace_all(path, "{device}", std::to_string(device));
+  replace_all(path, "{n}", std::to_string(count));
+  return path;
+}
+
+void dump_snapshot_on_oom(CachingAllocator& allocator, HistoryRecorder* recorder,
+                          std::string pattern, SnapshotOptions options) {
+  auto dumps = std::make_shared<std::atomic<uint64_t>>(0);
+  allocator.add_oom_observer([&allocator, recorder, pattern = std::move(pattern),
+                              options = std::move(options), dumps](const OomInfo& info) {
+    const std::string path = expand_dump_path(pattern, info.device, ++*dumps);
+    if (auto error = dump_snapshot(allocator, recorder, path, options))
+      std::fprintf(stderr, "memsnap: out of memory; snapshot not written: %s\n", error->c_str());
+    else
+      std::fprintf(stderr, "memsnap: out of memory; snapshot written to %s\n", path.c_str());
+  });
+}
+
+}  // namespace memsnap

@@ -1,0 +1,35 @@
+// Writing snapshots to disk: atomically (a temporary file in the same folder, then rename),
+// so a crash or a full disk mid-write never leaves half a snapshot under the final name.
+// And the one-call hook that writes a snapshot whenever the allocator runs out of memory.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "allocator/caching_allocator.h"
+#include "history/history_recorder.h"
+#include "snapshot/snapshot.h"
+#include "snapshot/snapshot_builder.h"
+
+namespace memsnap {
+
+// Writes `bytes` to `path` atomically; returns a one-line error on failure.
+std::optional<std::string> write_file_atomically(const std::string& path, const std::string& bytes);
+
+// Takes a snapshot and writes it as msgpack to `path`. Returns a one-line error on failure.
+std::optional<std::string> dump_snapshot(CachingAllocator& allocator, HistoryRecorder* recorder,
+                                         const std::string& path,
+                                         const SnapshotOptions& options = {});
+
+// From now on, every out-of-memory error first writes a snapshot to a path made from
+// `pattern`: "{pid}", "{device}" and "{n}" (a count of dumps by this process, from 1) are
+// replaced. The snapshot is taken from the OOM observer, which runs without the allocator's
+// lock and allocates no device memory. Failures to write go to stderr as one line; the
+// allocation still fails with its OutOfMemoryError.
+void dump_snapshot_on_oom(CachingAllocator& allocator, HistoryRecorder* recorder,
+                          std::string pattern, SnapshotOptions options = {});
+
+// `pattern` with its placeholders filled in.
+std::string expand_dump_path(const std::string& pattern, int device, uint64_t count);
+
+}  // namespace memsnap

@@ -1,0 +1,92 @@
+// Snapshots reach the disk whole or not at all, and out-of-memory leaves one behind even
+// when the device is full and several threads fail at once.
+#include "snapshot/snapshot_file.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include "snapshot/msgpack_reader.h"
+#include "snapshot_test_support.h"
+
+namespace snapshot_test {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("memsnap-test-" + std::to_string(getpid()) + "-" +
+                                               std::to_string(reinterpret_cast<uintptr_t>(this)));
+  TempDir() { fs::create_directories(path); }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+TEST(SnapshotFile, DumpWritesAReadableFileAndNothingElse) {
+  TempDir dir;
+  RecordedProgram program;
+  run_training_step(program);
+  const std::string path = (dir.path / "run.msgpack").string();
+  ASSERT_FALSE(memsnap::dump_snapshot(program.allocator, &program.recorder, path).has_value());
+  const auto read = memsnap::read_msgpack_snapshot(path);
+  ASSERT_TRUE(read.ok()) << read.error();
+  EXPECT_FALSE(read.value().segments.empty());
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()), 1);
+}
+
+TEST(SnapshotFile, FailedWriteLeavesNoFileAndSaysWhy) {
+  TempDir dir;
+  const std::string path = (dir.path / "missing-folder" / "x.msgpack").string();
+  const auto error = memsnap::write_file_atomically(path, "data");
+  ASSERT_TRUE(error.has_value());
+  EXPECT_NE(error->find("cannot create"), std::string::npos);
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_FALSE(memsnap::read_msgpack_snapshot(path).ok());
+  EXPECT_NE(memsnap::read_msgpack_snapshot(dir.path.string()).error().find(dir.path.string()),
+            std::string::npos);
+}
+
+TEST(SnapshotFile, PatternPlaceholdersAreFilledIn) {
+  EXPECT_EQ(memsnap::expand_dump_path("oom-{device}-{n}.msgpack", 2, 7), "oom-2-7.msgpack");
+  EXPECT_EQ(memsnap::expand_dump_path("{pid}", 0, 1), std::to_string(getpid()));
+}
+
+TEST(SnapshotFile, OutOfMemoryOnAFullDeviceWritesSnapshotsFromEveryThread) {
+  TempDir dir;
+  auto backend = small_device(/*capacity=*/64u << 20);
+  memsnap::CachingAllocator allocator(backend);
+  memsnap::HistoryRecorder recorder(allocator);
+  recorder.configure({memsnap::HistoryLevel::kAll, 1000, true});
+  memsnap::dump_snapshot_on_oom(allocator, &recorder, (dir.path / "oom-{n}.msgpack").string());
+
+  std::atomic<int> ooms{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      std::vector<void*> held;
+      try {
+        for (;;) held.push_back(allocator.allocate(6u << 20));
+      } catch (const memsnap::OutOfMemoryError&) {
+        ++ooms;
+      }
+      for (void* p : held) allocator.deallocate(p);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  ASSERT_EQ(ooms.load(), 4);
+  size_t files = 0;
+  for (const auto& entry : fs::directory_iterator(dir.path)) {
+    ++files;
+    const auto read = memsnap::read_msgpack_snapshot(entry.path().string());
+    ASSERT_TRUE(read.ok()) << read.error();
+    bool has_oom = false;
+    for (const auto& event : read.value().device_traces.at(0))
+      has_oom |= event.action == memsnap::TraceAction::kOom;
+    EXPECT_TRUE(has_oom);
+  }
+  EXPECT_EQ(files, 4u);
+  EXPECT_TRUE(allocator.check_invariants().empty());
+}
+
+}  // namespace snapshot_test
