@@ -54,6 +54,7 @@ CudaBackend::CudaBackend() {
 
 CudaBackend::~CudaBackend() {
   for (auto& pooled : all_events_) cudaEventDestroy(pooled->event);
+  for (uintptr_t stream : streams_) cudaStreamDestroy(reinterpret_cast<cudaStream_t>(stream));
 }
 
 std::optional<uintptr_t> CudaBackend::reserve(int device, size_t bytes) {
@@ -121,6 +122,15 @@ void CudaBackend::release_event(EventHandle event) {
   auto* pooled = reinterpret_cast<PooledEvent*>(event);
   std::lock_guard<std::mutex> lock(mutex_);
   free_events_.at(static_cast<size_t>(pooled->device)).push_back(pooled);
+}
+
+StreamId CudaBackend::create_stream(int device) {
+  DeviceGuard guard(device);
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  std::lock_guard<std::mutex> lock(mutex_);
+  streams_.push_back(reinterpret_cast<uintptr_t>(stream));
+  return reinterpret_cast<StreamId>(stream);
 }
 
 }  // namespace memsnap

@@ -30,6 +30,7 @@ class CudaBackend final : public DeviceBackend {
   bool event_completed(EventHandle event) override;
   void synchronize_event(EventHandle event) override;
   void release_event(EventHandle event) override;
+  StreamId create_stream(int device) override;
 
  private:
   struct PooledEvent;
@@ -37,6 +38,7 @@ class CudaBackend final : public DeviceBackend {
   std::mutex mutex_;
   std::vector<std::vector<PooledEvent*>> free_events_;  // per device
   std::vector<std::unique_ptr<PooledEvent>> all_events_;
+  std::vector<uintptr_t> streams_;  // created here, destroyed with the backend
 };
 
 }  // namespace memsnap

@@ -55,6 +55,10 @@ class DeviceBackend {
   virtual bool event_completed(EventHandle event) = 0;
   virtual void synchronize_event(EventHandle event) = 0;
   virtual void release_event(EventHandle event) = 0;
+
+  // A new stream for work on `device` (besides stream 0, the default stream). Programs
+  // that choose their backend at run time create their streams through it.
+  virtual StreamId create_stream(int device) = 0;
 };
 
 }  // namespace memsnap

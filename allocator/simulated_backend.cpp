@@ -139,6 +139,12 @@ EventHandle SimulatedBackend::record_event(int device, StreamId stream) {
   return handle;
 }
 
+StreamId SimulatedBackend::create_stream(int device) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  state(device);
+  return next_stream_++;
+}
+
 bool SimulatedBackend::event_completed(EventHandle event) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = events_.find(event);

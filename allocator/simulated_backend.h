@@ -38,6 +38,7 @@ class SimulatedBackend final : public DeviceBackend {
   void release(int device, uintptr_t address, size_t bytes) override;
   DeviceMemoryInfo memory_info(int device) override;
   EventHandle record_event(int device, StreamId stream) override;
+  StreamId create_stream(int device) override;
   bool event_completed(EventHandle event) override;
   void synchronize_event(EventHandle event) override;
   void release_event(EventHandle event) override;
@@ -87,6 +88,7 @@ class SimulatedBackend final : public DeviceBackend {
   std::map<uintptr_t, size_t> free_ranges_;  // address -> bytes, coalesced
   std::unordered_map<EventHandle, EventState> events_;
   EventHandle next_event_ = 1;
+  StreamId next_stream_ = 1;
   std::function<bool(int, size_t)> failure_hook_;
   uint64_t reserve_calls_ = 0;
   uint64_t failed_reserves_ = 0;
