@@ -16,6 +16,7 @@
 
 #include "allocator/caching_allocator.h"
 #include "allocator/simulated_backend.h"
+#include "history/history_recorder.h"
 #include "viewer/allocation_trace.h"
 #ifdef MEMSNAP_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -133,6 +134,14 @@ int main(int argc, char** argv) {
   replay_ns_per_event(allocator, trace.value(), streams, 1);  // cold pass fills the cache
   const memsnap::DeviceStats cold = allocator.device_stats(0);
   const double off = replay_ns_per_event(allocator, trace.value(), streams, passes);
+  // As torch_cca_replay: history of every event (alloc, frees, segments) in a 100,000-entry
+  // trace, first without stacks, then with C++ stacks.
+  memsnap::HistoryRecorder recorder(allocator);
+  recorder.configure({memsnap::HistoryLevel::kAll, 100000, /*cpp_stacks=*/false});
+  const double nostack = replay_ns_per_event(allocator, trace.value(), streams, passes);
+  recorder.configure({memsnap::HistoryLevel::kAll, 100000, /*cpp_stacks=*/true});
+  const double cpp_stacks = replay_ns_per_event(allocator, trace.value(), streams, passes);
+  recorder.configure({});
   if (!allocator.check_invariants().empty()) {
     std::fprintf(stderr, "memsnap_bench: error: allocator invariants violated\n");
     return 1;
@@ -141,16 +150,17 @@ int main(int argc, char** argv) {
   if (json) {
     std::printf(
         "{\"allocator\":\"memsnap\",\"backend\":\"%s\",\"events\":%zu,"
-        "\"ns_per_event_history_off\":%.1f,\"peak_reserved_bytes\":%lld,"
+        "\"ns_per_event_history_off\":%.1f,\"ns_per_event_history_nostack\":%.1f,"
+        "\"ns_per_event_history_cpp_stacks\":%.1f,\"peak_reserved_bytes\":%lld,"
         "\"peak_allocated_bytes\":%lld,\"device_mallocs\":%lld}\n",
-        backend->name().c_str(), trace->events.size(), off,
+        backend->name().c_str(), trace->events.size(), off, nostack, cpp_stacks,
         static_cast<long long>(cold.reserved_bytes[kAggregate].peak),
         static_cast<long long>(cold.allocated_bytes[kAggregate].peak),
         static_cast<long long>(cold.num_device_alloc));
   } else {
-    std::printf("memsnap on %s: %zu events, %.1f ns/event (history off), peak reserved %s, "
-                "%lld device mallocs\n",
-                backend->name().c_str(), trace->events.size(), off,
+    std::printf("memsnap on %s: %zu events, ns/event: %.1f history off, %.1f without stacks, "
+                "%.1f with C++ stacks; peak reserved %s, %lld device mallocs\n",
+                backend->name().c_str(), trace->events.size(), off, nostack, cpp_stacks,
                 memsnap::format_bytes(cold.reserved_bytes[kAggregate].peak).c_str(),
                 static_cast<long long>(cold.num_device_alloc));
   }

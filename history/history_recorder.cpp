@@ -123,11 +123,19 @@ void HistoryRecorder::on_free_requested(int device, const Block& block) {
   DeviceRecord* record = record_at(device, HistoryLevel::kState);
   if (record == nullptr) return;
   AllocatorLockGuard lock(record->mutex);
+  StackId allocation_stack = kNoStack;
   auto it = record->last_allocations.find(block.address);
-  if (it != record->last_allocations.end()) it->second.live = false;
-  if (record->settings.level >= HistoryLevel::kAll)
-    push(*record, TraceAction::kFreeRequested, block.address, block.requested_size, block.stream,
-         capture(*record));
+  if (it != record->last_allocations.end()) {
+    it->second.live = false;
+    allocation_stack = it->second.stack;
+  }
+  if (record->settings.level < HistoryLevel::kAll) return;
+  // With no other streams to wait for, the completion is reported next, on this thread.
+  record->last_freed_address = block.stream_uses.empty() ? block.address : 0;
+  record->last_freed_time_us = steady_time_us();
+  record->last_freed_allocation_stack = allocation_stack;
+  record->trace.push({TraceAction::kFreeRequested, block.address, block.requested_size,
+                      block.stream, record->last_freed_time_us, capture(*record)});
 }
 
 void HistoryRecorder::on_free_completed(int device, const Block& block) {
@@ -135,10 +143,19 @@ void HistoryRecorder::on_free_completed(int device, const Block& block) {
   if (record == nullptr) return;
   AllocatorLockGuard lock(record->mutex);
   // Like PyTorch, the completion carries the stack of the allocation it ends.
-  auto it = record->last_allocations.find(block.address);
-  const StackId stack = it != record->last_allocations.end() ? it->second.stack : kNoStack;
-  push(*record, TraceAction::kFreeCompleted, block.address, block.requested_size, block.stream,
-       stack);
+  int64_t time_us;
+  StackId stack;
+  if (record->last_freed_address == block.address) {  // completes the free just requested
+    time_us = record->last_freed_time_us;
+    stack = record->last_freed_allocation_stack;
+    record->last_freed_address = 0;
+  } else {  // a deferred free (record_stream), completing later
+    time_us = steady_time_us();
+    auto it = record->last_allocations.find(block.address);
+    stack = it != record->last_allocations.end() ? it->second.stack : kNoStack;
+  }
+  record->trace.push({TraceAction::kFreeCompleted, block.address, block.requested_size,
+                      block.stream, time_us, stack});
 }
 
 void HistoryRecorder::on_segment_alloc(int device, const Segment& segment) {

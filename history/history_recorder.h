@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory_resource>
 #include <memory>
 #include <optional>
 #include <string>
@@ -104,9 +105,17 @@ class HistoryRecorder final : public AllocatorObserver {
     mutable AllocatorMutex mutex;
     HistorySettings settings;
     TraceRing trace;
-    std::map<uintptr_t, BlockHistoryEntry> last_allocations;  // by address, never overlapping
+    // Map nodes come from a pool owned by the record: an allocation replaces an entry on
+    // almost every call, and the pool keeps malloc off that path.
+    std::pmr::unsynchronized_pool_resource node_pool;
+    std::pmr::map<uintptr_t, BlockHistoryEntry> last_allocations{&node_pool};  // by address, never overlapping
     std::vector<Annotation> annotations;
     StackId segment_stack = kNoStack;  // captured for a new segment, reused by its allocation
+    // A free that completes at once is reported twice in a row (requested, completed): the
+    // second report reuses the first one's time and lookup.
+    uintptr_t last_freed_address = 0;
+    int64_t last_freed_time_us = 0;
+    StackId last_freed_allocation_stack = kNoStack;
   };
 
   DeviceRecord* record_at(int device, HistoryLevel at_least) const;

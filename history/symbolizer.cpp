@@ -107,8 +107,9 @@ std::vector<SourceFrame> Symbolizer::resolve(uintptr_t return_address) {
   GElf_Sym symbol_info;
   const char* symbol =
       dwfl_module_addrinfo(module, pc, &offset, &symbol_info, nullptr, nullptr, nullptr);
-  std::string outer_function = symbol ? demangle(symbol)
-                                      : base_name(module_name) + "+" + hex(pc - module_start);
+  // Built with append: GCC 12 at -O3 warns falsely (-Wrestrict) on chained string '+'.
+  std::string outer_function = symbol ? demangle(symbol) : base_name(module_name);
+  if (symbol == nullptr) outer_function.append("+").append(hex(pc - module_start));
 
   std::string file;
   int line = 0;
@@ -118,7 +119,7 @@ std::vector<SourceFrame> Symbolizer::resolve(uintptr_t return_address) {
   }
   if (file.empty()) {
     // No line table: say where in the function (or module) the call was.
-    if (symbol) outer_function += "+" + hex(offset);
+    if (symbol) outer_function.append("+").append(hex(offset));
     return {{outer_function, "", 0}};
   }
 
