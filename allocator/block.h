@@ -36,6 +36,11 @@ struct Block {
   int event_count = 0;                // outstanding events before a pending free completes
   std::vector<StreamId> stream_uses;  // other streams it was used on (record_stream)
   uint64_t gc_count_base = 0;         // pool's search count when it became free (GC age)
+  // A value an observer may attach to the block while it is allocated (history keeps the
+  // allocation's stack id here, so a free needs no lookup). The allocator never reads it and
+  // resets it on every allocation, so a tag never outlives the allocation it was set for.
+  static constexpr uint32_t kNoObserverTag = ~uint32_t{0};
+  mutable uint32_t observer_tag = kNoObserverTag;
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
   bool is_free() const { return !allocated && event_count == 0; }

@@ -123,6 +123,7 @@ Block* DeviceCachingAllocator::finish_allocation(Block* block, size_t rounded_si
 
   block->allocated = true;
   block->requested_size = requested_size;
+  block->observer_tag = Block::kNoObserverTag;
   const auto bytes = static_cast<int64_t>(block->size);
   DeviceStats::increase(stats_.allocation, small, 1);
   DeviceStats::increase(stats_.allocated_bytes, small, bytes);

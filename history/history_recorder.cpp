@@ -66,11 +66,22 @@ HistorySettings HistoryRecorder::settings(int device) const {
 void HistoryRecorder::clear(std::optional<int> device) {
   for (int d = 0; d < device_count(); ++d) {
     if (device && *device != d) continue;
+    // Which allocations are live: asked of the allocator before taking the record's lock
+    // (the hooks take them in the other order). Entries newer than the question stay.
+    const int64_t asked_at = steady_time_us();
+    std::vector<uintptr_t> live;
+    for (const SegmentRecord& segment : allocator_.device(d).segment_records())
+      for (const BlockRecord& block : segment.blocks)
+        if (block.state != BlockState::kInactive) live.push_back(block.address);
+    std::sort(live.begin(), live.end());
     DeviceRecord& record = *devices_[static_cast<size_t>(d)];
     AllocatorLockGuard lock(record.mutex);
     record.trace.clear();
     record.annotations.clear();
-    std::erase_if(record.last_allocations, [](const auto& entry) { return !entry.second.live; });
+    std::erase_if(record.last_allocations, [&](const auto& entry) {
+      return entry.second.time_us < asked_at &&
+             !std::binary_search(live.begin(), live.end(), entry.first);
+    });
   }
 }
 
@@ -111,25 +122,27 @@ void HistoryRecorder::on_alloc(int device, const Block& block) {
   StackId stack = record->segment_stack;
   record->segment_stack = kNoStack;
   if (stack == kNoStack) stack = capture(*record);
-  forget_overlapping(*record, block.address, block.size);
+  block.observer_tag = stack;
   const int64_t now = steady_time_us();
-  record->last_allocations.emplace(
-      block.address, BlockHistoryEntry{block.address, block.size, block.requested_size, stack, now, true});
+  const BlockHistoryEntry entry{block.address, block.size, block.requested_size, stack, now};
+  auto& entries = record->last_allocations;
+  auto same = entries.find(block.address);
+  if (same != entries.end() && same->second.block_size == block.size) {
+    same->second = entry;  // the common case: the same block reused whole
+  } else {
+    forget_overlapping(*record, block.address, block.size);
+    entries.emplace_hint(entries.lower_bound(block.address), block.address, entry);
+  }
   if (record->settings.level >= HistoryLevel::kAlloc)
     record->trace.push({TraceAction::kAlloc, block.address, block.requested_size, block.stream, now, stack});
 }
 
 void HistoryRecorder::on_free_requested(int device, const Block& block) {
-  DeviceRecord* record = record_at(device, HistoryLevel::kState);
+  DeviceRecord* record = record_at(device, HistoryLevel::kAll);
   if (record == nullptr) return;
   AllocatorLockGuard lock(record->mutex);
-  StackId allocation_stack = kNoStack;
-  auto it = record->last_allocations.find(block.address);
-  if (it != record->last_allocations.end()) {
-    it->second.live = false;
-    allocation_stack = it->second.stack;
-  }
   if (record->settings.level < HistoryLevel::kAll) return;
+  const StackId allocation_stack = block.observer_tag;
   // With no other streams to wait for, the completion is reported next, on this thread.
   record->last_freed_address = block.stream_uses.empty() ? block.address : 0;
   record->last_freed_time_us = steady_time_us();
@@ -151,8 +164,7 @@ void HistoryRecorder::on_free_completed(int device, const Block& block) {
     record->last_freed_address = 0;
   } else {  // a deferred free (record_stream), completing later
     time_us = steady_time_us();
-    auto it = record->last_allocations.find(block.address);
-    stack = it != record->last_allocations.end() ? it->second.stack : kNoStack;
+    stack = block.observer_tag;
   }
   record->trace.push({TraceAction::kFreeCompleted, block.address, block.requested_size,
                       block.stream, time_us, stack});

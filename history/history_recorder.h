@@ -30,6 +30,9 @@
 #include "history/stack_table.h"
 #include "history/trace_ring.h"
 
+static_assert(memsnap::kNoStack == memsnap::Block::kNoObserverTag,
+              "a block without a tag reads as a block without a stack");
+
 namespace memsnap {
 
 class CachingAllocator;
@@ -51,7 +54,6 @@ struct BlockHistoryEntry {
   size_t requested_size = 0;  // bytes asked for
   StackId stack = kNoStack;
   int64_t time_us = 0;
-  bool live = true;  // still allocated
 };
 
 struct Annotation {
@@ -76,7 +78,7 @@ class HistoryRecorder final : public AllocatorObserver {
   void configure(const HistorySettings& settings, std::optional<int> device = std::nullopt);
   HistorySettings settings(int device) const;
   // Forgets the trace, annotations and the history of freed memory (live allocations keep
-  // theirs, so snapshots still say who holds what).
+  // theirs, so snapshots still say who holds what). Takes each device's allocator lock.
   void clear(std::optional<int> device = std::nullopt);
 
   void annotate(std::string name, bool start, std::optional<int> device = std::nullopt);

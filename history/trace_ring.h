@@ -1,7 +1,12 @@
 // The event trace: a ring buffer that keeps the newest `capacity` entries, so recording can
 // stay on for a whole run in bounded memory (PyTorch's max_entries).
+//
+// The whole buffer is allocated and touched when the capacity is set, not as entries
+// arrive: a recording program then takes no page faults (and no copies from growth) in its
+// allocation path.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -26,47 +31,48 @@ class TraceRing {
   explicit TraceRing(size_t capacity = 0) { set_capacity(capacity); }
 
   void push(const RecordedEvent& event) {
-    if (capacity_ == 0) return;
-    if (entries_.size() < capacity_) {
-      entries_.push_back(event);
-    } else {
-      entries_[next_] = event;
-      next_ = (next_ + 1) % capacity_;
+    if (slots_.empty()) return;
+    slots_[next_] = event;
+    next_ = next_ + 1 == slots_.size() ? 0 : next_ + 1;
+    if (size_ < slots_.size())
+      ++size_;
+    else
       ++dropped_;
-    }
   }
 
   // Oldest first.
   std::vector<RecordedEvent> entries() const {
     std::vector<RecordedEvent> out;
-    out.reserve(entries_.size());
-    out.insert(out.end(), entries_.begin() + static_cast<std::ptrdiff_t>(next_), entries_.end());
-    out.insert(out.end(), entries_.begin(), entries_.begin() + static_cast<std::ptrdiff_t>(next_));
+    out.reserve(size_);
+    const size_t oldest = size_ < slots_.size() ? 0 : next_;
+    for (size_t i = 0; i < size_; ++i) out.push_back(slots_[(oldest + i) % slots_.size()]);
     return out;
   }
 
   // Keeps the newest entries that still fit.
   void set_capacity(size_t capacity) {
+    if (capacity == slots_.size()) return;
     std::vector<RecordedEvent> kept = entries();
     if (kept.size() > capacity) kept.erase(kept.begin(), kept.end() - static_cast<std::ptrdiff_t>(capacity));
-    entries_ = std::move(kept);
-    capacity_ = capacity;
-    next_ = 0;
+    slots_.assign(capacity, RecordedEvent{});
+    std::copy(kept.begin(), kept.end(), slots_.begin());
+    size_ = kept.size();
+    next_ = capacity == 0 ? 0 : size_ % capacity;
   }
   void clear() {
-    entries_.clear();
+    size_ = 0;
     next_ = 0;
     dropped_ = 0;
   }
 
-  size_t size() const { return entries_.size(); }
-  size_t capacity() const { return capacity_; }
+  size_t size() const { return size_; }
+  size_t capacity() const { return slots_.size(); }
   uint64_t dropped() const { return dropped_; }  // entries overwritten since the last clear
 
  private:
-  std::vector<RecordedEvent> entries_;
-  size_t capacity_ = 0;
-  size_t next_ = 0;  // once full: the oldest entry, overwritten next
+  std::vector<RecordedEvent> slots_;
+  size_t size_ = 0;
+  size_t next_ = 0;  // the slot written next; once full, the oldest entry
   uint64_t dropped_ = 0;
 };
 

@@ -140,7 +140,8 @@ SnapshotSegment segment_of(const SegmentRecord& record, const HistoryRecorder* r
          recorder->history_within(record.device, block.address, block.size)) {
       const StackIndex stack = stacks.index_of(entry.stack);
       block.history.push_back({entry.address, entry.requested_size, stack});
-      if (entry.live && entry.address == block.address && block.state != BlockState::kInactive)
+      // Entries never overlap, so the one at an active block's address is its allocation.
+      if (entry.address == block.address && block.state != BlockState::kInactive)
         block.stack = stack;
     }
   }

@@ -54,7 +54,6 @@ TEST(HistoryRecorder, StateLevelKeepsWhoHoldsWhatButNoTrace) {
   const auto history = s.recorder.history_within(0, reinterpret_cast<uintptr_t>(p), 4096);
   ASSERT_EQ(history.size(), 1u);
   EXPECT_EQ(history[0].requested_size, 4096u);
-  EXPECT_TRUE(history[0].live);
   s.allocator.deallocate(p);
 }
 
@@ -101,6 +100,28 @@ TEST(HistoryRecorder, AllocationStackNamesTheCaller) {
   s.allocator.deallocate(p);
 }
 
+TEST(HistoryRecorder, FreeCompletionsCarryTheAllocationsStackEvenWhenDeferred) {
+  Recording s;
+  s.record(HistoryLevel::kAll);
+  void* now = allocate_parameters(s.allocator);
+  s.allocator.deallocate(now);  // completes at once
+  void* later = allocate_parameters(s.allocator);
+  s.allocator.record_stream(later, 7);
+  s.allocator.deallocate(later);              // waits for stream 7
+  s.allocator.deallocate(s.allocator.allocate(512));  // the next malloc completes it
+  memsnap::StackId allocation_stack = memsnap::kNoStack;
+  int completions = 0;
+  for (const auto& event : s.recorder.trace(0)) {
+    if (event.action == TraceAction::kAlloc && event.size == 300 * kKiB) allocation_stack = event.stack;
+    if (event.action == TraceAction::kFreeCompleted && event.size == 300 * kKiB) {
+      ++completions;
+      EXPECT_EQ(event.stack, allocation_stack);
+    }
+  }
+  EXPECT_EQ(completions, 2);
+  EXPECT_NE(allocation_stack, memsnap::kNoStack);
+}
+
 TEST(HistoryRecorder, WithoutStacksEntriesCarryNone) {
   Recording s;
   s.record(HistoryLevel::kAll, 100, /*stacks=*/false);
@@ -120,14 +141,13 @@ TEST(HistoryRecorder, MergedFreeBlocksKeepBothHistoriesUntilNewAllocationsOverla
   s.allocator.deallocate(b);  // merges with a and the segment's free tail
   auto history = s.recorder.history_within(0, base, 2048 * kKiB);
   ASSERT_EQ(history.size(), 2u);
-  EXPECT_FALSE(history[0].live);
-  EXPECT_FALSE(history[1].live);
+  EXPECT_EQ(history[0].address, base);
+  EXPECT_EQ(history[1].address, base + 512 * kKiB);
   void* c = s.allocator.allocate(768 * kKiB);  // lands at base, over all of a and half of b
   ASSERT_EQ(reinterpret_cast<uintptr_t>(c), base);
   history = s.recorder.history_within(0, base, 2048 * kKiB);
   ASSERT_EQ(history.size(), 1u);
   EXPECT_EQ(history[0].requested_size, 768 * kKiB);
-  EXPECT_TRUE(history[0].live);
   s.allocator.deallocate(c);
 }
 
