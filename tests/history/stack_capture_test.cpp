@@ -43,6 +43,33 @@ TEST(StackCapture, FindsTheCallingFunctionByNameFileAndLine) {
   EXPECT_TRUE(caller_found);
 }
 
+int g_inlined_line = 0;
+
+__attribute__((always_inline)) inline size_t capture_in_inlined_code(uintptr_t* frames) {
+  g_inlined_line = __LINE__ + 1;
+  return memsnap::capture_stack(frames, memsnap::kMaxStackDepth);
+}
+
+__attribute__((noinline)) std::vector<uintptr_t> call_inlined_code() {
+  std::vector<uintptr_t> frames(memsnap::kMaxStackDepth);
+  frames.resize(capture_in_inlined_code(frames.data()));
+  asm volatile("" ::: "memory");
+  return frames;
+}
+
+TEST(Symbolizer, ShowsFramesTheCompilerInlined) {
+  const std::vector<uintptr_t> frames = call_inlined_code();
+  ASSERT_FALSE(frames.empty());
+  const auto resolved = memsnap::process_symbolizer().frames_at(frames.front());
+  ASSERT_GE(resolved.size(), 2u) << "no inlined frame at the capture's return address";
+  EXPECT_NE(resolved[0].function.find("capture_in_inlined_code"), std::string::npos)
+      << resolved[0].function;
+  EXPECT_EQ(resolved[0].line, g_inlined_line);
+  EXPECT_NE(resolved[1].function.find("call_inlined_code"), std::string::npos)
+      << resolved[1].function;
+  EXPECT_NE(resolved[1].file.find("stack_capture_test.cpp"), std::string::npos);
+}
+
 TEST(Symbolizer, DegradesToModuleOffsetOrAddressWithoutDebugInfo) {
   // An address inside libc (no debug info on this machine) and one mapped nowhere.
   const auto libc_frames =
