@@ -6,11 +6,7 @@
 
 namespace memsnap {
 namespace {
-std::string hex(uintptr_t address) {
-  char text[32];
-  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(address));
-  return text;
-}
+std::string hex(uintptr_t address) { return format_hex(address); }
 }  // namespace
 
 CachingAllocator::CachingAllocator(std::shared_ptr<DeviceBackend> backend, AllocatorConfig config)

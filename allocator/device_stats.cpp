@@ -66,6 +66,12 @@ std::vector<std::pair<std::string, int64_t>> to_memory_stats(const DeviceStats& 
   return out;
 }
 
+std::string format_hex(uint64_t value) {
+  char text[24];
+  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
 std::string format_bytes(int64_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   const bool negative = bytes < 0;

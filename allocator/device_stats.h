@@ -76,5 +76,7 @@ std::string memory_summary(const DeviceStats& stats, int device);
 
 // "1.50 MiB": sizes for people.
 std::string format_bytes(int64_t bytes);
+// "0x7f00001a2000": how addresses appear in messages.
+std::string format_hex(uint64_t value);
 
 }  // namespace memsnap

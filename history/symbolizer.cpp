@@ -5,17 +5,14 @@
 #include <elfutils/libdwfl.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
+
+#include "allocator/device_stats.h"
 
 namespace memsnap {
 namespace {
 
-std::string hex(uintptr_t value) {
-  char text[24];
-  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(value));
-  return text;
-}
+std::string hex(uintptr_t value) { return format_hex(value); }
 
 std::string base_name(const char* path) {
   if (path == nullptr) return "??";
