@@ -25,7 +25,10 @@ void replace_all(std::string& text, const std::string& from, const std::string& 
 }  // namespace
 
 std::optional<std::string> write_file_atomically(const std::string& path, const std::string& bytes) {
-  const std::string temporary = path + ".tmp." + std::to_string(getpid());
+  // Unique per call, so threads dumping to the same path never share a temporary file.
+  static std::atomic<uint64_t> writes{0};
+  const std::string temporary =
+      path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(++writes);
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return system_error("cannot create", temporary);
   size_t written = 0;

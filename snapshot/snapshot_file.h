@@ -25,7 +25,8 @@ std::optional<std::string> dump_snapshot(CachingAllocator& allocator, HistoryRec
 // `pattern`: "{pid}", "{device}" and "{n}" (a count of dumps by this process, from 1) are
 // replaced. The snapshot is taken from the OOM observer, which runs without the allocator's
 // lock and allocates no device memory. Failures to write go to stderr as one line; the
-// allocation still fails with its OutOfMemoryError.
+// allocation still fails with its OutOfMemoryError. The hook stays for the allocator's
+// lifetime, so `recorder` (if given) must live as long as the allocator does.
 void dump_snapshot_on_oom(CachingAllocator& allocator, HistoryRecorder* recorder,
                           std::string pattern, SnapshotOptions options = {});
 

@@ -90,3 +90,25 @@ TEST(SnapshotFile, OutOfMemoryOnAFullDeviceWritesSnapshotsFromEveryThread) {
 }
 
 }  // namespace snapshot_test
+
+namespace snapshot_test {
+
+TEST(SnapshotFile, ThreadsDumpingToOnePathNeverMixTheirFiles) {
+  TempDir dir;
+  RecordedProgram program;
+  run_training_step(program);
+  const std::string path = (dir.path / "same.msgpack").string();
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 5; ++i)
+        if (memsnap::dump_snapshot(program.allocator, &program.recorder, path)) ++failures;
+    });
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_TRUE(memsnap::read_msgpack_snapshot(path).ok());
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()), 1);
+}
+
+}  // namespace snapshot_test
