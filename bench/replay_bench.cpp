@@ -141,6 +141,11 @@ int main(int argc, char** argv) {
   const double nostack = replay_ns_per_event(allocator, trace.value(), streams, passes);
   recorder.configure({memsnap::HistoryLevel::kAll, 100000, /*cpp_stacks=*/true});
   const double cpp_stacks = replay_ns_per_event(allocator, trace.value(), streams, passes);
+  // memsnap only: the same with stacks walked by frame pointer (this binary and memsnap are
+  // built with them).
+  recorder.configure({memsnap::HistoryLevel::kAll, 100000, true,
+                      memsnap::StackUnwinder::kFramePointers});
+  const double fp_stacks = replay_ns_per_event(allocator, trace.value(), streams, passes);
   recorder.configure({});
   if (!allocator.check_invariants().empty()) {
     std::fprintf(stderr, "memsnap_bench: error: allocator invariants violated\n");
@@ -151,16 +156,18 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"allocator\":\"memsnap\",\"backend\":\"%s\",\"events\":%zu,"
         "\"ns_per_event_history_off\":%.1f,\"ns_per_event_history_nostack\":%.1f,"
-        "\"ns_per_event_history_cpp_stacks\":%.1f,\"peak_reserved_bytes\":%lld,"
+        "\"ns_per_event_history_cpp_stacks\":%.1f,\"ns_per_event_history_fp_stacks\":%.1f,"
+        "\"peak_reserved_bytes\":%lld,"
         "\"peak_allocated_bytes\":%lld,\"device_mallocs\":%lld}\n",
-        backend->name().c_str(), trace->events.size(), off, nostack, cpp_stacks,
+        backend->name().c_str(), trace->events.size(), off, nostack, cpp_stacks, fp_stacks,
         static_cast<long long>(cold.reserved_bytes[kAggregate].peak),
         static_cast<long long>(cold.allocated_bytes[kAggregate].peak),
         static_cast<long long>(cold.num_device_alloc));
   } else {
     std::printf("memsnap on %s: %zu events, ns/event: %.1f history off, %.1f without stacks, "
-                "%.1f with C++ stacks; peak reserved %s, %lld device mallocs\n",
-                backend->name().c_str(), trace->events.size(), off, nostack, cpp_stacks,
+                "%.1f with C++ stacks (%.1f by frame pointer); peak reserved %s, %lld device "
+                "mallocs\n",
+                backend->name().c_str(), trace->events.size(), off, nostack, cpp_stacks, fp_stacks,
                 memsnap::format_bytes(cold.reserved_bytes[kAggregate].peak).c_str(),
                 static_cast<long long>(cold.num_device_alloc));
   }

@@ -22,7 +22,10 @@ TIMING_KEYS = (
     "ns_per_event_history_off",
     "ns_per_event_history_nostack",
     "ns_per_event_history_cpp_stacks",
+    "ns_per_event_history_fp_stacks",  # memsnap only: compared with PyTorch's cpp_stacks
 )
+# Where PyTorch has no such mode, the row compares with this one of PyTorch's.
+PYTORCH_EQUIVALENT = {"ns_per_event_history_fp_stacks": "ns_per_event_history_cpp_stacks"}
 SAME_RESULT_KEYS = ("peak_reserved_bytes", "peak_allocated_bytes", "device_mallocs")
 
 
@@ -57,7 +60,8 @@ def summarize(trace, runs):
     for key in TIMING_KEYS:
         medians = {}
         for name, results in runs.items():
-            values = [r[key] for r in results if key in r]
+            source_key = PYTORCH_EQUIVALENT.get(key, key) if name == "pytorch" else key
+            values = [r[source_key] for r in results if source_key in r]
             if values:
                 medians[name] = statistics.median(values)
         if len(medians) == 2:

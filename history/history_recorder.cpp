@@ -94,7 +94,9 @@ HistoryRecorder::DeviceRecord* HistoryRecorder::record_at(int device, HistoryLev
 StackId HistoryRecorder::capture(const DeviceRecord& record) {
   if (!record.settings.cpp_stacks) return kNoStack;
   uintptr_t frames[kMaxStackDepth];
-  const size_t count = capture_stack(frames, kMaxStackDepth, kCaptureSkip);
+  const size_t count = record.settings.unwinder == StackUnwinder::kFramePointers
+                           ? capture_stack_frame_pointers(frames, kMaxStackDepth, kCaptureSkip)
+                           : capture_stack(frames, kMaxStackDepth, kCaptureSkip);
   return stacks_.intern(frames, count);
 }
 

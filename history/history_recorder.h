@@ -27,6 +27,7 @@
 
 #include "allocator/allocator_mutex.h"
 #include "allocator/allocator_observer.h"
+#include "history/stack_capture.h"
 #include "history/stack_table.h"
 #include "history/trace_ring.h"
 
@@ -45,6 +46,7 @@ struct HistorySettings {
   HistoryLevel level = HistoryLevel::kOff;
   size_t max_entries = 100000;  // trace entries kept per device
   bool cpp_stacks = true;       // capture C++ stacks (else entries carry no stack)
+  StackUnwinder unwinder = StackUnwinder::kDwarf;
 };
 
 // The allocation that last occupied a stretch of a segment.

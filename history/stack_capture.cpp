@@ -3,6 +3,8 @@
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
 
+#include <pthread.h>
+
 #include <algorithm>
 
 namespace memsnap {
@@ -17,6 +19,57 @@ __attribute__((noinline)) size_t capture_stack(uintptr_t* frames, size_t max_fra
   if (captured <= static_cast<int>(first)) return 0;
   const size_t count = std::min(static_cast<size_t>(captured) - first, max_frames);
   for (size_t i = 0; i < count; ++i) frames[i] = reinterpret_cast<uintptr_t>(raw[first + i]);
+  return count;
+}
+
+namespace {
+
+// The calling thread's stack, [low, high): frame pointers outside it are not followed.
+struct StackBounds {
+  uintptr_t low = 0;
+  uintptr_t high = 0;
+};
+
+StackBounds thread_stack_bounds() {
+  thread_local StackBounds bounds = [] {
+    StackBounds found;
+    pthread_attr_t attributes;
+    if (pthread_getattr_np(pthread_self(), &attributes) == 0) {
+      void* address = nullptr;
+      size_t size = 0;
+      if (pthread_attr_getstack(&attributes, &address, &size) == 0) {
+        found.low = reinterpret_cast<uintptr_t>(address);
+        found.high = found.low + size;
+      }
+      pthread_attr_destroy(&attributes);
+    }
+    return found;
+  }();
+  return bounds;
+}
+
+}  // namespace
+
+__attribute__((noinline)) size_t capture_stack_frame_pointers(uintptr_t* frames, size_t max_frames,
+                                                              size_t skip) {
+  const StackBounds stack = thread_stack_bounds();
+  // Each frame starts with the caller's frame pointer, then the return address into it.
+  auto frame = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  size_t count = 0;
+  while (count < max_frames) {
+    if (frame < stack.low || frame + 2 * sizeof(uintptr_t) > stack.high ||
+        frame % alignof(uintptr_t) != 0)
+      break;
+    const uintptr_t caller_frame = reinterpret_cast<const uintptr_t*>(frame)[0];
+    const uintptr_t return_address = reinterpret_cast<const uintptr_t*>(frame)[1];
+    if (return_address == 0) break;
+    if (skip > 0)
+      --skip;
+    else
+      frames[count++] = return_address;
+    if (caller_frame <= frame) break;  // the stack grows down: callers are higher
+    frame = caller_frame;
+  }
   return count;
 }
 

@@ -99,3 +99,30 @@ TEST(StackTable, InternsEachPathOnceAndStopsAtItsBound) {
 }
 
 }  // namespace stack_capture_test
+
+namespace stack_capture_test {
+
+__attribute__((noinline)) std::vector<uintptr_t> capture_by_frame_pointers() {
+  std::vector<uintptr_t> frames(memsnap::kMaxStackDepth);
+  frames.resize(memsnap::capture_stack_frame_pointers(frames.data(), frames.size()));
+  asm volatile("" ::: "memory");
+  return frames;
+}
+
+TEST(StackCapture, FramePointerWalkFindsTheSameCallers) {
+  const std::vector<uintptr_t> by_frame_pointer = capture_by_frame_pointers();
+  ASSERT_GE(by_frame_pointer.size(), 2u);
+  bool found = false;
+  for (uintptr_t address : by_frame_pointer)
+    for (const memsnap::SourceFrame& frame : memsnap::process_symbolizer().frames_at(address))
+      found |= frame.function.find("FramePointerWalkFindsTheSameCallers") != std::string::npos;
+  EXPECT_TRUE(found);
+  EXPECT_NE(memsnap::process_symbolizer().frames_at(by_frame_pointer[0])[0].function.find(
+                "capture_by_frame_pointers"),
+            std::string::npos);
+  // Bounded by the buffer, whatever the chain holds.
+  uintptr_t one[1];
+  EXPECT_LE(memsnap::capture_stack_frame_pointers(one, 1), 1u);
+}
+
+}  // namespace stack_capture_test
