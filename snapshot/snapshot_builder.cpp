@@ -124,6 +124,12 @@ SnapshotSegment segment_of(const SegmentRecord& record, const HistoryRecorder* r
   segment.total_size = record.size;
   segment.stream = record.stream;
   segment.segment_type = record.small_pool ? "small" : "large";
+  // The segment's history in one call, handed out to its blocks: both are in address order,
+  // and no entry straddles two blocks (a split comes with an allocation that replaces every
+  // entry it overlaps; free neighbours always merge).
+  std::vector<BlockHistoryEntry> history;
+  if (recorder != nullptr) history = recorder->history_within(record.device, record.address, record.size);
+  auto entry = history.begin();
   for (const BlockRecord& block_record : record.blocks) {
     SnapshotBlock& block = segment.blocks.emplace_back();
     block.address = block_record.address;
@@ -135,13 +141,11 @@ SnapshotSegment segment_of(const SegmentRecord& record, const HistoryRecorder* r
       segment.requested_size += block.requested_size;
     }
     if (block.state == BlockState::kActiveAllocated) segment.allocated_size += block.size;
-    if (recorder == nullptr) continue;
-    for (const BlockHistoryEntry& entry :
-         recorder->history_within(record.device, block.address, block.size)) {
-      const StackIndex stack = stacks.index_of(entry.stack);
-      block.history.push_back({entry.address, entry.requested_size, stack});
+    for (; entry != history.end() && entry->address < block.address + block.size; ++entry) {
+      const StackIndex stack = stacks.index_of(entry->stack);
+      block.history.push_back({entry->address, entry->requested_size, stack});
       // Entries never overlap, so the one at an active block's address is its allocation.
-      if (entry.address == block.address && block.state != BlockState::kInactive)
+      if (entry->address == block.address && block.state != BlockState::kInactive)
         block.stack = stack;
     }
   }
