@@ -1,9 +1,10 @@
 #include "snapshot/msgpack_reader.h"
 
+#include "snapshot/file_contents.h"
+
 #include <msgpack.hpp>
 
 #include <algorithm>
-#include <fstream>
 #include <limits>
 #include <stdexcept>
 
@@ -287,16 +288,9 @@ Result<Snapshot> snapshot_from_msgpack(std::string_view bytes) {
 }
 
 Result<Snapshot> read_msgpack_snapshot(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return Result<Snapshot>::failure(path + ": cannot open");
-  const std::streamoff size = in.tellg();
-  if (size < 0) return Result<Snapshot>::failure(path + ": cannot read (not a regular file?)");
-  if (static_cast<uint64_t>(size) > kMaxSnapshotFileBytes)
-    return Result<Snapshot>::failure(path + ": file too large (over 2 GiB)");
-  std::string bytes(static_cast<size_t>(size), '\0');
-  in.seekg(0);
-  if (!in.read(bytes.data(), size)) return Result<Snapshot>::failure(path + ": read failed");
-  auto snapshot = snapshot_from_msgpack(bytes);
+  auto bytes = read_file_contents(path, kMaxSnapshotFileBytes);
+  if (!bytes) return Result<Snapshot>::failure(bytes.error());
+  auto snapshot = snapshot_from_msgpack(bytes.value());
   if (!snapshot) return Result<Snapshot>::failure(path + ": " + snapshot.error());
   return snapshot;
 }

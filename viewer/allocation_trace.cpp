@@ -1,7 +1,8 @@
 #include "viewer/allocation_trace.h"
 
+#include "snapshot/file_contents.h"
+
 #include <charconv>
-#include <fstream>
 #include <sstream>
 
 namespace memsnap {
@@ -97,17 +98,9 @@ Result<AllocationTrace> parse_allocation_trace(std::istream& in) {
 }
 
 Result<AllocationTrace> read_allocation_trace(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return Result<AllocationTrace>::failure(path + ": cannot open file");
-  const std::streamoff size = in.tellg();
-  if (size < 0) return Result<AllocationTrace>::failure(path + ": cannot read file");
-  if (static_cast<uint64_t>(size) > kMaxTraceFileBytes)
-    return Result<AllocationTrace>::failure(path + ": larger than 4 GiB, not an allocation trace");
-  std::string contents(static_cast<size_t>(size), '\0');
-  in.seekg(0);
-  if (!in.read(contents.data(), size))
-    return Result<AllocationTrace>::failure(path + ": read error");
-  Result<AllocationTrace> parsed = parse_allocation_trace(std::string_view(contents));
+  auto contents = read_file_contents(path, kMaxTraceFileBytes);
+  if (!contents) return Result<AllocationTrace>::failure(contents.error());
+  Result<AllocationTrace> parsed = parse_allocation_trace(std::string_view(contents.value()));
   if (!parsed) return Result<AllocationTrace>::failure(path + ": " + parsed.error());
   return parsed;
 }
