@@ -68,7 +68,7 @@ void HistoryRecorder::clear(std::optional<int> device) {
     if (device && *device != d) continue;
     // Which allocations are live: asked of the allocator before taking the record's lock
     // (the hooks take them in the other order). Entries newer than the question stay.
-    const int64_t asked_at = steady_time_us();
+    const Ticks asked_at = now_ticks();
     std::vector<uintptr_t> live;
     for (const SegmentRecord& segment : allocator_.device(d).segment_records())
       for (const BlockRecord& block : segment.blocks)
@@ -79,7 +79,7 @@ void HistoryRecorder::clear(std::optional<int> device) {
     record.trace.clear();
     record.annotations.clear();
     std::erase_if(record.last_allocations, [&](const auto& entry) {
-      return entry.second.time_us < asked_at &&
+      return entry.second.ticks < asked_at &&
              !std::binary_search(live.begin(), live.end(), entry.first);
     });
   }
@@ -102,7 +102,7 @@ StackId HistoryRecorder::capture(const DeviceRecord& record) {
 
 void HistoryRecorder::push(DeviceRecord& record, TraceAction action, uintptr_t address,
                            size_t size, StreamId stream, StackId stack) {
-  record.trace.push({action, address, size, stream, steady_time_us(), stack});
+  record.trace.push({action, address, size, stream, now_ticks(), stack});
 }
 
 // Drops entries that overlap [address, address + size): the new allocation is now the last
@@ -125,8 +125,8 @@ void HistoryRecorder::on_alloc(int device, const Block& block) {
   record->segment_stack = kNoStack;
   if (stack == kNoStack) stack = capture(*record);
   block.observer_tag = stack;
-  const int64_t now = steady_time_us();
-  const BlockHistoryEntry entry{block.address, block.size, block.requested_size, stack, now};
+  const Ticks now = now_ticks();
+  const LastAllocation entry{block.size, block.requested_size, stack, now};
   auto& entries = record->last_allocations;
   auto same = entries.find(block.address);
   if (same != entries.end() && same->second.block_size == block.size) {
@@ -147,10 +147,10 @@ void HistoryRecorder::on_free_requested(int device, const Block& block) {
   const StackId allocation_stack = block.observer_tag;
   // With no other streams to wait for, the completion is reported next, on this thread.
   record->last_freed_address = block.stream_uses.empty() ? block.address : 0;
-  record->last_freed_time_us = steady_time_us();
+  record->last_freed_ticks = now_ticks();
   record->last_freed_allocation_stack = allocation_stack;
   record->trace.push({TraceAction::kFreeRequested, block.address, block.requested_size,
-                      block.stream, record->last_freed_time_us, capture(*record)});
+                      block.stream, record->last_freed_ticks, capture(*record)});
 }
 
 void HistoryRecorder::on_free_completed(int device, const Block& block) {
@@ -158,18 +158,18 @@ void HistoryRecorder::on_free_completed(int device, const Block& block) {
   if (record == nullptr) return;
   AllocatorLockGuard lock(record->mutex);
   // Like PyTorch, the completion carries the stack of the allocation it ends.
-  int64_t time_us;
+  Ticks ticks;
   StackId stack;
   if (record->last_freed_address == block.address) {  // completes the free just requested
-    time_us = record->last_freed_time_us;
+    ticks = record->last_freed_ticks;
     stack = record->last_freed_allocation_stack;
     record->last_freed_address = 0;
   } else {  // a deferred free (record_stream), completing later
-    time_us = steady_time_us();
+    ticks = now_ticks();
     stack = block.observer_tag;
   }
   record->trace.push({TraceAction::kFreeCompleted, block.address, block.requested_size,
-                      block.stream, time_us, stack});
+                      block.stream, ticks, stack});
 }
 
 void HistoryRecorder::on_segment_alloc(int device, const Segment& segment) {
@@ -223,10 +223,19 @@ void HistoryRecorder::record_snapshot_taken(int device) {
   push(*record, TraceAction::kSnapshot, 0, 0, 0, kNoStack);
 }
 
-std::vector<RecordedEvent> HistoryRecorder::trace(int device) const {
+std::vector<HistoryEvent> HistoryRecorder::trace(int device) const {
   const DeviceRecord& record = *devices_.at(static_cast<size_t>(device));
-  AllocatorLockGuard lock(record.mutex);
-  return record.trace.entries();
+  std::vector<RecordedEvent> recorded;
+  {
+    AllocatorLockGuard lock(record.mutex);
+    recorded = record.trace.entries();
+  }
+  const TicksToMicroseconds to_us;
+  std::vector<HistoryEvent> out;
+  out.reserve(recorded.size());
+  for (const RecordedEvent& e : recorded)
+    out.push_back({e.action, e.address, e.size, e.stream, to_us(e.ticks), e.stack});
+  return out;
 }
 
 uint64_t HistoryRecorder::dropped_trace_entries(int device) const {
@@ -239,10 +248,13 @@ std::vector<BlockHistoryEntry> HistoryRecorder::history_within(int device, uintp
                                                                size_t size) const {
   const DeviceRecord& record = *devices_.at(static_cast<size_t>(device));
   AllocatorLockGuard lock(record.mutex);
+  const TicksToMicroseconds to_us;
   std::vector<BlockHistoryEntry> out;
   for (auto it = record.last_allocations.lower_bound(address);
-       it != record.last_allocations.end() && it->first < address + size; ++it)
-    out.push_back(it->second);
+       it != record.last_allocations.end() && it->first < address + size; ++it) {
+    const LastAllocation& last = it->second;
+    out.push_back({it->first, last.block_size, last.requested_size, last.stack, to_us(last.ticks)});
+  }
   return out;
 }
 

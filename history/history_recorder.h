@@ -29,6 +29,7 @@
 #include "allocator/allocator_observer.h"
 #include "history/stack_capture.h"
 #include "history/stack_table.h"
+#include "history/tick_clock.h"
 #include "history/trace_ring.h"
 
 static_assert(memsnap::kNoStack == memsnap::Block::kNoObserverTag,
@@ -65,6 +66,16 @@ struct Annotation {
   int64_t time_us = 0;
 };
 
+// A trace entry as read back, its time in steady-clock microseconds.
+struct HistoryEvent {
+  TraceAction action = TraceAction::kAlloc;
+  uintptr_t address = 0;
+  size_t size = 0;  // requested bytes for allocations, segment bytes for segment events
+  StreamId stream = 0;
+  int64_t time_us = 0;
+  StackId stack = kNoStack;
+};
+
 int64_t steady_time_us();
 
 class HistoryRecorder final : public AllocatorObserver {
@@ -88,7 +99,7 @@ class HistoryRecorder final : public AllocatorObserver {
 
   // --- reads, for snapshots ---
   int device_count() const { return static_cast<int>(devices_.size()); }
-  std::vector<RecordedEvent> trace(int device) const;
+  std::vector<HistoryEvent> trace(int device) const;
   uint64_t dropped_trace_entries(int device) const;
   // History entries that lie within [address, address + size), in address order.
   std::vector<BlockHistoryEntry> history_within(int device, uintptr_t address, size_t size) const;
@@ -104,6 +115,14 @@ class HistoryRecorder final : public AllocatorObserver {
   void on_oom(int device, const OomInfo& info) override;
 
  private:
+  // A BlockHistoryEntry as kept: its address is the map key, its time in ticks.
+  struct LastAllocation {
+    size_t block_size = 0;
+    size_t requested_size = 0;
+    StackId stack = kNoStack;
+    Ticks ticks = 0;
+  };
+
   struct DeviceRecord {
     std::atomic<HistoryLevel> level{HistoryLevel::kOff};  // read without the lock
     mutable AllocatorMutex mutex;
@@ -112,13 +131,13 @@ class HistoryRecorder final : public AllocatorObserver {
     // Map nodes come from a pool owned by the record: an allocation replaces an entry on
     // almost every call, and the pool keeps malloc off that path.
     std::pmr::unsynchronized_pool_resource node_pool;
-    std::pmr::map<uintptr_t, BlockHistoryEntry> last_allocations{&node_pool};  // by address, never overlapping
+    std::pmr::map<uintptr_t, LastAllocation> last_allocations{&node_pool};  // by address, never overlapping
     std::vector<Annotation> annotations;
     StackId segment_stack = kNoStack;  // captured for a new segment, reused by its allocation
     // A free that completes at once is reported twice in a row (requested, completed): the
     // second report reuses the first one's time and lookup.
     uintptr_t last_freed_address = 0;
-    int64_t last_freed_time_us = 0;
+    Ticks last_freed_ticks = 0;
     StackId last_freed_allocation_stack = kNoStack;
   };
 

@@ -24,15 +24,31 @@ bool StackTable::same(const Span& span, const uintptr_t* frames, size_t count) c
 StackId StackTable::intern(const uintptr_t* frames, size_t count) {
   const uint64_t hash = hash_frames(frames, count);
   AllocatorLockGuard lock(mutex_);
-  auto [first, last] = by_hash_.equal_range(hash);
-  for (auto it = first; it != last; ++it)
-    if (same(spans_[it->second], frames, count)) return it->second;
-  if (frames_.size() + count > max_frames_ || spans_.size() >= kNoStack) return kNoStack;
+  if (index_.empty()) index_.resize(1024);
+  const size_t mask = index_.size() - 1;
+  size_t slot = hash & mask;
+  for (; index_[slot].id != kNoStack; slot = (slot + 1) & mask)
+    if (index_[slot].hash == hash && same(spans_[index_[slot].id], frames, count))
+      return index_[slot].id;
+  if (frames_.size() + count > max_frames_ || spans_.size() >= kNoStack - 1) return kNoStack;
   const auto id = static_cast<StackId>(spans_.size());
   spans_.push_back({frames_.size(), static_cast<uint32_t>(count)});
   frames_.insert(frames_.end(), frames, frames + count);
-  by_hash_.emplace(hash, id);
+  index_[slot] = {hash, id};
+  if (spans_.size() * 2 > index_.size()) grow_index();
   return id;
+}
+
+void StackTable::grow_index() {
+  std::vector<Slot> old = std::move(index_);
+  index_.assign(old.size() * 2, Slot{});
+  const size_t mask = index_.size() - 1;
+  for (const Slot& entry : old) {
+    if (entry.id == kNoStack) continue;
+    size_t slot = entry.hash & mask;
+    while (index_[slot].id != kNoStack) slot = (slot + 1) & mask;
+    index_[slot] = entry;
+  }
 }
 
 std::vector<uintptr_t> StackTable::frames(StackId id) const {
@@ -52,7 +68,7 @@ void StackTable::clear() {
   AllocatorLockGuard lock(mutex_);
   frames_.clear();
   spans_.clear();
-  by_hash_.clear();
+  index_.clear();
 }
 
 }  // namespace memsnap

@@ -7,7 +7,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
-#include <unordered_map>
 #include <vector>
 
 #include "allocator/allocator_mutex.h"
@@ -33,12 +32,20 @@ class StackTable {
     uint32_t count;
   };
   bool same(const Span& span, const uintptr_t* frames, size_t count) const;
+  void grow_index();
+
+  // Open addressing, linear probing: slot = (hash, id), id kNoStack when empty. Kept at most
+  // half full. A lookup is one probe into a flat array, not a node walk.
+  struct Slot {
+    uint64_t hash = 0;
+    StackId id = kNoStack;
+  };
 
   const size_t max_frames_;
   mutable AllocatorMutex mutex_;
   std::vector<uintptr_t> frames_;  // every stack's frames, back to back
   std::vector<Span> spans_;        // by id
-  std::unordered_multimap<uint64_t, StackId> by_hash_;
+  std::vector<Slot> index_;  // size a power of two
 };
 
 }  // namespace memsnap

@@ -13,6 +13,7 @@
 
 #include "allocator/device_backend.h"
 #include "history/stack_table.h"
+#include "history/tick_clock.h"
 #include "history/trace_action.h"
 
 namespace memsnap {
@@ -22,7 +23,7 @@ struct RecordedEvent {
   uintptr_t address = 0;
   size_t size = 0;  // requested bytes for allocations, segment bytes for segment events
   StreamId stream = 0;
-  int64_t time_us = 0;  // steady clock, microseconds
+  Ticks ticks = 0;  // tick_clock.h; the recorder converts to microseconds when read
   StackId stack = kNoStack;
 };
 

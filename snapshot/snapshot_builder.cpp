@@ -170,7 +170,7 @@ Snapshot take_snapshot(CachingAllocator& allocator, HistoryRecorder* recorder,
                                 memory.total_bytes});
     std::vector<TraceEntry>& trace = snapshot.device_traces.emplace_back();
     if (recorder == nullptr || !options.include_traces) continue;
-    for (const RecordedEvent& event : recorder->trace(d))
+    for (const HistoryEvent& event : recorder->trace(d))
       trace.push_back({event.action, event.address, event.size, event.stream, event.time_us,
                        stacks.index_of(event.stack)});
   }
