@@ -7,7 +7,7 @@ packages=(
   cmake ninja-build g++ pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libmsgpack-cxx-dev
-  libunwind-dev libdw-dev
+  libunwind-dev libdw-dev zlib1g-dev
 )
 
 missing=()

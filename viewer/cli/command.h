@@ -19,6 +19,14 @@ class CommandError : public std::runtime_error {
 using CommandRunner = std::function<void()>;
 
 CommandRunner add_replay_command(CLI::App& app);
+CommandRunner add_stats_command(CLI::App& app);
+CommandRunner add_flamegraph_command(CLI::App& app);
+CommandRunner add_folded_command(CLI::App& app);
+CommandRunner add_compare_command(CLI::App& app);
+CommandRunner add_segments_command(CLI::App& app);
+CommandRunner add_timeline_command(CLI::App& app);
+CommandRunner add_trace_command(CLI::App& app);
+CommandRunner add_convert_command(CLI::App& app);
 
 // Writes `text` to `path`, or to stdout when path is empty or "-". The file is written to a
 // temporary name and renamed, so a failure never leaves a partial file behind.

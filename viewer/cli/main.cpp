@@ -11,7 +11,17 @@ int main(int argc, char** argv) {
   CLI::App app{"memsnap: understand GPU memory (allocator replay, snapshots, views)", "memsnap"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "memsnap 0.1.0");
-  std::vector<memsnap::cli::CommandRunner> commands = {memsnap::cli::add_replay_command(app)};
+  std::vector<memsnap::cli::CommandRunner> commands = {
+      memsnap::cli::add_replay_command(app),
+      memsnap::cli::add_stats_command(app),
+      memsnap::cli::add_flamegraph_command(app),
+      memsnap::cli::add_folded_command(app),
+      memsnap::cli::add_compare_command(app),
+      memsnap::cli::add_segments_command(app),
+      memsnap::cli::add_timeline_command(app),
+      memsnap::cli::add_trace_command(app),
+      memsnap::cli::add_convert_command(app),
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""memsnap's viewer against PyTorch's torch/cuda/_memory_viz.py on the same snapshot, in one
+run: each command runs interleaved (memsnap, python, memsnap, ...) for --rounds rounds; the
+medians, their ratio and each side's peak memory (max RSS) are printed.
+
+    python3 bench/viewer_bench.py --memsnap build/viewer/memsnap --memory-viz _memory_viz.py \
+        --flamegraph-pl flamegraph.pl SNAPSHOT.pickle
+
+_memory_viz.py needs flamegraph.pl for `memory` and `segments`; it looks for it in
+~/.cache/flamegraph.pl, so this script copies the one given there (it never downloads)."""
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def run(argv):
+    start = time.perf_counter()
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(process.pid, 0)
+    elapsed = time.perf_counter() - start
+    stderr = process.stderr.read().decode(errors="replace")
+    process.stderr.close()
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"viewer_bench: {' '.join(argv)} failed: {stderr.strip()}")
+    return elapsed, usage.ru_maxrss * 1024
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--memsnap", required=True)
+    parser.add_argument("--memory-viz", required=True, help="PyTorch's torch/cuda/_memory_viz.py")
+    parser.add_argument("--flamegraph-pl", required=True)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("snapshot")
+    args = parser.parse_args()
+    cache = os.path.expanduser("~/.cache/flamegraph.pl")
+    os.makedirs(os.path.dirname(cache), exist_ok=True)
+    if not os.path.exists(cache):
+        shutil.copy(args.flamegraph_pl, cache)
+        os.chmod(cache, 0o755)
+    size = os.path.getsize(args.snapshot)
+    out = tempfile.mkdtemp(prefix="viewer_bench.")
+    commands = [
+        ("stats", [args.memsnap, "stats", args.snapshot],
+         [sys.executable, args.memory_viz, "stats", args.snapshot]),
+        ("memory flamegraph", [args.memsnap, "flamegraph", args.snapshot, "-o", f"{out}/m.svg"],
+         [sys.executable, args.memory_viz, "memory", args.snapshot, "-o", f"{out}/p.svg"]),
+        ("segments", [args.memsnap, "segments", args.snapshot, "-o", f"{out}/m2.svg"],
+         [sys.executable, args.memory_viz, "segments", args.snapshot, "-o", f"{out}/p2.svg"]),
+    ]
+    print(f"{args.snapshot}: {size / 2**20:.1f} MiB, {args.rounds} interleaved rounds (medians)")
+    for name, ours, theirs in commands:
+        ours_times, theirs_times, ours_rss, theirs_rss = [], [], 0, 0
+        for _ in range(args.rounds):
+            t, rss = run(ours)
+            ours_times.append(t)
+            ours_rss = max(ours_rss, rss)
+            t, rss = run(theirs)
+            theirs_times.append(t)
+            theirs_rss = max(theirs_rss, rss)
+        a, b = statistics.median(ours_times), statistics.median(theirs_times)
+        print(f"  {name:18s} memsnap {a:6.3f} s  {ours_rss / 2**20:6.1f} MiB ({ours_rss / size:.2f}x file)   "
+              f"_memory_viz.py {b:6.3f} s  {theirs_rss / 2**20:6.1f} MiB   speedup {b / a:5.1f}x")
+    shutil.rmtree(out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+#include "snapshot/byte_source.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <stdexcept>
+
+namespace memsnap {
+namespace {
+
+constexpr size_t kChunkBytes = size_t{256} << 10;
+
+bool starts_with_gzip_magic(const uint8_t* bytes, size_t size) {
+  return size >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b;
+}
+
+}  // namespace
+
+struct ByteSource::Inflater {
+  z_stream stream{};
+  std::vector<uint8_t> input;
+  bool finished = false;
+  Inflater() {
+    // 15 + 32: a gzip or zlib header, detected automatically.
+    if (inflateInit2(&stream, 15 + 32) != Z_OK) throw std::runtime_error("cannot start gzip decompression");
+  }
+  ~Inflater() { inflateEnd(&stream); }
+};
+
+ByteSource::ByteSource(uint64_t max_bytes) : max_bytes_(max_bytes) {}
+
+ByteSource::~ByteSource() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Result<std::unique_ptr<ByteSource>> ByteSource::open_file(const std::string& path,
+                                                           uint64_t max_bytes) {
+  std::unique_ptr<ByteSource> source(new ByteSource(max_bytes));
+  source->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (source->fd_ < 0)
+    return Result<std::unique_ptr<ByteSource>>::failure(path + ": " + std::strerror(errno));
+  struct stat info {};
+  if (::fstat(source->fd_, &info) != 0 || !S_ISREG(info.st_mode))
+    return Result<std::unique_ptr<ByteSource>>::failure(path + ": not a regular file");
+  if (static_cast<uint64_t>(info.st_size) > max_bytes)
+    return Result<std::unique_ptr<ByteSource>>::failure(
+        path + ": " + std::to_string(info.st_size) + " bytes is more than the limit of " +
+        std::to_string(max_bytes));
+  source->size_hint_ = static_cast<uint64_t>(info.st_size);
+  return source;
+}
+
+std::unique_ptr<ByteSource> ByteSource::over_memory(std::string_view bytes, uint64_t max_bytes) {
+  std::unique_ptr<ByteSource> source(new ByteSource(max_bytes));
+  source->memory_ = bytes;
+  source->size_hint_ = bytes.size();
+  return source;
+}
+
+size_t ByteSource::fill_raw(uint8_t* out, size_t capacity) {
+  if (fd_ < 0) {
+    const size_t n = std::min(capacity, memory_.size() - memory_offset_);
+    std::memcpy(out, memory_.data() + memory_offset_, n);
+    memory_offset_ += n;
+    return n;
+  }
+  for (;;) {
+    const ssize_t n = ::read(fd_, out, capacity);
+    if (n >= 0) return static_cast<size_t>(n);
+    if (errno != EINTR) throw std::runtime_error(std::string("read failed: ") + std::strerror(errno));
+  }
+}
+
+bool ByteSource::refill() {
+  consumed_before_ += static_cast<uint64_t>(end_ - begin_);
+  begin_ = next_ = end_ = nullptr;
+  if (consumed_before_ >= max_bytes_) {
+    hit_limit_ = true;
+    return false;
+  }
+  const bool first = consumed_before_ == 0 && inflater_ == nullptr;
+  if (first && fd_ < 0 && starts_with_gzip_magic(reinterpret_cast<const uint8_t*>(memory_.data()),
+                                                   memory_.size()))
+    size_hint_ = 0;
+  if (first && fd_ < 0 && !starts_with_gzip_magic(reinterpret_cast<const uint8_t*>(memory_.data()),
+                                                    memory_.size())) {
+    // Plain bytes in memory: read them where they lie.
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(memory_.size(), max_bytes_));
+    begin_ = next_ = reinterpret_cast<const uint8_t*>(memory_.data());
+    end_ = begin_ + n;
+    memory_offset_ = memory_.size();
+    if (n < memory_.size()) hit_limit_ = true;
+    return n > 0;
+  }
+  if (buffer_.empty()) buffer_.resize(kChunkBytes);
+  size_t produced = 0;
+  if (inflater_ == nullptr) {
+    produced = fill_raw(buffer_.data(), buffer_.size());
+    if (first && starts_with_gzip_magic(buffer_.data(), produced)) {
+      size_hint_ = 0;  // the inflated size is unknown
+      inflater_ = std::make_unique<Inflater>();
+      inflater_->input.assign(buffer_.begin(), buffer_.begin() + static_cast<std::ptrdiff_t>(produced));
+      inflater_->stream.next_in = inflater_->input.data();
+      inflater_->stream.avail_in = static_cast<uInt>(produced);
+      produced = 0;
+    }
+  }
+  if (inflater_ != nullptr) {
+    Inflater& z = *inflater_;
+    z.stream.next_out = buffer_.data();
+    z.stream.avail_out = static_cast<uInt>(buffer_.size());
+    while (z.stream.avail_out == buffer_.size() && !z.finished) {
+      if (z.stream.avail_in == 0) {
+        z.input.resize(kChunkBytes);
+        const size_t n = fill_raw(z.input.data(), z.input.size());
+        if (n == 0) throw std::runtime_error("gzip data ends early");
+        z.stream.next_in = z.input.data();
+        z.stream.avail_in = static_cast<uInt>(n);
+      }
+      const int status = inflate(&z.stream, Z_NO_FLUSH);
+      if (status == Z_STREAM_END) {
+        z.finished = true;
+      } else if (status != Z_OK) {
+        throw std::runtime_error(std::string("damaged gzip data") +
+                                 (z.stream.msg != nullptr ? std::string(": ") + z.stream.msg : ""));
+      }
+    }
+    produced = buffer_.size() - z.stream.avail_out;
+  }
+  const uint64_t allowed = max_bytes_ - consumed_before_;
+  if (produced > allowed) {
+    produced = static_cast<size_t>(allowed);
+    hit_limit_ = true;
+  }
+  begin_ = next_ = buffer_.data();
+  end_ = begin_ + produced;
+  return produced > 0;
+}
+
+bool ByteSource::read_slow(uint8_t* out, size_t n) {
+  while (n > 0) {
+    if (next_ == end_ && !refill()) return false;
+    const size_t take = std::min(n, static_cast<size_t>(end_ - next_));
+    std::memcpy(out, next_, take);
+    next_ += take;
+    out += take;
+    n -= take;
+  }
+  return true;
+}
+
+std::string ByteSource::read_rest() {
+  std::string out;
+  for (;;) {
+    out.append(reinterpret_cast<const char*>(next_), static_cast<size_t>(end_ - next_));
+    next_ = end_;
+    if (!refill()) return out;
+  }
+}
+
+}  // namespace memsnap

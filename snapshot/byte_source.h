@@ -1,0 +1,82 @@
+// Sequential bytes of an input, for readers that stream: a file is read in chunks (never
+// held whole, so a 26 MB snapshot does not cost 26 MB before parsing starts), and content
+// that begins with the gzip magic is inflated on the fly. The total is capped, so neither a
+// huge file nor a small compressed bomb can run a reader past its limit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "allocator/result.h"
+
+namespace memsnap {
+
+class ByteSource {
+ public:
+  static Result<std::unique_ptr<ByteSource>> open_file(const std::string& path, uint64_t max_bytes);
+  // Over bytes the caller keeps alive (tests, fuzzing, uploads).
+  static std::unique_ptr<ByteSource> over_memory(std::string_view bytes, uint64_t max_bytes);
+  ~ByteSource();
+  ByteSource(const ByteSource&) = delete;
+  ByteSource& operator=(const ByteSource&) = delete;
+
+  // Copies exactly `n` bytes, or returns false when the input ends (or passes the cap)
+  // first. Throws std::runtime_error for an unreadable file or damaged compression.
+  bool read(void* out, size_t n) {
+    if (static_cast<size_t>(end_ - next_) >= n) {
+      std::memcpy(out, next_, n);
+      next_ += n;
+      return true;
+    }
+    return read_slow(static_cast<uint8_t*>(out), n);
+  }
+  // `n` bytes from the current chunk when they lie there (consumed), else nullptr: lets a
+  // parser read small fields without a copy or a call.
+  const uint8_t* take(size_t n) {
+    if (static_cast<size_t>(end_ - next_) < n) return nullptr;
+    const uint8_t* at = next_;
+    next_ += n;
+    return at;
+  }
+  // The next byte without consuming it, or -1 at the end.
+  int peek() {
+    if (next_ == end_ && !refill()) return -1;
+    return *next_;
+  }
+  // Bytes consumed so far (after decompression): the offset errors name.
+  uint64_t offset() const { return consumed_before_ + static_cast<uint64_t>(next_ - begin_); }
+  bool compressed() const { return inflater_ != nullptr; }
+  // The input's size in bytes where known before reading (a plain file or memory), else 0:
+  // lets readers reserve their tables once instead of growing them.
+  uint64_t size_hint() const { return size_hint_; }
+  bool hit_limit() const { return hit_limit_; }
+  // Everything that is left, for formats parsed whole (msgpack).
+  std::string read_rest();
+
+ private:
+  struct Inflater;
+  ByteSource(uint64_t max_bytes);
+  bool read_slow(uint8_t* out, size_t n);
+  bool refill();           // false at the end of input
+  size_t fill_raw(uint8_t* out, size_t capacity);  // raw (possibly compressed) bytes
+
+  uint64_t max_bytes_;
+  int fd_ = -1;
+  std::string_view memory_;  // when reading from memory
+  size_t memory_offset_ = 0;
+  std::unique_ptr<Inflater> inflater_;
+  std::vector<uint8_t> buffer_;
+  const uint8_t* begin_ = nullptr;
+  const uint8_t* next_ = nullptr;
+  const uint8_t* end_ = nullptr;
+  uint64_t consumed_before_ = 0;  // bytes in buffers already used up
+  bool hit_limit_ = false;
+  uint64_t size_hint_ = 0;
+};
+
+}  // namespace memsnap

@@ -1,0 +1,388 @@
+#include "snapshot/pickle_machine.h"
+
+#include "snapshot/huge_pages.h"
+
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+
+namespace memsnap::pickle {
+namespace {
+
+// The opcodes this machine runs, by protocol (see Python's Lib/pickletools.py for the
+// reference descriptions).
+enum Op : uint8_t {
+  kMark = '(', kStop = '.', kPop = '0', kPopMark = '1', kDup = '2',
+  kFloat = 'F', kInt = 'I', kBinInt = 'J', kBinInt1 = 'K', kLong = 'L', kBinInt2 = 'M',
+  kNone = 'N', kBinString = 'T', kShortBinString = 'U', kBinUnicode = 'X',
+  kAppend = 'a', kDict = 'd', kEmptyDict = '}', kAppends = 'e', kGet = 'g', kBinGet = 'h',
+  kLongBinGet = 'j', kList = 'l', kEmptyList = ']', kPut = 'p', kBinPut = 'q',
+  kLongBinPut = 'r', kSetItem = 's', kTuple = 't', kEmptyTuple = ')', kSetItems = 'u',
+  kBinFloat = 'G',
+  // protocol 2
+  kProto = 0x80, kTuple1 = 0x85, kTuple2 = 0x86, kTuple3 = 0x87, kNewTrue = 0x88,
+  kNewFalse = 0x89, kLong1 = 0x8a, kLong4 = 0x8b,
+  // protocol 3
+  kBinBytes = 'B', kShortBinBytes = 'C',
+  // protocol 4
+  kShortBinUnicode = 0x8c, kBinUnicode8 = 0x8d, kBinBytes8 = 0x8e, kEmptySet = 0x8f,
+  kAddItems = 0x90, kFrozenSet = 0x91, kMemoize = 0x94, kFrame = 0x95,
+  // protocol 5
+  kByteArray8 = 0x96,
+};
+
+// Opcodes that would import or call code, or need out-of-band data: refused by name.
+const char* refused_opcode_name(uint8_t op) {
+  switch (op) {
+    case 'c': return "GLOBAL";
+    case 0x93: return "STACK_GLOBAL";
+    case 'R': return "REDUCE";
+    case 'b': return "BUILD";
+    case 'i': return "INST";
+    case 'o': return "OBJ";
+    case 0x81: return "NEWOBJ";
+    case 0x92: return "NEWOBJ_EX";
+    case 'P': return "PERSID";
+    case 'Q': return "BINPERSID";
+    case 0x82: case 0x83: case 0x84: return "EXT";
+    case 0x97: return "NEXT_BUFFER";
+    case 0x98: return "READONLY_BUFFER";
+    case 'S': return "STRING";
+    case 'V': return "UNICODE";
+    default: return nullptr;
+  }
+}
+
+constexpr size_t kReadPieceBytes = size_t{1} << 20;
+
+}  // namespace
+
+Machine::Machine(ByteSource& input, ValueStore& store, Lowering* lowering, MachineLimits limits)
+    : input_(input), store_(store), lowering_(lowering), limits_(limits) {}
+
+void Machine::expect_input_bytes(uint64_t bytes) {
+  memo_.reserve(static_cast<size_t>(std::min<uint64_t>(bytes / 30, uint64_t{1} << 26)));
+  advise_huge_pages(memo_.data(), memo_.capacity() * sizeof(Value));
+}
+
+void Machine::fail(const std::string& what) const {
+  throw PickleError("pickle byte " + std::to_string(opcode_offset_) + ": " + what);
+}
+
+void Machine::fail_truncated() const {
+  fail(input_.hit_limit() ? "input larger than the limit" : "truncated");
+}
+
+uint8_t Machine::read_u8_slow() {
+  uint8_t byte;
+  if (!input_.read(&byte, 1)) fail_truncated();
+  return byte;
+}
+
+uint64_t Machine::read_le_slow(size_t bytes) {
+  uint8_t raw[8];
+  if (!input_.read(raw, bytes)) fail_truncated();
+  uint64_t v = 0;
+  for (size_t i = bytes; i-- > 0;) v = (v << 8) | raw[i];
+  return v;
+}
+
+std::string_view Machine::read_bytes(uint64_t length) {
+  if (length <= kReadPieceBytes)
+    if (const uint8_t* at = input_.take(static_cast<size_t>(length)))
+      return {reinterpret_cast<const char*>(at), static_cast<size_t>(length)};
+  // Grown as the bytes arrive, so a hostile length costs no more than the input behind it.
+  scratch_.clear();
+  while (length > 0) {
+    const size_t piece = static_cast<size_t>(std::min<uint64_t>(length, kReadPieceBytes));
+    const size_t old = scratch_.size();
+    scratch_.resize(old + piece);
+    if (!input_.read(scratch_.data() + old, piece))
+      fail(input_.hit_limit() ? "input larger than the limit" : "truncated inside a string");
+    length -= piece;
+  }
+  return scratch_;
+}
+
+std::string Machine::read_line() {
+  std::string line;
+  for (;;) {
+    const uint8_t c = read_u8();
+    if (c == '\n') return line;
+    if (line.size() >= 256) fail("text argument too long");
+    line.push_back(static_cast<char>(c));
+  }
+}
+
+Value Machine::pop() {
+  if (stack_.size() <= (marks_.empty() ? 0 : marks_.back())) fail("stack underflow");
+  Value v = stack_.back();
+  stack_.pop_back();
+  return v;
+}
+
+Value& Machine::top() {
+  if (stack_.size() <= (marks_.empty() ? 0 : marks_.back())) fail("stack underflow");
+  return stack_.back();
+}
+
+size_t Machine::pop_mark() {
+  if (marks_.empty()) fail("no MARK to close");
+  const size_t first = marks_.back();
+  marks_.pop_back();
+  return first;
+}
+
+Value Machine::place(Value v) {
+  if (!v.is(Tag::kObject) || lowering_ == nullptr) return v;
+  const Object& o = store_.object(v);
+  if (o.shared) return v;
+  const int64_t slot = o.memo_slot;
+  const Value lowered = lowering_->lower(store_, v);
+  if (lowered == v) return v;
+  if (slot >= 0) {
+    if (static_cast<uint64_t>(slot) < memo_.size() && memo_[static_cast<size_t>(slot)] == v)
+      memo_[static_cast<size_t>(slot)] = lowered;
+    else if (auto it = sparse_memo_.find(static_cast<uint64_t>(slot)); it != sparse_memo_.end() && it->second == v)
+      it->second = lowered;
+  }
+  store_.release(v);
+  return lowered;
+}
+
+void Machine::memo_put(uint64_t index, Value v) {
+  if (v.is(Tag::kObject)) {
+    Object& o = store_.object(v);
+    if (o.memo_slot < 0) o.memo_slot = static_cast<int64_t>(index);
+    else o.shared = true;  // two memo slots: treat as referenced twice
+  }
+  if (index == memo_.size()) memo_.push_back(v);
+  else if (index < memo_.size()) memo_[static_cast<size_t>(index)] = v;
+  else sparse_memo_[index] = v;
+}
+
+Value Machine::sparse_memo_get(uint64_t index) {
+  auto it = sparse_memo_.find(index);
+  if (it == sparse_memo_.end()) fail("memo index " + std::to_string(index) + " was never stored");
+  if (it->second.is(Tag::kObject)) mark_shared(it->second);
+  return it->second;
+}
+
+void Machine::mark_shared(Value object) { store_.object(object).shared = true; }
+
+Value Machine::read_long(uint64_t length) {
+  if (length == 0) return store_.integer(0);
+  if (length > 8) {
+    std::string_view bytes = read_bytes(length);
+    // A 9-byte encoding of a uint64 (top byte 0) still fits; anything wider is kept as "huge".
+    bool fits = bytes.size() == 9 && static_cast<uint8_t>(bytes[8]) == 0;
+    if (!fits) return Value::make(Tag::kHugeInt);
+    uint64_t v = 0;
+    for (size_t i = 8; i-- > 0;) v = (v << 8) | static_cast<uint8_t>(bytes[i]);
+    return store_.unsigned_integer(v);
+  }
+  uint64_t raw = read_le(static_cast<size_t>(length));
+  if (length < 8 && (raw >> (length * 8 - 1)) & 1) raw |= ~uint64_t{0} << (length * 8);  // sign
+  return store_.integer(static_cast<int64_t>(raw));
+}
+
+Value Machine::make_sequence(ObjectKind kind, size_t first) {
+  const Value object = store_.new_object(kind);
+  std::vector<Value>& items = store_.object(object).items;
+  items.reserve(stack_.size() - first);
+  for (size_t i = first; i < stack_.size(); ++i) {
+    const Value placed = place(stack_[i]);
+    store_.object(object).items.push_back(placed);
+  }
+  stack_.resize(first);
+  return object;
+}
+
+void Machine::add_items(Value container, size_t first) {
+  if (!container.is(Tag::kObject)) fail("APPENDS/ADDITEMS to something that is not a list or set");
+  const ObjectKind kind = store_.object(container).kind;
+  if (kind != ObjectKind::kList && kind != ObjectKind::kSet)
+    fail("APPENDS/ADDITEMS to something that is not a list or set");
+  std::vector<Value>& items = store_.object(container).items;  // `place` creates no objects
+  for (size_t i = first; i < stack_.size(); ++i) items.push_back(place(stack_[i]));
+  stack_.resize(first);
+}
+
+void Machine::set_items(Value dict, size_t first) {
+  if (!dict.is(Tag::kObject) || store_.object(dict).kind != ObjectKind::kDict)
+    fail("SETITEMS to something that is not a dict");
+  if ((stack_.size() - first) % 2 != 0) fail("SETITEMS with a key but no value");
+  // `place` never creates objects, so the dict's storage stays where it is.
+  std::vector<Value>& items = store_.object(dict).items;
+  items.reserve(items.size() + (stack_.size() - first));
+  for (size_t i = first; i < stack_.size(); i += 2) {
+    items.push_back(stack_[i]);
+    items.push_back(place(stack_[i + 1]));
+  }
+  stack_.resize(first);
+}
+
+Value Machine::run() {
+  for (;;) {
+    opcode_offset_ = input_.offset();
+    const uint8_t op = read_u8();
+    switch (op) {
+      case kProto: {
+        const uint8_t protocol = read_u8();
+        if (protocol > 5) fail("pickle protocol " + std::to_string(protocol) + " is newer than 5");
+        break;
+      }
+      case kFrame: read_le(8); break;  // framing only groups opcodes; nothing to do
+      case kStop: {
+        const Value result = pop();
+        if (!marks_.empty()) fail("STOP inside an unfinished MARK");
+        return result;
+      }
+      case kMark:
+        if (marks_.size() >= limits_.max_marks) fail("nested deeper than " + std::to_string(limits_.max_marks));
+        marks_.push_back(stack_.size());
+        break;
+      case kPop: pop(); break;
+      case kPopMark: stack_.resize(pop_mark()); break;
+      case kDup: {
+        const Value v = top();
+        if (v.is(Tag::kObject)) store_.object(v).shared = true;
+        push(v);
+        break;
+      }
+      case kNone: push(Value::make(Tag::kNone)); break;
+      case kNewTrue: push(Value::make(Tag::kTrue)); break;
+      case kNewFalse: push(Value::make(Tag::kFalse)); break;
+      case kBinInt: push(store_.integer(static_cast<int32_t>(read_le(4)))); break;
+      case kBinInt1: push(store_.integer(static_cast<int64_t>(read_le(1)))); break;
+      case kBinInt2: push(store_.integer(static_cast<int64_t>(read_le(2)))); break;
+      case kLong1: push(read_long(read_le(1))); break;
+      case kLong4: {
+        const auto length = static_cast<int32_t>(read_le(4));
+        if (length < 0) fail("negative LONG4 length");
+        push(read_long(static_cast<uint64_t>(length)));
+        break;
+      }
+      case kInt:
+      case kLong: {
+        std::string text = read_line();
+        if (op == kInt && text == "00") { push(Value::make(Tag::kFalse)); break; }
+        if (op == kInt && text == "01") { push(Value::make(Tag::kTrue)); break; }
+        if (op == kLong && !text.empty() && text.back() == 'L') text.pop_back();
+        int64_t v = 0;
+        auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (ec == std::errc::result_out_of_range) { push(Value::make(Tag::kHugeInt)); break; }
+        if (ec != std::errc() || end != text.data() + text.size() || text.empty()) fail("bad integer text");
+        push(store_.integer(v));
+        break;
+      }
+      case kBinFloat: {
+        const uint64_t be = read_le(8);
+        const uint64_t bits = __builtin_bswap64(be);  // BINFLOAT is big-endian
+        double d;
+        std::memcpy(&d, &bits, sizeof d);
+        push(store_.floating(d));
+        break;
+      }
+      case kFloat: {
+        const std::string text = read_line();
+        char* end = nullptr;
+        const double d = std::strtod(text.c_str(), &end);
+        if (text.empty() || end != text.c_str() + text.size()) fail("bad float text");
+        push(store_.floating(d));
+        break;
+      }
+      case kShortBinUnicode: push(store_.string(read_bytes(read_le(1)))); break;
+      case kBinUnicode: push(store_.string(read_bytes(read_le(4)))); break;
+      case kBinUnicode8: push(store_.string(read_bytes(read_le(8)))); break;
+      case kShortBinString: push(store_.string(read_bytes(read_le(1)))); break;  // py2 str
+      case kBinString: {
+        const auto length = static_cast<int32_t>(read_le(4));
+        if (length < 0) fail("negative BINSTRING length");
+        push(store_.string(read_bytes(static_cast<uint64_t>(length))));
+        break;
+      }
+      case kShortBinBytes: push(store_.string(read_bytes(read_le(1)), Tag::kBytes)); break;
+      case kBinBytes: push(store_.string(read_bytes(read_le(4)), Tag::kBytes)); break;
+      case kBinBytes8:
+      case kByteArray8: push(store_.string(read_bytes(read_le(8)), Tag::kBytes)); break;
+      case kEmptyList: push(store_.new_object(ObjectKind::kList)); break;
+      case kEmptyDict: push(store_.new_object(ObjectKind::kDict)); break;
+      case kEmptyTuple: push(store_.new_object(ObjectKind::kTuple)); break;
+      case kEmptySet: push(store_.new_object(ObjectKind::kSet)); break;
+      case kTuple1:
+      case kTuple2:
+      case kTuple3: {
+        const size_t count = op - kTuple1 + 1u;
+        const size_t floor = marks_.empty() ? 0 : marks_.back();
+        if (stack_.size() < floor + count) fail("stack underflow");
+        push(make_sequence(ObjectKind::kTuple, stack_.size() - count));
+        break;
+      }
+      case kTuple: push(make_sequence(ObjectKind::kTuple, pop_mark())); break;
+      case kList: push(make_sequence(ObjectKind::kList, pop_mark())); break;
+      case kFrozenSet: push(make_sequence(ObjectKind::kSet, pop_mark())); break;
+      case kDict: {
+        const size_t first = pop_mark();
+        const Value dict = store_.new_object(ObjectKind::kDict);
+        set_items(dict, first);
+        push(dict);
+        break;
+      }
+      case kAppend: {
+        const Value item = pop();
+        const Value list = top();
+        if (!list.is(Tag::kObject) || store_.object(list).kind != ObjectKind::kList)
+          fail("APPEND to something that is not a list");
+        const Value placed = place(item);
+        store_.object(list).items.push_back(placed);
+        break;
+      }
+      case kAppends:
+      case kAddItems: {
+        const size_t first = pop_mark();
+        if (first == 0 || first - 1 < (marks_.empty() ? 0 : marks_.back()))
+          fail("APPENDS with no list under its MARK");
+        add_items(stack_[first - 1], first);
+        break;
+      }
+      case kSetItem: {
+        const size_t floor = marks_.empty() ? 0 : marks_.back();
+        if (stack_.size() < floor + 3) fail("stack underflow");
+        set_items(stack_[stack_.size() - 3], stack_.size() - 2);
+        break;
+      }
+      case kSetItems: {
+        const size_t first = pop_mark();
+        if (first == 0 || first <= (marks_.empty() ? 0 : marks_.back()))
+          fail("SETITEMS with no dict under its MARK");
+        set_items(stack_[first - 1], first);
+        break;
+      }
+      case kMemoize: memo_put(memo_.size(), top()); break;
+      case kBinPut: memo_put(read_le(1), top()); break;
+      case kLongBinPut: memo_put(read_le(4), top()); break;
+      case kPut:
+      case kGet: {
+        const std::string text = read_line();
+        uint64_t index = 0;
+        auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), index);
+        if (ec != std::errc() || end != text.data() + text.size() || text.empty()) fail("bad memo index text");
+        if (op == kPut) memo_put(index, top());
+        else push(memo_get(index));
+        break;
+      }
+      case kBinGet: push(memo_get(read_le(1))); break;
+      case kLongBinGet: push(memo_get(read_le(4))); break;
+      default: {
+        if (const char* name = refused_opcode_name(op))
+          fail(std::string("opcode ") + name + " is not supported (a snapshot holds only plain data)");
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "0x%02x", op);
+        fail(std::string("unknown opcode ") + hex + " (not a pickle, or damaged)");
+      }
+    }
+  }
+}
+
+}  // namespace memsnap::pickle

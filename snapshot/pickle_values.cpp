@@ -1,0 +1,166 @@
+#include "snapshot/pickle_values.h"
+
+#include <charconv>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+namespace memsnap::pickle {
+namespace {
+
+constexpr size_t kStringChunkBytes = size_t{64} << 10;
+constexpr uint64_t kMaxIds = uint64_t{1} << 40;
+
+}  // namespace
+
+Value ValueStore::integer(int64_t v) {
+  if (v >= Value::kMinSmallInt && v <= Value::kMaxSmallInt)
+    return Value::make(Tag::kInt, static_cast<uint64_t>(v) & ((uint64_t{1} << 60) - 1));
+  wide_ints_.push_back(v);
+  return Value::make(Tag::kWideInt, wide_ints_.size() - 1);
+}
+
+Value ValueStore::unsigned_integer(uint64_t v) {
+  if (v <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    return integer(static_cast<int64_t>(v));
+  wide_ints_.push_back(static_cast<int64_t>(v));
+  return Value::make(Tag::kWideUInt, wide_ints_.size() - 1);
+}
+
+Value ValueStore::floating(double v) {
+  floats_.push_back(v);
+  return Value::make(Tag::kFloat, floats_.size() - 1);
+}
+
+uint32_t ValueStore::intern(std::string_view text) {
+  if (auto it = string_ids_.find(text); it != string_ids_.end()) return it->second;
+  if (strings_.size() >= std::numeric_limits<uint32_t>::max())
+    throw std::length_error("too many distinct strings");
+  char* stored;
+  if (text.size() > kStringChunkBytes / 4) {  // big strings get a chunk of their own
+    string_chunks_.push_back(std::make_unique<char[]>(text.size()));
+    stored = string_chunks_.back().get();
+  } else {
+    if (chunk_left_ < text.size()) {
+      string_chunks_.push_back(std::make_unique<char[]>(kStringChunkBytes));
+      chunk_next_ = string_chunks_.back().get();
+      chunk_left_ = kStringChunkBytes;
+    }
+    stored = chunk_next_;
+    chunk_next_ += text.size();
+    chunk_left_ -= text.size();
+  }
+  if (!text.empty()) std::memcpy(stored, text.data(), text.size());
+  const std::string_view kept(stored, text.size());
+  const auto id = static_cast<uint32_t>(strings_.size());
+  strings_.push_back(kept);
+  string_ids_.emplace(kept, id);
+  return id;
+}
+
+Value ValueStore::string(std::string_view text, Tag tag) { return Value::make(tag, intern(text)); }
+
+Value ValueStore::new_object(ObjectKind kind) {
+  uint64_t id;
+  if (!free_objects_.empty()) {
+    id = free_objects_.back();
+    free_objects_.pop_back();
+  } else {
+    if (objects_.size() >= kMaxIds) throw std::length_error("too many objects");
+    id = objects_.size();
+    objects_.emplace_back();
+  }
+  Object& o = objects_[id];
+  o.kind = kind;
+  o.shared = false;
+  o.memo_slot = -1;
+  o.items.clear();
+  return Value::make(Tag::kObject, id);
+}
+
+void ValueStore::release(Value object) {
+  Object& o = objects_[object.payload()];
+  // Keep the capacity for the next object built here: a streamed snapshot builds and
+  // releases one dict per trace entry, and reusing its storage keeps malloc out of the loop.
+  // Only unusually large item lists are given back.
+  if (o.items.capacity() > 4096) std::vector<Value>().swap(o.items);
+  else o.items.clear();
+  free_objects_.push_back(object.payload());
+}
+
+bool ValueStore::is_integer(Value v) const {
+  return v.is(Tag::kInt) || v.is(Tag::kWideInt) || v.is(Tag::kWideUInt) || v.is(Tag::kTrue) ||
+         v.is(Tag::kFalse);
+}
+
+bool ValueStore::get_int64(Value v, int64_t& out) const {
+  switch (v.tag()) {
+    case Tag::kInt: out = v.small_int(); return true;
+    case Tag::kWideInt: out = wide_ints_[v.payload()]; return true;
+    case Tag::kTrue: out = 1; return true;
+    case Tag::kFalse: out = 0; return true;
+    default: return false;
+  }
+}
+
+bool ValueStore::get_uint64(Value v, uint64_t& out) const {
+  if (v.is(Tag::kWideUInt)) {
+    out = static_cast<uint64_t>(wide_ints_[v.payload()]);
+    return true;
+  }
+  int64_t signed_value;
+  if (!get_int64(v, signed_value) || signed_value < 0) return false;
+  out = static_cast<uint64_t>(signed_value);
+  return true;
+}
+
+std::string ValueStore::repr(Value v, int depth) const {
+  switch (v.tag()) {
+    case Tag::kNone: return "None";
+    case Tag::kFalse: return "False";
+    case Tag::kTrue: return "True";
+    case Tag::kInt:
+    case Tag::kWideInt: {
+      int64_t i = 0;
+      get_int64(v, i);
+      return std::to_string(i);
+    }
+    case Tag::kWideUInt: return std::to_string(static_cast<uint64_t>(wide_ints_[v.payload()]));
+    case Tag::kHugeInt: return "<integer wider than 64 bits>";
+    case Tag::kFloat: {
+      char buffer[64];
+      const double d = floats_[v.payload()];
+      auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, d);
+      std::string s(buffer, end);
+      if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // as Python prints 0.0
+      return s;
+    }
+    case Tag::kString: return std::string(text(v));
+    case Tag::kBytes: return "<" + std::to_string(text(v).size()) + " bytes>";
+    case Tag::kEmptyList: return "[]";
+    case Tag::kLowered: return "<record>";
+    case Tag::kObject: break;
+  }
+  if (depth > 8) return "...";
+  const Object& o = object(v);
+  auto item = [&](Value x) {
+    return x.is(Tag::kString) ? "'" + std::string(text(x)) + "'" : repr(x, depth + 1);
+  };
+  std::string out;
+  const char* open = o.kind == ObjectKind::kDict ? "{" : o.kind == ObjectKind::kTuple ? "(" : "[";
+  const char* close = o.kind == ObjectKind::kDict ? "}" : o.kind == ObjectKind::kTuple ? ")" : "]";
+  out += open;
+  const size_t step = o.kind == ObjectKind::kDict ? 2 : 1;
+  for (size_t i = 0; i + step <= o.items.size(); i += step) {
+    if (i > 0) out += ", ";
+    if (out.size() > 4096) {
+      out += "...";
+      break;
+    }
+    out += item(o.items[i]);
+    if (step == 2) out += ": " + item(o.items[i + 1]);
+  }
+  return out + close;
+}
+
+}  // namespace memsnap::pickle

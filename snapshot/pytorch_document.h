@@ -1,0 +1,85 @@
+// Turns a PyTorch-shaped snapshot document held in a ValueStore (from a pickle or JSON)
+// into the Snapshot model, checking every field's type and naming the path of anything
+// wrong (`segments[3].blocks[2].state: unknown block state 'x'`). Also the Lowering that
+// shrinks trace entries, frames and stacks into records while a pickle streams in.
+#pragma once
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "snapshot/pickle_machine.h"
+#include "snapshot/snapshot.h"
+
+namespace memsnap {
+
+class PyTorchDocument final : public pickle::Lowering {
+ public:
+  explicit PyTorchDocument(pickle::ValueStore& store);
+  pickle::Value lower(pickle::ValueStore& store, pickle::Value object) override;
+  // Reserves for the trace entries an input of this size likely holds (PyTorch writes
+  // 80-90 bytes per entry).
+  void expect_input_bytes(uint64_t bytes);
+  // Builds the snapshot from the document's root; throws std::runtime_error.
+  Snapshot convert(pickle::Value root);
+
+ private:
+  enum LoweredKind : uint32_t { kFrameRecord = 1, kStackRecord = 2, kEntryRecord = 3 };
+  struct FrameKey {
+    uint32_t name, file;
+    int64_t line;
+    bool operator==(const FrameKey&) const = default;
+  };
+  struct FrameKeyHash {
+    size_t operator()(const FrameKey& k) const {
+      return std::hash<uint64_t>()((uint64_t{k.name} << 32 | k.file) ^ static_cast<uint64_t>(k.line) * 0x9E3779B97F4A7C15ull);
+    }
+  };
+
+  pickle::Value field(const pickle::Object& dict, uint32_t key) const;
+  bool has_field(const pickle::Object& dict, uint32_t key) const;
+  // Parsers shared by the streaming lowering (quiet: `error` null, failure = not lowered)
+  // and the conversion (every failure named).
+  bool parse_frame(const pickle::Object& dict, uint32_t& frame, std::string* error);
+  bool parse_stack(pickle::Value frames, StackIndex& stack, std::string* error);
+  bool parse_entry(const pickle::Object& dict, TraceEntry& entry, std::string* error);
+  uint32_t intern_frame(const FrameKey& key);
+  StackIndex intern_stack(const std::vector<uint32_t>& frames);
+
+  // conversion
+  const pickle::Object& dict_at(pickle::Value v, const std::string& where) const;
+  const pickle::Object& list_at(pickle::Value v, const std::string& where) const;
+  uint64_t uint_field(const pickle::Object& dict, uint32_t key, const std::string& where,
+                      uint64_t fallback, bool required = false) const;
+  int64_t int_field(const pickle::Object& dict, uint32_t key, const std::string& where,
+                    int64_t fallback) const;
+  std::string string_field(const pickle::Object& dict, uint32_t key, const std::string& where,
+                           std::string fallback) const;
+  StackIndex stack_field(const pickle::Object& dict, uint32_t key, const std::string& where);
+  SnapshotSegment convert_segment(pickle::Value v, const std::string& where);
+  SnapshotBlock convert_block(pickle::Value v, uint64_t expected_address, const std::string& where);
+  std::vector<TraceEntry> convert_trace(pickle::Value v, const std::string& where);
+  void convert_extras(const pickle::Object& root, Snapshot& out);
+
+  pickle::ValueStore& store_;
+  // Interned key names.
+  uint32_t k_action_, k_addr_, k_device_free_, k_size_, k_stream_, k_time_us_, k_frames_, k_name_,
+      k_filename_, k_line_, k_segments_, k_device_traces_, k_allocator_settings_,
+      k_external_annotations_, k_device_, k_address_, k_total_size_, k_allocated_size_,
+      k_active_size_, k_requested_size_, k_segment_type_, k_segment_pool_id_, k_is_expandable_,
+      k_blocks_, k_state_, k_history_, k_real_size_, k_stage_, k_source_, k_process_, k_devices_,
+      k_statistics_, k_host_, k_pid_, k_rank_, k_time_unix_us_, k_clock_offset_us_, k_index_,
+      k_total_memory_;
+  std::vector<FrameKey> frames_;
+  std::unordered_map<FrameKey, uint32_t, FrameKeyHash> frame_ids_;
+  std::vector<std::vector<uint32_t>> stacks_;
+  std::unordered_map<std::string, StackIndex> stack_ids_;  // by the frame ids' bytes
+  std::vector<TraceEntry> entries_;
+  std::vector<uint32_t> scratch_frames_;
+  // The action a string id names (-1 unknown, -2 not looked up yet): one lookup per
+  // distinct string instead of a name comparison per entry.
+  std::vector<int8_t> action_by_string_;
+  std::optional<TraceAction> action_named(pickle::Value name);
+};
+
+}  // namespace memsnap

@@ -1,0 +1,67 @@
+#include "snapshot/snapshot_loader.h"
+
+#include "snapshot/byte_source.h"
+#include "snapshot/msgpack_reader.h"
+#include "snapshot/pytorch_snapshot_reader.h"
+
+namespace memsnap {
+namespace {
+
+std::optional<SnapshotFormat> detect(int first_byte) {
+  if (first_byte == 0x80) return SnapshotFormat::kPickle;  // PROTO: pickle protocol 2 or later
+  if ((first_byte > 0x80 && first_byte <= 0x8f) || first_byte == 0xde || first_byte == 0xdf)
+    return SnapshotFormat::kMsgpack;  // a map (memsnap files are maps)
+  switch (first_byte) {
+    case '{': case '[': case ' ': case '\t': case '\r': case '\n': return SnapshotFormat::kJson;
+    case '(': case ']': case '}': return SnapshotFormat::kPickle;  // protocols 0 and 1
+    default: return std::nullopt;
+  }
+}
+
+Result<LoadedSnapshot> load(ByteSource& source, const std::string& name) {
+  auto failure = [&](const std::string& message) {
+    return Result<LoadedSnapshot>::failure(name.empty() ? message : name + ": " + message);
+  };
+  try {
+    const int first = source.peek();
+    if (first < 0) return failure("empty file");
+    const auto format = detect(first);
+    if (!format)
+      return failure("not a snapshot (neither memsnap msgpack or JSON nor a PyTorch pickle)");
+    Result<Snapshot> read = Result<Snapshot>::failure("");
+    switch (*format) {
+      case SnapshotFormat::kPickle: read = snapshot_from_pickle(source); break;
+      case SnapshotFormat::kMsgpack: read = snapshot_from_msgpack(source.read_rest()); break;
+      case SnapshotFormat::kJson: read = snapshot_from_json(source.read_rest()); break;
+    }
+    if (source.hit_limit()) return failure("larger than the limit of " + std::to_string(kMaxSnapshotFileBytes) + " bytes");
+    if (!read) return failure(read.error());
+    return LoadedSnapshot{std::move(read).value(), *format, source.compressed()};
+  } catch (const std::exception& error) {  // unreadable file, damaged compression
+    return failure(error.what());
+  }
+}
+
+}  // namespace
+
+std::string_view snapshot_format_name(SnapshotFormat format) {
+  switch (format) {
+    case SnapshotFormat::kMsgpack: return "msgpack";
+    case SnapshotFormat::kJson: return "json";
+    case SnapshotFormat::kPickle: return "pickle";
+  }
+  return "?";
+}
+
+Result<LoadedSnapshot> load_snapshot(const std::string& path) {
+  auto source = ByteSource::open_file(path, kMaxSnapshotFileBytes);
+  if (!source) return Result<LoadedSnapshot>::failure(source.error());
+  return load(*source.value(), path);
+}
+
+Result<LoadedSnapshot> load_snapshot_from_memory(std::string_view bytes) {
+  auto source = ByteSource::over_memory(bytes, kMaxSnapshotFileBytes);
+  return load(*source, "");
+}
+
+}  // namespace memsnap

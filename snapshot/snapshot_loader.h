@@ -1,0 +1,26 @@
+// Loads a snapshot in any format memsnap reads, told apart by content rather than by file
+// name: memsnap's msgpack, memsnap's (or PyTorch-shaped) JSON, and PyTorch's pickles, each
+// possibly gzip-compressed.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "allocator/result.h"
+#include "snapshot/snapshot.h"
+
+namespace memsnap {
+
+enum class SnapshotFormat { kMsgpack, kJson, kPickle };
+std::string_view snapshot_format_name(SnapshotFormat format);
+
+struct LoadedSnapshot {
+  Snapshot snapshot;
+  SnapshotFormat format = SnapshotFormat::kMsgpack;
+  bool compressed = false;
+};
+
+Result<LoadedSnapshot> load_snapshot(const std::string& path);
+Result<LoadedSnapshot> load_snapshot_from_memory(std::string_view bytes);
+
+}  // namespace memsnap

@@ -1,0 +1,161 @@
+#include "viewer/snapshot_stats.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+
+#include "allocator/device_stats.h"
+
+namespace memsnap {
+namespace {
+
+constexpr std::array<BlockState, 3> kStates = {BlockState::kActiveAllocated,
+                                               BlockState::kActivePendingFree, BlockState::kInactive};
+
+nlohmann::json totals_json(const MemoryTotals& t) {
+  nlohmann::json state_bytes = nlohmann::json::object();
+  nlohmann::json state_blocks = nlohmann::json::object();
+  for (BlockState state : kStates) {
+    state_bytes[std::string(block_state_name(state))] = t.state_bytes[static_cast<size_t>(state)];
+    state_blocks[std::string(block_state_name(state))] = t.state_blocks[static_cast<size_t>(state)];
+  }
+  return {{"segments", t.segments},
+          {"blocks", t.blocks},
+          {"reserved_bytes", t.reserved_bytes},
+          {"allocated_bytes", t.allocated_bytes},
+          {"active_bytes", t.active_bytes},
+          {"requested_bytes", t.requested_bytes},
+          {"state_bytes", state_bytes},
+          {"state_blocks", state_blocks},
+          {"pools",
+           {{"small", {{"segments", t.small_pool_segments}, {"blocks", t.small_pool_blocks}}},
+            {"large", {{"segments", t.large_pool_segments}, {"blocks", t.large_pool_blocks}}}}},
+          {"inactive_split_bytes", t.inactive_split_bytes},
+          {"largest_free_block", t.largest_free_block}};
+}
+
+std::string bytes(uint64_t n) { return format_bytes(static_cast<int64_t>(n)); }
+
+}  // namespace
+
+void MemoryTotals::add(const SnapshotSegment& segment) {
+  ++segments;
+  blocks += segment.blocks.size();
+  reserved_bytes += segment.total_size;
+  allocated_bytes += segment.allocated_size;
+  active_bytes += segment.active_size;
+  requested_bytes += segment.requested_size;
+  const bool small = segment.segment_type == "small";
+  (small ? small_pool_segments : large_pool_segments) += 1;
+  (small ? small_pool_blocks : large_pool_blocks) += segment.blocks.size();
+  bool has_live_block = false;
+  uint64_t free_bytes = 0;
+  for (const SnapshotBlock& block : segment.blocks) {
+    const auto state = static_cast<size_t>(block.state);
+    state_bytes[state] += block.size;
+    state_blocks[state] += 1;
+    if (block.state == BlockState::kInactive) {
+      free_bytes += block.size;
+      largest_free_block = std::max(largest_free_block, block.size);
+    } else {
+      has_live_block = true;
+    }
+  }
+  if (has_live_block) inactive_split_bytes += free_bytes;
+}
+
+SnapshotStats compute_stats(const Snapshot& snapshot) {
+  SnapshotStats stats;
+  std::map<std::pair<int64_t, uint64_t>, MemoryTotals> by_stream;
+  for (const SnapshotSegment& segment : snapshot.segments) {
+    stats.totals.add(segment);
+    by_stream[{segment.device, segment.stream}].add(segment);
+  }
+  for (auto& [key, totals] : by_stream) stats.by_stream.push_back({key.first, key.second, totals});
+  for (const auto& trace : snapshot.device_traces) {
+    stats.trace_entries += trace.size();
+    stats.trace_entries_by_device.push_back(trace.size());
+    for (const TraceEntry& entry : trace) ++stats.trace_actions[std::string(trace_action_name(entry.action))];
+  }
+  int64_t devices = static_cast<int64_t>(std::max(snapshot.devices.size(), snapshot.device_traces.size()));
+  for (const SnapshotSegment& segment : snapshot.segments) devices = std::max(devices, segment.device + 1);
+  stats.devices = static_cast<uint64_t>(devices);
+  stats.stacks = snapshot.stacks.size();
+  stats.frames = snapshot.frames.size();
+  stats.annotations = snapshot.external_annotations.size();
+  return stats;
+}
+
+nlohmann::json stats_to_json(const SnapshotStats& stats, const Snapshot& snapshot) {
+  nlohmann::json out = totals_json(stats.totals);
+  out["source"] = snapshot.source;
+  out["devices"] = stats.devices;
+  out["trace_entries"] = stats.trace_entries;
+  out["trace_actions"] = stats.trace_actions;
+  out["trace_entries_by_device"] = stats.trace_entries_by_device;
+  out["stacks"] = stats.stacks;
+  out["frames"] = stats.frames;
+  out["annotations"] = stats.annotations;
+  nlohmann::json streams = nlohmann::json::array();
+  for (const StreamTotals& s : stats.by_stream) {
+    nlohmann::json row = totals_json(s.totals);
+    row["device"] = s.device;
+    row["stream"] = s.stream;
+    streams.push_back(std::move(row));
+  }
+  out["by_stream"] = std::move(streams);
+  return out;
+}
+
+std::string stats_to_text(const SnapshotStats& stats, const Snapshot& snapshot) {
+  std::string out;
+  char line[256];
+  const MemoryTotals& t = stats.totals;
+  std::snprintf(line, sizeof line, "%s snapshot: %" PRIu64 " device(s), %" PRIu64 " segments, %" PRIu64
+                " blocks, %" PRIu64 " trace entries\n\n",
+                snapshot.source.c_str(), stats.devices, t.segments, t.blocks, stats.trace_entries);
+  out += line;
+  out += "device  stream              segments  blocks    reserved   allocated      active   requested  inactive split  largest free\n";
+  auto row = [&](const std::string& device, const std::string& stream, const MemoryTotals& m) {
+    std::snprintf(line, sizeof line, "%-7s %-18s %9" PRIu64 " %7" PRIu64 " %11s %11s %11s %11s %15s %13s\n",
+                  device.c_str(), stream.c_str(), m.segments, m.blocks, bytes(m.reserved_bytes).c_str(),
+                  bytes(m.allocated_bytes).c_str(), bytes(m.active_bytes).c_str(),
+                  bytes(m.requested_bytes).c_str(), bytes(m.inactive_split_bytes).c_str(),
+                  bytes(m.largest_free_block).c_str());
+    out += line;
+  };
+  for (const StreamTotals& s : stats.by_stream) {
+    char stream[32];
+    std::snprintf(stream, sizeof stream, "0x%" PRIx64, s.stream);
+    row(std::to_string(s.device), stream, s.totals);
+  }
+  row("all", "", t);
+  out += "\nby block state:\n";
+  for (BlockState state : kStates) {
+    std::snprintf(line, sizeof line, "  %-20s %11s in %" PRIu64 " blocks\n",
+                  std::string(block_state_name(state)).c_str(),
+                  bytes(t.state_bytes[static_cast<size_t>(state)]).c_str(),
+                  t.state_blocks[static_cast<size_t>(state)]);
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "\nby pool:\n  small  %" PRIu64 " segments, %" PRIu64
+                " blocks\n  large  %" PRIu64 " segments, %" PRIu64 " blocks\n",
+                t.small_pool_segments, t.small_pool_blocks, t.large_pool_segments, t.large_pool_blocks);
+  out += line;
+  const uint64_t free_bytes = t.reserved_bytes - std::min(t.reserved_bytes, t.active_bytes);
+  std::snprintf(line, sizeof line,
+                "\nfragmentation: %s reserved but free, %s of it in split segments (unusable for "
+                "large requests); largest free block %s; allocation rounding %s\n",
+                bytes(free_bytes).c_str(), bytes(t.inactive_split_bytes).c_str(),
+                bytes(t.largest_free_block).c_str(),
+                bytes(t.allocated_bytes - std::min(t.allocated_bytes, t.requested_bytes)).c_str());
+  out += line;
+  if (stats.trace_entries > 0) {
+    out += "\ntrace:";
+    for (const auto& [action, count] : stats.trace_actions) out += " " + action + " " + std::to_string(count) + ",";
+    out.back() = '\n';
+  }
+  return out;
+}
+
+}  // namespace memsnap

@@ -1,0 +1,141 @@
+#include "viewer/timeline.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+namespace memsnap {
+namespace {
+
+struct Allocation {
+  uint64_t address, size;
+  StackIndex stack;
+  uint64_t start, end;
+  bool before_trace;
+};
+
+}  // namespace
+
+Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& options) {
+  Timeline out;
+  if (options.device) {
+    out.device = *options.device;
+  } else {
+    size_t most = 0;
+    for (size_t d = 0; d < snapshot.device_traces.size(); ++d)
+      if (snapshot.device_traces[d].size() > most) {
+        most = snapshot.device_traces[d].size();
+        out.device = static_cast<int64_t>(d);
+      }
+  }
+  static const std::vector<TraceEntry> kNoTrace;
+  const std::vector<TraceEntry>& trace =
+      out.device >= 0 && static_cast<size_t>(out.device) < snapshot.device_traces.size()
+          ? snapshot.device_traces[static_cast<size_t>(out.device)] : kNoTrace;
+
+  // Pair allocs with their free_completed, by address.
+  std::vector<Allocation> allocations;
+  std::unordered_map<uint64_t, size_t> live;  // address -> allocation
+  std::vector<int64_t> times;
+  uint64_t index = 0;
+  for (const TraceEntry& e : trace) {
+    if (e.action == TraceAction::kAlloc) {
+      live[e.address] = allocations.size();
+      allocations.push_back({e.address, e.size, e.stack, index, UINT64_MAX, false});
+    } else if (e.action == TraceAction::kFreeCompleted) {
+      auto it = live.find(e.address);
+      if (it != live.end()) {
+        allocations[it->second].end = index;
+        live.erase(it);
+      } else {  // allocated before the trace began
+        allocations.push_back({e.address, e.size, e.stack, 0, index, true});
+      }
+    } else {
+      continue;
+    }
+    times.push_back(e.time_us);
+    ++index;
+  }
+  out.events = index;
+  // Blocks still active in the snapshot that the trace never allocated.
+  for (const SnapshotSegment& segment : snapshot.segments) {
+    if (segment.device != out.device) continue;
+    for (const SnapshotBlock& block : segment.blocks)
+      if (block.state != BlockState::kInactive && !live.count(block.address))
+        allocations.push_back({block.address, block.requested_size, block.stack, 0, UINT64_MAX, true});
+  }
+  for (Allocation& a : allocations)
+    if (a.end == UINT64_MAX) a.end = out.events;
+  out.allocations = allocations.size();
+
+  // The largest allocations get bands (ties: the longer-lived).
+  std::vector<size_t> order(allocations.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  const size_t kept = std::min(options.max_bands, order.size());
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(kept), order.end(),
+                    [&](size_t a, size_t b) {
+                      const Allocation &x = allocations[a], &y = allocations[b];
+                      if (x.size != y.size) return x.size > y.size;
+                      return x.end - x.start > y.end - y.start;
+                    });
+  std::vector<bool> is_band(allocations.size(), false);
+  for (size_t i = 0; i < kept; ++i) is_band[order[i]] = true;
+  std::vector<size_t> band_allocations(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(kept));
+  // Stacking order: allocations from before the trace lowest, then by allocation time.
+  std::sort(band_allocations.begin(), band_allocations.end(), [&](size_t a, size_t b) {
+    const Allocation &x = allocations[a], &y = allocations[b];
+    if (x.before_trace != y.before_trace) return x.before_trace;
+    if (x.start != y.start) return x.start < y.start;
+    return a < b;
+  });
+  for (size_t a : band_allocations) {
+    const Allocation& x = allocations[a];
+    out.bands.push_back({x.address, x.size, x.stack, x.start, x.end, x.before_trace, {}});
+  }
+
+  // Sample points: evenly spaced, plus every band's start and end so none is missed.
+  std::vector<uint64_t> samples;
+  const uint64_t steps = std::min<uint64_t>(options.max_samples, std::max<uint64_t>(out.events, 1));
+  for (uint64_t s = 0; s <= steps; ++s) samples.push_back(out.events * s / steps);
+  for (const TimelineBand& b : out.bands) {
+    samples.push_back(b.start);
+    samples.push_back(b.end);
+  }
+  std::sort(samples.begin(), samples.end());
+  samples.erase(std::unique(samples.begin(), samples.end()), samples.end());
+
+  // Bytes of the merged (small) allocations at each sample: a sweep over their deltas.
+  std::vector<std::pair<uint64_t, int64_t>> deltas;
+  for (size_t i = 0; i < allocations.size(); ++i) {
+    if (is_band[i]) continue;
+    deltas.push_back({allocations[i].start, static_cast<int64_t>(allocations[i].size)});
+    deltas.push_back({allocations[i].end, -static_cast<int64_t>(allocations[i].size)});
+  }
+  std::sort(deltas.begin(), deltas.end());
+  size_t next_delta = 0;
+  int64_t other = 0;
+  for (uint64_t sample : samples) {
+    // Live at `sample`: started at or before it, ending after it.
+    while (next_delta < deltas.size() && deltas[next_delta].first <= sample) other += deltas[next_delta++].second;
+    uint64_t offset = static_cast<uint64_t>(std::max<int64_t>(other, 0));
+    out.other_bytes.push_back(offset);
+    for (TimelineBand& b : out.bands) {
+      if (b.start > sample || (b.end <= sample && !(b.end == out.events && sample == out.events))) continue;
+      b.bottom.push_back({sample, offset});
+      offset += b.size;
+    }
+    // A band that ends here still needs its last point.
+    for (TimelineBand& b : out.bands)
+      if (b.end == sample && b.end != out.events && (b.bottom.empty() || b.bottom.back().first != sample))
+        b.bottom.push_back({sample, b.bottom.empty() ? 0 : b.bottom.back().second});
+    out.total_bytes.push_back(offset);
+    if (offset > out.peak_bytes) {
+      out.peak_bytes = offset;
+      out.peak_event = sample;
+    }
+    out.event_time_us.push_back(sample < times.size() ? times[sample] : (times.empty() ? 0 : times.back()));
+  }
+  out.samples = std::move(samples);
+  return out;
+}
+
+}  // namespace memsnap

@@ -1,0 +1,50 @@
+// Active memory over time from a device's trace, as PyTorch's "Active Memory Timeline":
+// every allocation is a band from its alloc to its free_completed, stacked in allocation
+// order, so the outline is the memory in use. Downsampled for big traces: the largest
+// allocations keep their own bands, the rest merge into one "smaller allocations" band, and
+// the time axis is sampled at a bounded number of points, so 300,000 events still give a
+// small, responsive picture. Allocations alive before the trace began (freed without a
+// recorded alloc, or still live in the snapshot) are drawn from the start.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "snapshot/snapshot.h"
+
+namespace memsnap {
+
+struct TimelineOptions {
+  std::optional<int64_t> device;  // default: the device with the most trace entries
+  size_t max_bands = 150;
+  size_t max_samples = 800;
+};
+
+struct TimelineBand {
+  uint64_t address = 0;
+  uint64_t size = 0;
+  StackIndex stack = kNoStackIndex;
+  uint64_t start = 0, end = 0;  // event indices; end == events when never freed
+  bool before_trace = false;
+  // Stacked outline: (event index, bottom offset in bytes) at each sample the band spans.
+  std::vector<std::pair<uint64_t, uint64_t>> bottom;
+};
+
+struct Timeline {
+  int64_t device = 0;
+  uint64_t events = 0;  // alloc and free events on the x axis
+  std::vector<int64_t> event_time_us;  // per sampled event index in `samples`
+  std::vector<uint64_t> samples;       // event indices sampled
+  std::vector<uint64_t> other_bytes;   // per sample: the merged band
+  std::vector<uint64_t> total_bytes;   // per sample
+  std::vector<TimelineBand> bands;     // the largest allocations
+  uint64_t allocations = 0;            // all of them, merged or not
+  uint64_t peak_bytes = 0;
+  uint64_t peak_event = 0;
+};
+
+Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& options = {});
+
+}  // namespace memsnap
