@@ -41,7 +41,7 @@ CommandRunner add_convert_command(CLI::App& app) {
         throw CommandError(options->output + ": unknown output format (use .msgpack or .json, or --to)");
     }
     const LoadedSnapshot input = load_input(options->input);
-    write_output(options->output, to == "json" ? to_json(input.snapshot).dump() + "\n"
+    write_output(options->output, to == "json" ? to_json(input.snapshot).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"
                                                : to_msgpack(input.snapshot));
   };
 }

@@ -1,0 +1,140 @@
+// The PyTorch pickle reader against hostile input: every truncation of a real snapshot, bit
+// flips, absurd lengths, deep nesting, code-calling opcodes and memo abuse each give one
+// clear error (never a crash, hang or huge allocation); compression and layouts load.
+#include "snapshot/snapshot_loader.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "snapshot/file_contents.h"
+#include "snapshot/json_writer.h"
+
+namespace {
+
+using memsnap::load_snapshot_from_memory;
+
+std::string data_file(const std::string& name) {
+  auto contents = memsnap::read_file_contents(std::string(MEMSNAP_TEST_DATA_DIR) + "/" + name, 64 << 20);
+  EXPECT_TRUE(contents.ok()) << contents.error();
+  return contents.ok() ? contents.value() : std::string();
+}
+
+std::string load_error(const std::string& bytes) {
+  auto loaded = load_snapshot_from_memory(bytes);
+  return loaded.ok() ? std::string() : loaded.error();
+}
+
+TEST(PickleReader, LoadsARealPyTorchSnapshot) {
+  auto loaded = load_snapshot_from_memory(data_file("pytorch-2.11/mlp_train.pickle"));
+  ASSERT_TRUE(loaded.ok()) << loaded.error();
+  EXPECT_EQ(loaded->format, memsnap::SnapshotFormat::kPickle);
+  EXPECT_EQ(loaded->snapshot.source, "pytorch");
+  EXPECT_FALSE(loaded->snapshot.segments.empty());
+  ASSERT_EQ(loaded->snapshot.device_traces.size(), 1u);
+  EXPECT_EQ(loaded->snapshot.device_traces[0].size(), 250u);
+}
+
+TEST(PickleReader, GzipCompressedFilesLoadTheSame) {
+  auto plain = load_snapshot_from_memory(data_file("pytorch-2.11/two_streams.pickle"));
+  ASSERT_TRUE(plain.ok()) << plain.error();
+  auto compressed = memsnap::load_snapshot(std::string(MEMSNAP_TEST_DATA_DIR) +
+                                           "/pytorch-2.11-h100/transformer_s0.pickle.gz");
+  ASSERT_TRUE(compressed.ok()) << compressed.error();
+  EXPECT_TRUE(compressed->compressed);
+  EXPECT_GT(compressed->snapshot.device_traces.at(0).size(), 10000u);
+}
+
+TEST(PickleReader, LegacyLayoutsLoad) {
+  auto bare = load_snapshot_from_memory(data_file("legacy/bare_segment_list.pickle"));
+  ASSERT_TRUE(bare.ok()) << bare.error();
+  ASSERT_EQ(bare->snapshot.segments.size(), 2u);
+  const auto& block = bare->snapshot.segments[0].blocks.at(1);
+  EXPECT_EQ(block.address, 0x7f0000000400u) << "addresses follow from block sizes";
+  ASSERT_EQ(block.history.size(), 1u);
+  EXPECT_NE(block.stack, memsnap::kNoStackIndex) << "an active block's stack comes from its history";
+  auto old = load_snapshot_from_memory(data_file("legacy/old_dict_layout.pickle"));
+  ASSERT_TRUE(old.ok()) << old.error();
+  EXPECT_EQ(old->snapshot.device_traces.at(0).at(2).action, memsnap::TraceAction::kFreeCompleted);
+}
+
+TEST(PickleReader, EveryTruncationFailsWithOneLine) {
+  const std::string bytes = data_file("pytorch-2.11/expandable_segments.pickle");
+  for (size_t length = 0; length < bytes.size(); ++length) {
+    const std::string error = load_error(bytes.substr(0, length));
+    ASSERT_FALSE(error.empty()) << "a snapshot cut to " << length << " bytes loaded";
+    ASSERT_EQ(error.find('\n'), std::string::npos) << error;
+  }
+}
+
+TEST(PickleReader, SurvivesBitFlips) {
+  const std::string original = data_file("pytorch-2.11/mlp_train.pickle");
+  std::mt19937 random(7);
+  int rejected = 0;
+  for (int round = 0; round < 3000; ++round) {
+    std::string bytes = original;
+    for (int flips = 0; flips < 3; ++flips)
+      bytes[random() % bytes.size()] ^= static_cast<char>(1u << (random() % 8));
+    auto loaded = load_snapshot_from_memory(bytes);  // must return, either way
+    if (!loaded.ok()) {
+      ++rejected;
+      EXPECT_EQ(loaded.error().find('\n'), std::string::npos);
+    }
+  }
+  EXPECT_GT(rejected, 0);
+}
+
+TEST(PickleReader, HostileLengthsDoNotAllocate) {
+  // BINUNICODE8 claiming 2^60 bytes, then nothing.
+  std::string bytes = "\x80\x04\x8d";
+  bytes += std::string("\x00\x00\x00\x00\x00\x00\x00\x10", 8);
+  EXPECT_NE(load_error(bytes).find("truncated"), std::string::npos);
+  // LONG4 with a negative length.
+  EXPECT_NE(load_error(std::string("\x80\x02\x8b\xff\xff\xff\xff", 7)).find("negative"), std::string::npos);
+}
+
+TEST(PickleReader, RefusesOpcodesThatRunCode) {
+  const std::string error = load_error("\x80\x02" "cos\nsystem\n" "q\x00.");
+  EXPECT_NE(error.find("GLOBAL"), std::string::npos) << error;
+  EXPECT_NE(load_error("\x80\x04\x93.").find("STACK_GLOBAL"), std::string::npos);
+}
+
+TEST(PickleReader, BoundsNestingAndMemo) {
+  std::string deep = "\x80\x02";
+  deep += std::string(100000, '(');
+  EXPECT_NE(load_error(deep).find("nested deeper"), std::string::npos);
+  EXPECT_NE(load_error("\x80\x02h\x05.").find("memo index 5"), std::string::npos);
+  // A far memo index is stored sparsely, not by growing a table to it: an empty list of
+  // segments put at index 2^31-1 and read back loads as an empty snapshot.
+  auto sparse = load_snapshot_from_memory(std::string("\x80\x02]r\xff\xff\xff\x7fj\xff\xff\xff\x7f.", 14));
+  ASSERT_TRUE(sparse.ok()) << sparse.error();
+  EXPECT_TRUE(sparse->snapshot.segments.empty());
+}
+
+TEST(PickleReader, NamesTheFieldThatIsWrong) {
+  // {"segments": [{"address": "x"}]}
+  const std::string bytes = std::string("\x80\x02}q\x00X\x08\x00\x00\x00" "segments]q\x01}q\x02X\x07\x00\x00\x00"
+                                        "addressX\x01\x00\x00\x00" "xsas.", 55);
+  const std::string error = load_error(bytes);
+  EXPECT_NE(error.find("segments[0].address"), std::string::npos) << error;
+}
+
+TEST(SnapshotLoader, JsonExportLoadsBackToTheSameView) {
+  auto loaded = load_snapshot_from_memory(data_file("pytorch-2.11/two_streams.pickle"));
+  ASSERT_TRUE(loaded.ok());
+  const std::string json = memsnap::to_json(loaded->snapshot).dump();
+  auto again = load_snapshot_from_memory(json);
+  ASSERT_TRUE(again.ok()) << again.error();
+  EXPECT_EQ(again->format, memsnap::SnapshotFormat::kJson);
+  EXPECT_EQ(memsnap::to_json(again->snapshot), memsnap::to_json(loaded->snapshot));
+}
+
+TEST(SnapshotLoader, RejectsWhatIsNotASnapshot) {
+  EXPECT_NE(load_error("").find("empty"), std::string::npos);
+  EXPECT_NE(load_error("hello").find("not a snapshot"), std::string::npos);
+  EXPECT_NE(load_error(std::string(1000, '[')).find("nested deeper"), std::string::npos);
+  EXPECT_NE(load_error("\x1f\x8b\x08\x00garbage").find("gzip"), std::string::npos);
+}
+
+}  // namespace
