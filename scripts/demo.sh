@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sets up, builds, and runs the main job: memsnap-demo trains a toy model on memsnap's
 # allocator (on the GPU when there is one, else on the simulated device) with history and
-# C++ stacks recorded, and writes a snapshot; then a recorded PyTorch trace is replayed
-# through the same allocator.
+# C++ stacks recorded, and writes a snapshot; memsnap summarizes it and renders its views
+# (flamegraph, segments, timeline: SVGs to open in a browser); a real PyTorch snapshot is
+# rendered the same way, and a recorded PyTorch trace is replayed through the allocator.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_dir=${MEMSNAP_BUILD_DIR:-"$root/build"}
@@ -17,6 +18,19 @@ echo "== memsnap-demo --out $snapshot"
 echo
 echo "== memsnap-demo --oom (runs out of memory on purpose; the OOM hook writes the snapshot)"
 "$build_dir/demo/memsnap-demo" --oom --out "$build_dir/demo-output/oom.msgpack"
+echo
+views="$build_dir/demo-output"
+memsnap="$build_dir/viewer/memsnap"
+echo "== memsnap stats $snapshot"
+"$memsnap" stats "$snapshot"
+"$memsnap" flamegraph "$snapshot" -o "$views/demo-flamegraph.svg"
+"$memsnap" segments "$snapshot" -o "$views/demo-segments.svg"
+"$memsnap" timeline "$snapshot" -o "$views/demo-timeline.svg"
+pytorch="$root/tests/data/pytorch-2.11-h100/transformer_s0.pickle.gz"
+"$memsnap" flamegraph "$pytorch" -o "$views/pytorch-flamegraph.svg"
+"$memsnap" timeline "$pytorch" -o "$views/pytorch-timeline.svg"
+echo "views written (open them in a browser):"
+ls -1 "$views"/*.svg
 echo
 trace="$root/tests/data/mlp_train.trace"
 echo "== memsnap replay $trace"
