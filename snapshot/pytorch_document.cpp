@@ -1,5 +1,6 @@
 #include "snapshot/pytorch_document.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "snapshot/huge_pages.h"
@@ -298,6 +299,9 @@ SnapshotBlock PyTorchDocument::convert_block(Value v, uint64_t expected_address,
       h.stack = stack_field(item, k_frames_, item_where);
       block.history.push_back(h);
     }
+    // PyTorch kept block history newest first (a linked list grown at its head); the model
+    // keeps it newest last, as memsnap writes it.
+    if (pytorch_source_) std::reverse(block.history.begin(), block.history.end());
     // Old layouts name an active block's stack only through its newest history item.
     if (block.stack == kNoStackIndex && block.state != BlockState::kInactive && !block.history.empty())
       block.stack = block.history.back().stack;
@@ -440,6 +444,7 @@ Snapshot PyTorchDocument::convert(Value root) {
   const Object* root_dict = nullptr;
   if (root.is(Tag::kObject) && store_.object(root).kind == ObjectKind::kDict) {
     root_dict = &store_.object(root);
+    pytorch_source_ = string_field(*root_dict, k_source_, "", "pytorch") == "pytorch";
     segments = field(*root_dict, k_segments_);
     if (segments == kMissing) fail("snapshot", "not a memory snapshot (no 'segments')");
   } else if (!root.is(Tag::kEmptyList) &&

@@ -75,6 +75,7 @@ class PyTorchDocument final : public pickle::Lowering {
   std::vector<std::vector<uint32_t>> stacks_;
   std::unordered_map<std::string, StackIndex> stack_ids_;  // by the frame ids' bytes
   std::vector<TraceEntry> entries_;
+  bool pytorch_source_ = true;  // a PyTorch file, not memsnap's JSON export
   std::vector<uint32_t> scratch_frames_;
   // The action a string id names (-1 unknown, -2 not looked up yet): one lookup per
   // distinct string instead of a name comparison per entry.

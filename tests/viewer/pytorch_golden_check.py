@@ -77,7 +77,8 @@ def check_file(binary, path, scratch):
                 check(x["requested_size"] == y["requested_size"], f"{bw}.requested_size")
             if "frames" in x:
                 check(frames_of(x["frames"]) == json_frames(y["frames"]), f"{bw}.frames")
-            for h, (hx, hy) in enumerate(zip(x.get("history", []), y["history"])):
+            # PyTorch lists history newest first, memsnap newest last.
+            for h, (hx, hy) in enumerate(zip(reversed(x.get("history", [])), y["history"])):
                 check(hx["real_size"] == hy["real_size"] and frames_of(hx.get("frames")) == json_frames(hy["frames"]),
                       f"{bw}.history[{h}]")
             address += x["size"]
