@@ -3,9 +3,7 @@
 #include <set>
 
 namespace memsnap {
-namespace {
-
-FlameCategory category_of(BlockState state) {
+FlameCategory flame_category(BlockState state) {
   switch (state) {
     case BlockState::kActiveAllocated: return FlameCategory::kActiveAllocated;
     case BlockState::kActivePendingFree: return FlameCategory::kActivePendingFree;
@@ -13,6 +11,8 @@ FlameCategory category_of(BlockState state) {
   }
   return FlameCategory::kInactive;
 }
+
+namespace {
 
 // Appends the stack's frame labels (outermost first) to `path`, or a placeholder naming why
 // there are none.
@@ -30,7 +30,7 @@ void append_stack(FlameTree& tree, const Snapshot& snapshot, StackIndex stack,
 void add_block(FlameTree& tree, const Snapshot& snapshot, const SnapshotBlock& block,
                const std::vector<uint32_t>& prefix, const FrameFilter& filter) {
   FlameTree::Sample sample;
-  sample.category = category_of(block.state);
+  sample.category = flame_category(block.state);
   sample.grouping_levels = prefix.size();
   sample.address = block.address;
   std::vector<uint32_t> path = prefix;

@@ -23,6 +23,9 @@ struct ViewOptions {
   std::optional<int64_t> device;  // only this device's segments
 };
 
+// The colour family a block state gets in every view.
+FlameCategory flame_category(BlockState state);
+
 FlameTree memory_flamegraph(const Snapshot& snapshot, const ViewOptions& options = {});
 FlameTree segments_flamegraph(const Snapshot& snapshot, const ViewOptions& options = {});
 

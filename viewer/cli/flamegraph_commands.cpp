@@ -30,11 +30,6 @@ struct ViewFlags {
   }
 };
 
-std::string base_name(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 FlameTree view_tree(const Snapshot& snapshot, const std::string& kind, const ViewOptions& options) {
   return kind == "segments" ? segments_flamegraph(snapshot, options) : memory_flamegraph(snapshot, options);
 }
@@ -66,7 +61,7 @@ CommandRunner add_flamegraph_command(CLI::App& app) {
     const FlameTree tree = view_tree(input.snapshot, options->kind, options->flags.options());
     svg::FlamegraphOptions render;
     render.title = (options->kind == "segments" ? "Memory by segment: " : "Memory by state and stack: ") +
-                   base_name(options->file);
+                   file_base_name(options->file);
     render.subtitle = svg::human_bytes(tree.total_bytes()) + " reserved in " +
                       std::to_string(input.snapshot.segments.size()) + " segments";
     render.width = options->width;
@@ -145,7 +140,7 @@ CommandRunner add_compare_command(CLI::App& app) {
     svg::FlamegraphOptions render;
     render.differential = true;
     render.width = options->width;
-    render.title = "Allocated memory by stack: " + base_name(options->before) + " \u2192 " + base_name(options->after);
+    render.title = "Allocated memory by stack: " + file_base_name(options->before) + " \u2192 " + file_base_name(options->after);
     render.subtitle = svg::human_bytes(comparison.before_allocated) + " \u2192 " +
                       svg::human_bytes(comparison.after_allocated) + "; " +
                       std::to_string(comparison.only_before.size()) + " segments only before, " +

@@ -10,15 +10,6 @@
 #include "viewer/timeline.h"
 
 namespace memsnap::cli {
-namespace {
-
-std::string base_name(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-}  // namespace
-
 CommandRunner add_segments_command(CLI::App& app) {
   struct Options {
     std::string file, output;
@@ -41,7 +32,7 @@ CommandRunner add_segments_command(CLI::App& app) {
     if (!command->parsed()) return;
     const LoadedSnapshot input = load_input(options->file);
     svg::SegmentsOptions render;
-    render.title = "Segments: " + base_name(options->file);
+    render.title = "Segments: " + file_base_name(options->file);
     render.width = options->width;
     render.device = options->device;
     render.frames.keep_all = options->all_frames;
@@ -80,7 +71,7 @@ CommandRunner add_timeline_command(CLI::App& app) {
     timeline_options.max_bands = options->bands;
     const Timeline timeline = compute_timeline(input.snapshot, timeline_options);
     svg::TimelineSvgOptions render;
-    render.title = "Active memory timeline: " + base_name(options->file);
+    render.title = "Active memory timeline: " + file_base_name(options->file);
     render.width = options->width;
     render.frames.keep_all = options->all_frames;
     write_output(options->output, svg::render_timeline(input.snapshot, timeline, render));

@@ -15,6 +15,11 @@ constexpr off_t kProgressFromBytes = off_t{8} << 20;
 
 }  // namespace
 
+std::string file_base_name(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
 LoadedSnapshot load_input(const std::string& path) {
   struct stat info {};
   const bool show_progress = ::isatty(STDERR_FILENO) == 1 && ::stat(path.c_str(), &info) == 0 &&

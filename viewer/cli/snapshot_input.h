@@ -9,5 +9,7 @@
 namespace memsnap::cli {
 
 LoadedSnapshot load_input(const std::string& path);
+// The file name without its folders, for titles.
+std::string file_base_name(const std::string& path);
 
 }  // namespace memsnap::cli

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "viewer/flame_tree.h"
+#include "viewer/memory_views.h"
 #include "viewer/svg/flamegraph_svg.h"
 #include "viewer/svg/svg_text.h"
 
@@ -18,15 +19,6 @@ constexpr int kTowerGap = 10;
 constexpr int kTop = 80;
 constexpr int kLabelHeight = 30;
 constexpr int kDetailLines = 16;
-
-FlameCategory category_of(BlockState state) {
-  switch (state) {
-    case BlockState::kActiveAllocated: return FlameCategory::kActiveAllocated;
-    case BlockState::kActivePendingFree: return FlameCategory::kActivePendingFree;
-    case BlockState::kInactive: return FlameCategory::kInactive;
-  }
-  return FlameCategory::kInactive;
-}
 
 // "20M", "1.5G": fits under a tower.
 std::string compact_bytes(uint64_t bytes) {
@@ -120,7 +112,7 @@ std::string render_segments(const Snapshot& snapshot, const SegmentsOptions& opt
     const std::string name(block_state_name(state));
     std::snprintf(buffer, sizeof buffer,
                   "<rect x=\"%.0f\" y=\"54\" width=\"12\" height=\"12\" fill=\"%s\"/><text x=\"%.0f\" y=\"64\">",
-                  legend_x, category_colour(category_of(state), "").c_str(), legend_x + 16);
+                  legend_x, category_colour(flame_category(state), "").c_str(), legend_x + 16);
     out += buffer + name + "</text>\n";
     legend_x += 16 + static_cast<double>(name.size()) * 7 + 20;
   }
@@ -173,7 +165,7 @@ std::string render_segments(const Snapshot& snapshot, const SegmentsOptions& opt
       const double offset = static_cast<double>(b.address - std::min(b.address, s.address)) * scale;
       const double bh = static_cast<double>(b.size) * scale;
       const int32_t stack = stack_id(b.stack);
-      std::string fill = category_colour(category_of(b.state), std::to_string(stack));
+      std::string fill = category_colour(flame_category(b.state), std::to_string(stack));
       std::snprintf(buffer, sizeof buffer,
                     "<rect class=\"b\" data-b=\"%zu\" x=\"%.1f\" y=\"%.2f\" width=\"%d\" height=\"%.2f\" "
                     "fill=\"%s\" stroke=\"#fff\" stroke-width=\"0.3\"/>\n",
