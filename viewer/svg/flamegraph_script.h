@@ -1,4 +1,4 @@
-// The script embedded in flamegraph SVGs. Plain ES5 so any browser's SVG viewer runs it.
+// The script embedded in flamegraph SVGs (after svg_document.h's fmt()). Plain ES5 so any browser's SVG viewer runs it.
 // Data arrives in one JSON object (the `D` global): per node its parent, depth, byte offset
 // and layout width (in bytes), bytes, before-bytes, samples, address and label id.
 #pragma once
@@ -8,11 +8,6 @@ namespace memsnap::svg {
 inline constexpr const char* kFlamegraphScript = R"JS(
 var svg = document.documentElement, details = null, matchText = null, zoomed = 0, searchRe = null;
 var W = D.width, PAD = 10, CHAR = 7.0;
-function fmt(b) {
-  var u = ['B','KiB','MiB','GiB','TiB','PiB'], i = 0, v = Math.abs(b);
-  while (v >= 1024 && i < u.length - 1) { v /= 1024; i++; }
-  return (b < 0 ? '-' : '') + (i ? v.toFixed(2) : String(v)) + ' ' + u[i];
-}
 function node(i) { return document.getElementById('n' + i); }
 function label(i) { return D.labels[D.l[i]]; }
 function fit(i, w) {

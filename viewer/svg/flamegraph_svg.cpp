@@ -6,6 +6,7 @@
 #include <set>
 
 #include "viewer/svg/flamegraph_script.h"
+#include "viewer/svg/svg_document.h"
 #include "viewer/svg/svg_text.h"
 
 namespace memsnap::svg {
@@ -117,22 +118,11 @@ std::string render_flamegraph(const FlameTree& tree, const FlamegraphOptions& op
   std::string out;
   out.reserve(placed.size() * 220 + 16384);
   char buffer[512];
-  std::snprintf(buffer, sizeof buffer,
-                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-                "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%d\" height=\"%d\" "
-                "viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans Mono, Menlo, Consolas, monospace\" "
-                "font-size=\"12\">\n",
-                width, height, width, height);
-  out += buffer;
-  out += "<style>g.n:hover rect{stroke:#222;stroke-width:0.8} g.n{cursor:pointer} "
-         ".button{cursor:pointer;fill:#1a5fb4} .button:hover{text-decoration:underline} "
-         "text{dominant-baseline:middle}</style>\n";
-  std::snprintf(buffer, sizeof buffer, "<rect width=\"%d\" height=\"%d\" fill=\"#fcfcfc\"/>\n", width, height);
-  out += buffer;
-  std::snprintf(buffer, sizeof buffer, "<text x=\"%d\" y=\"18\" font-size=\"17\" text-anchor=\"middle\">", width / 2);
-  out += buffer + escape(options.title) + "</text>\n";
-  std::snprintf(buffer, sizeof buffer, "<text x=\"%d\" y=\"38\" fill=\"#555\" text-anchor=\"middle\">", width / 2);
-  out += buffer + escape(options.subtitle) + "</text>\n";
+  out += open_document(width, height,
+                       "g.n:hover rect{stroke:#222;stroke-width:0.8} g.n{cursor:pointer} "
+                       ".button{cursor:pointer;fill:#1a5fb4} .button:hover{text-decoration:underline} "
+                       "text{dominant-baseline:middle}");
+  out += heading(width, 18, options.title, options.subtitle);
   std::snprintf(buffer, sizeof buffer,
                 "<text id=\"unzoom\" class=\"button\" x=\"%d\" y=\"18\" style=\"opacity:0.3\">Reset zoom</text>\n"
                 "<text id=\"search\" class=\"button\" x=\"%d\" y=\"18\" text-anchor=\"end\">Search</text>\n"
@@ -181,14 +171,7 @@ std::string render_flamegraph(const FlameTree& tree, const FlamegraphOptions& op
     out += buffer;
     out += escape(fit(name, w)) + "</text></g>\n";
   }
-  std::snprintf(buffer, sizeof buffer, "<text id=\"details\" x=\"%d\" y=\"%d\">", kPad, details_top);
-  out += buffer;
-  for (int line = 0; line <= kDetailLines; ++line) {
-    std::snprintf(buffer, sizeof buffer, "<tspan x=\"%d\" dy=\"%d\" xml:space=\"preserve\"></tspan>",
-                  kPad, line == 0 ? 0 : 15);
-    out += buffer;
-  }
-  out += "</text>\n";
+  out += details_panel(kPad, details_top, kDetailLines, "");
   if (placed.size() == 1) {
     std::snprintf(buffer, sizeof buffer, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#555\">",
                   width / 2, kTop + 2 * kRow + 6);
@@ -235,7 +218,7 @@ std::string render_flamegraph(const FlameTree& tree, const FlamegraphOptions& op
     return std::string(hex);
   });
   data += "]};\n";
-  out += "<script type=\"text/ecmascript\"><![CDATA[\n" + data + kFlamegraphScript + "]]></script>\n</svg>\n";
+  out += close_document(data, kFlamegraphScript);
   return out;
 }
 

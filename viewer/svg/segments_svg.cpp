@@ -8,6 +8,7 @@
 #include "viewer/flame_tree.h"
 #include "viewer/memory_views.h"
 #include "viewer/svg/flamegraph_svg.h"
+#include "viewer/svg/svg_document.h"
 #include "viewer/svg/svg_text.h"
 
 namespace memsnap::svg {
@@ -36,7 +37,6 @@ std::string compact_bytes(uint64_t bytes) {
 
 constexpr const char* kScript = R"JS(
 var details;
-function fmt(b) { var u = ['B','KiB','MiB','GiB','TiB'], i = 0; while (b >= 1024 && i < u.length - 1) { b /= 1024; i++; } return (i ? b.toFixed(2) : String(b)) + ' ' + u[i]; }
 function show(k) {
   var b = D.blocks[k], s = D.segments[b[0]], lines = [];
   lines.push(D.states[b[4]] + ' block at ' + b[1] + ': ' + fmt(b[2]) + (b[4] != 2 ? ' (requested ' + fmt(b[3]) + ')' : ''));
@@ -89,24 +89,16 @@ std::string render_segments(const Snapshot& snapshot, const SegmentsOptions& opt
 
   std::string out;
   char buffer[512];
-  std::snprintf(buffer, sizeof buffer,
-                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" "
-                "version=\"1.1\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans "
-                "Mono, Menlo, Consolas, monospace\" font-size=\"12\">\n<style>rect.b:hover{stroke:#000;"
-                "stroke-width:1.2}</style>\n<rect width=\"%d\" height=\"%d\" fill=\"#fcfcfc\"/>\n",
-                width, height, width, height, width, height);
-  out += buffer;
+  out += open_document(width, height, "rect.b:hover{stroke:#000;stroke-width:1.2}");
   uint64_t reserved = 0, allocated = 0;
   for (const SnapshotSegment* s : segments) {
     reserved += s->total_size;
     allocated += s->allocated_size;
   }
-  std::snprintf(buffer, sizeof buffer, "<text x=\"%d\" y=\"20\" font-size=\"17\" text-anchor=\"middle\">", width / 2);
-  out += buffer + escape(options.title) + "</text>\n";
-  std::snprintf(buffer, sizeof buffer, "<text x=\"%d\" y=\"40\" fill=\"#555\" text-anchor=\"middle\">", width / 2);
-  out += buffer + escape(std::to_string(segments.size()) + " segments, " + human_bytes(reserved) +
-                         " reserved, " + human_bytes(allocated) + " allocated; tower height grows "
-                         "with the log of segment size, lowest address at the bottom") + "</text>\n";
+  out += heading(width, 20, options.title,
+                 std::to_string(segments.size()) + " segments, " + human_bytes(reserved) + " reserved, " +
+                     human_bytes(allocated) + " allocated; tower height grows with the log of segment "
+                     "size, lowest address at the bottom");
   double legend_x = kPad;
   for (BlockState state : {BlockState::kActiveAllocated, BlockState::kActivePendingFree, BlockState::kInactive}) {
     const std::string name(block_state_name(state));
@@ -188,19 +180,14 @@ std::string render_segments(const Snapshot& snapshot, const SegmentsOptions& opt
                   width / 2, kTop + 40);
     out += buffer;
   }
-  std::snprintf(buffer, sizeof buffer, "<text id=\"details\" x=\"%d\" y=\"%d\">", kPad, details_top);
-  out += buffer;
-  out += "<tspan x=\"10\" dy=\"0\" fill=\"#555\">hover a block for its stack</tspan>";
-  for (int line = 1; line <= kDetailLines; ++line)
-    out += "<tspan x=\"10\" dy=\"15\" xml:space=\"preserve\"></tspan>";
-  out += "</text>\n";
+  out += details_panel(kPad, details_top, kDetailLines, "hover a block for its stack");
   std::string labels_json;
   for (size_t i = 0; i < labels.size(); ++i)
     labels_json += (i ? "," : "") + json_string(frame_label(snapshot.frames[labels[i]]));
-  out += "<script type=\"text/ecmascript\"><![CDATA[\nvar D={\"detailLines\":" + std::to_string(kDetailLines) +
+  out += close_document("var D={\"detailLines\":" + std::to_string(kDetailLines) +
          ",\"states\":[\"active_allocated\",\"active_pending_free\",\"inactive\"],\"labels\":[" + labels_json +
          "],\"stacks\":[" + stacks_json + "],\"segments\":[" + segments_json + "],\"blocks\":[" + blocks_json +
-         "]};\n" + kScript + "]]></script>\n</svg>\n";
+         "]};\n", kScript);
   return out;
 }
 

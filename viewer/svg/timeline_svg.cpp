@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "viewer/svg/svg_document.h"
 #include "viewer/svg/svg_text.h"
 
 namespace memsnap::svg {
@@ -16,7 +17,6 @@ constexpr int kDetailLines = 14;
 
 constexpr const char* kScript = R"JS(
 var details;
-function fmt(b) { var u = ['B','KiB','MiB','GiB','TiB'], i = 0; while (b >= 1024 && i < u.length - 1) { b /= 1024; i++; } return (i ? b.toFixed(2) : String(b)) + ' ' + u[i]; }
 function show(k) {
   var b = D.bands[k], lines = [];
   lines.push(fmt(b[0]) + ' at ' + b[1] + (b[4] ? ', allocated before the trace began' : ', allocated at event ' + b[2]) +
@@ -63,21 +63,12 @@ std::string render_timeline(const Snapshot& snapshot, const Timeline& timeline,
 
   std::string out;
   char buffer[512];
-  std::snprintf(buffer, sizeof buffer,
-                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" "
-                "version=\"1.1\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans "
-                "Mono, Menlo, Consolas, monospace\" font-size=\"12\">\n<style>polygon.a:hover{stroke:#000;"
-                "stroke-width:1}</style>\n<rect width=\"%d\" height=\"%d\" fill=\"#fcfcfc\"/>\n",
-                width, height, width, height, width, height);
-  out += buffer;
-  std::snprintf(buffer, sizeof buffer, "<text x=\"%d\" y=\"20\" font-size=\"17\" text-anchor=\"middle\">", width / 2);
-  out += buffer + escape(options.title) + "</text>\n";
-  std::snprintf(buffer, sizeof buffer, "<text x=\"%d\" y=\"40\" fill=\"#555\" text-anchor=\"middle\">", width / 2);
-  out += buffer +
-         escape("device " + std::to_string(timeline.device) + ": " + std::to_string(timeline.events) +
-                " alloc/free events, " + std::to_string(timeline.allocations) + " allocations (" +
-                std::to_string(timeline.bands.size()) + " largest drawn alone, the rest in grey), peak " +
-                human_bytes(timeline.peak_bytes)) + "</text>\n";
+  out += open_document(width, height, "polygon.a:hover{stroke:#000;stroke-width:1}");
+  out += heading(width, 20, options.title,
+                 "device " + std::to_string(timeline.device) + ": " + std::to_string(timeline.events) +
+                     " alloc/free events, " + std::to_string(timeline.allocations) + " allocations (" +
+                     std::to_string(timeline.bands.size()) + " largest drawn alone, the rest in grey), peak " +
+                     human_bytes(timeline.peak_bytes));
 
   // Axes and grid.
   for (int tick = 0; tick <= 5; ++tick) {
@@ -196,13 +187,10 @@ std::string render_timeline(const Snapshot& snapshot, const Timeline& timeline,
                   kLeft + plot_width / 2, kTop + plot_height / 2);
     out += buffer;
   }
-  std::snprintf(buffer, sizeof buffer, "<text id=\"details\" x=\"10\" y=\"%d\">", details_top);
-  out += buffer;
-  out += "<tspan x=\"10\" dy=\"0\" fill=\"#555\">hover an allocation for its stack</tspan>";
-  for (int line = 1; line <= kDetailLines; ++line) out += "<tspan x=\"10\" dy=\"15\" xml:space=\"preserve\"></tspan>";
-  out += "</text>\n<script type=\"text/ecmascript\"><![CDATA[\nvar D={\"events\":" + std::to_string(timeline.events) +
+  out += details_panel(10, details_top, kDetailLines, "hover an allocation for its stack");
+  out += close_document("var D={\"events\":" + std::to_string(timeline.events) +
          ",\"detailLines\":" + std::to_string(kDetailLines) + ",\"labels\":[" + labels_json + "],\"stacks\":[" +
-         stacks_json + "],\"bands\":[" + bands_json + "]};\n" + kScript + "]]></script>\n</svg>\n";
+         stacks_json + "],\"bands\":[" + bands_json + "]};\n", kScript);
   return out;
 }
 
