@@ -62,6 +62,14 @@ class DeviceCachingAllocator {
   void add_oom_observer(OomObserver observer);
   void add_free_memory_callback(FreeMemoryCallback callback);
   void set_observer(AllocatorObserver* observer);
+  // Runs `fn` holding this device's lock. An observer's hooks run under that same lock, so
+  // the observer can guard its own per-device state with it instead of taking a second lock
+  // on every event. `fn` must not call back into the allocator.
+  template <typename Fn>
+  decltype(auto) with_lock(Fn&& fn) const {
+    AllocatorLockGuard lock(mutex_);
+    return fn();
+  }
 
   int device() const { return device_; }
   const AllocatorConfig& config() const { return config_; }

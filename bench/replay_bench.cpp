@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <unordered_map>
 
 #include "allocator/caching_allocator.h"
@@ -87,6 +88,10 @@ int usage() {
 
 int main(int argc, char** argv) {
   if (argc < 3 || std::strcmp(argv[1], "replay") != 0) return usage();
+  // Real programs have more than one thread (CUDA's runtime starts its own), and then every
+  // lock takes its atomic path; a single-threaded replay would skip it (allocator_mutex.h)
+  // and flatter both backends. One short-lived thread makes the process multi-threaded.
+  std::thread([] {}).join();
   const std::string path = argv[2];
   std::string backend_name = "sim";
   int passes = 5;

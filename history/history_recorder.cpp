@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <array>
-#include <stdexcept>
 #include <chrono>
+#include <stdexcept>
 
 #include "allocator/caching_allocator.h"
 #include "history/stack_capture.h"
@@ -44,43 +44,47 @@ HistoryRecorder::HistoryRecorder(CachingAllocator& allocator) : allocator_(alloc
 
 HistoryRecorder::~HistoryRecorder() { allocator_.set_observer(nullptr); }
 
+template <typename Fn>
+decltype(auto) HistoryRecorder::locked(int device, Fn&& fn) const {
+  if (device < 0 || device >= device_count())
+    throw std::out_of_range("history: no device " + std::to_string(device));
+  DeviceRecord& record = *devices_[static_cast<size_t>(device)];
+  return allocator_.device(device).with_lock([&]() -> decltype(auto) { return fn(record); });
+}
+
 void HistoryRecorder::configure(const HistorySettings& settings, std::optional<int> device) {
   if (device && (*device < 0 || *device >= device_count()))
     throw std::out_of_range("history: no device " + std::to_string(*device));
   for (int d = 0; d < device_count(); ++d) {
     if (device && *device != d) continue;
-    DeviceRecord& record = *devices_[static_cast<size_t>(d)];
-    AllocatorLockGuard lock(record.mutex);
-    record.settings = settings;
-    record.trace.set_capacity(settings.level >= HistoryLevel::kAlloc ? settings.max_entries : 0);
-    record.level.store(settings.level, std::memory_order_release);
+    locked(d, [&](DeviceRecord& record) {
+      record.settings = settings;
+      record.trace.set_capacity(settings.level >= HistoryLevel::kAlloc ? settings.max_entries : 0);
+    });
   }
 }
 
 HistorySettings HistoryRecorder::settings(int device) const {
-  const DeviceRecord& record = *devices_.at(static_cast<size_t>(device));
-  AllocatorLockGuard lock(record.mutex);
-  return record.settings;
+  return locked(device, [](const DeviceRecord& record) { return record.settings; });
 }
 
 void HistoryRecorder::clear(std::optional<int> device) {
   for (int d = 0; d < device_count(); ++d) {
     if (device && *device != d) continue;
-    // Which allocations are live: asked of the allocator before taking the record's lock
-    // (the hooks take them in the other order). Entries newer than the question stay.
+    // Which allocations are live: asked of the allocator before taking the lock again
+    // (segment_records takes it itself). Entries newer than the question stay.
     const Ticks asked_at = now_ticks();
     std::vector<uintptr_t> live;
     for (const SegmentRecord& segment : allocator_.device(d).segment_records())
       for (const BlockRecord& block : segment.blocks)
         if (block.state != BlockState::kInactive) live.push_back(block.address);
     std::sort(live.begin(), live.end());
-    DeviceRecord& record = *devices_[static_cast<size_t>(d)];
-    AllocatorLockGuard lock(record.mutex);
-    record.trace.clear();
-    record.annotations.clear();
-    std::erase_if(record.last_allocations, [&](const auto& entry) {
-      return entry.second.ticks < asked_at &&
-             !std::binary_search(live.begin(), live.end(), entry.first);
+    locked(d, [&](DeviceRecord& record) {
+      record.trace.clear();
+      record.annotations.clear();
+      record.last_allocations.erase_if([&](const AddressHistory::Entry& entry) {
+        return entry.ticks < asked_at && !std::binary_search(live.begin(), live.end(), entry.address);
+      });
     });
   }
 }
@@ -88,16 +92,16 @@ void HistoryRecorder::clear(std::optional<int> device) {
 HistoryRecorder::DeviceRecord* HistoryRecorder::record_at(int device, HistoryLevel at_least) const {
   if (device < 0 || device >= device_count()) return nullptr;
   DeviceRecord* record = devices_[static_cast<size_t>(device)].get();
-  return record->level.load(std::memory_order_acquire) >= at_least ? record : nullptr;
+  return record->settings.level >= at_least ? record : nullptr;
 }
 
-StackId HistoryRecorder::capture(const DeviceRecord& record) {
+StackId HistoryRecorder::capture(DeviceRecord& record) {
   if (!record.settings.cpp_stacks) return kNoStack;
   uintptr_t frames[kMaxStackDepth];
   const size_t count = record.settings.unwinder == StackUnwinder::kFramePointers
                            ? capture_stack_frame_pointers(frames, kMaxStackDepth, kCaptureSkip)
                            : capture_stack(frames, kMaxStackDepth, kCaptureSkip);
-  return stacks_.intern(frames, count);
+  return record.stacks.intern(frames, count);
 }
 
 void HistoryRecorder::push(DeviceRecord& record, TraceAction action, uintptr_t address,
@@ -105,36 +109,16 @@ void HistoryRecorder::push(DeviceRecord& record, TraceAction action, uintptr_t a
   record.trace.push({action, address, size, stream, now_ticks(), stack});
 }
 
-// Drops entries that overlap [address, address + size): the new allocation is now the last
-// one to have lived in those bytes.
-void HistoryRecorder::forget_overlapping(DeviceRecord& record, uintptr_t address, size_t size) {
-  auto& entries = record.last_allocations;
-  auto it = entries.lower_bound(address);
-  if (it != entries.begin()) {
-    auto before = std::prev(it);
-    if (before->first + before->second.block_size > address) it = before;
-  }
-  while (it != entries.end() && it->first < address + size) it = entries.erase(it);
-}
-
 void HistoryRecorder::on_alloc(int device, const Block& block) {
   DeviceRecord* record = record_at(device, HistoryLevel::kState);
   if (record == nullptr) return;
-  AllocatorLockGuard lock(record->mutex);
   StackId stack = record->segment_stack;
   record->segment_stack = kNoStack;
   if (stack == kNoStack) stack = capture(*record);
   block.observer_tag = stack;
   const Ticks now = now_ticks();
-  const LastAllocation entry{block.size, block.requested_size, stack, now};
-  auto& entries = record->last_allocations;
-  auto same = entries.find(block.address);
-  if (same != entries.end() && same->second.block_size == block.size) {
-    same->second = entry;  // the common case: the same block reused whole
-  } else {
-    forget_overlapping(*record, block.address, block.size);
-    entries.emplace_hint(entries.lower_bound(block.address), block.address, entry);
-  }
+  record->last_allocations.record(block.segment->address, block.segment->size,
+                                  {block.address, block.size, block.requested_size, stack, now});
   if (record->settings.level >= HistoryLevel::kAlloc)
     record->trace.push({TraceAction::kAlloc, block.address, block.requested_size, block.stream, now, stack});
 }
@@ -142,13 +126,10 @@ void HistoryRecorder::on_alloc(int device, const Block& block) {
 void HistoryRecorder::on_free_requested(int device, const Block& block) {
   DeviceRecord* record = record_at(device, HistoryLevel::kAll);
   if (record == nullptr) return;
-  AllocatorLockGuard lock(record->mutex);
-  if (record->settings.level < HistoryLevel::kAll) return;
-  const StackId allocation_stack = block.observer_tag;
   // With no other streams to wait for, the completion is reported next, on this thread.
   record->last_freed_address = block.stream_uses.empty() ? block.address : 0;
   record->last_freed_ticks = now_ticks();
-  record->last_freed_allocation_stack = allocation_stack;
+  record->last_freed_allocation_stack = block.observer_tag;
   record->trace.push({TraceAction::kFreeRequested, block.address, block.requested_size,
                       block.stream, record->last_freed_ticks, capture(*record)});
 }
@@ -156,7 +137,6 @@ void HistoryRecorder::on_free_requested(int device, const Block& block) {
 void HistoryRecorder::on_free_completed(int device, const Block& block) {
   DeviceRecord* record = record_at(device, HistoryLevel::kAll);
   if (record == nullptr) return;
-  AllocatorLockGuard lock(record->mutex);
   // Like PyTorch, the completion carries the stack of the allocation it ends.
   Ticks ticks;
   StackId stack;
@@ -175,7 +155,6 @@ void HistoryRecorder::on_free_completed(int device, const Block& block) {
 void HistoryRecorder::on_segment_alloc(int device, const Segment& segment) {
   DeviceRecord* record = record_at(device, HistoryLevel::kState);
   if (record == nullptr) return;
-  AllocatorLockGuard lock(record->mutex);
   // The allocation that needed this segment follows at once on this thread: one capture
   // serves both.
   record->segment_stack = capture(*record);
@@ -187,8 +166,7 @@ void HistoryRecorder::on_segment_alloc(int device, const Segment& segment) {
 void HistoryRecorder::on_segment_free(int device, const Segment& segment) {
   DeviceRecord* record = record_at(device, HistoryLevel::kState);
   if (record == nullptr) return;
-  AllocatorLockGuard lock(record->mutex);
-  forget_overlapping(*record, segment.address, segment.size);
+  record->last_allocations.forget(segment.address, segment.size);
   if (record->settings.level >= HistoryLevel::kAll)
     push(*record, TraceAction::kSegmentFree, segment.address, segment.size, segment.stream,
          capture(*record));
@@ -197,7 +175,6 @@ void HistoryRecorder::on_segment_free(int device, const Segment& segment) {
 void HistoryRecorder::on_oom(int device, const OomInfo& info) {
   DeviceRecord* record = record_at(device, HistoryLevel::kAll);
   if (record == nullptr) return;
-  AllocatorLockGuard lock(record->mutex);
   // PyTorch records the device's free bytes as the address of an oom entry; memsnap keeps
   // the address empty and the requested size in `size`.
   push(*record, TraceAction::kOom, 0, info.requested_bytes, info.stream, capture(*record));
@@ -207,29 +184,25 @@ void HistoryRecorder::annotate(std::string name, bool start, std::optional<int> 
   const int64_t now = steady_time_us();
   for (int d = 0; d < device_count(); ++d) {
     if (device && *device != d) continue;
-    DeviceRecord& record = *devices_[static_cast<size_t>(d)];
-    AllocatorLockGuard lock(record.mutex);
-    if (record.settings.level == HistoryLevel::kOff) continue;
-    if (record.annotations.size() >= std::max<size_t>(record.settings.max_entries, 1))
-      record.annotations.erase(record.annotations.begin());
-    record.annotations.push_back({d, start, name, now});
+    locked(d, [&](DeviceRecord& record) {
+      if (record.settings.level == HistoryLevel::kOff) return;
+      if (record.annotations.size() >= std::max<size_t>(record.settings.max_entries, 1))
+        record.annotations.erase(record.annotations.begin());
+      record.annotations.push_back({d, start, name, now});
+    });
   }
 }
 
 void HistoryRecorder::record_snapshot_taken(int device) {
-  DeviceRecord* record = record_at(device, HistoryLevel::kAll);
-  if (record == nullptr) return;
-  AllocatorLockGuard lock(record->mutex);
-  push(*record, TraceAction::kSnapshot, 0, 0, 0, kNoStack);
+  locked(device, [&](DeviceRecord& record) {
+    if (record.settings.level >= HistoryLevel::kAll)
+      push(record, TraceAction::kSnapshot, 0, 0, 0, kNoStack);
+  });
 }
 
 std::vector<HistoryEvent> HistoryRecorder::trace(int device) const {
-  const DeviceRecord& record = *devices_.at(static_cast<size_t>(device));
-  std::vector<RecordedEvent> recorded;
-  {
-    AllocatorLockGuard lock(record.mutex);
-    recorded = record.trace.entries();
-  }
+  const std::vector<RecordedEvent> recorded =
+      locked(device, [](const DeviceRecord& record) { return record.trace.entries(); });
   const TicksToMicroseconds to_us;
   std::vector<HistoryEvent> out;
   out.reserve(recorded.size());
@@ -239,32 +212,37 @@ std::vector<HistoryEvent> HistoryRecorder::trace(int device) const {
 }
 
 uint64_t HistoryRecorder::dropped_trace_entries(int device) const {
-  const DeviceRecord& record = *devices_.at(static_cast<size_t>(device));
-  AllocatorLockGuard lock(record.mutex);
-  return record.trace.dropped();
+  return locked(device, [](const DeviceRecord& record) { return record.trace.dropped(); });
 }
 
 std::vector<BlockHistoryEntry> HistoryRecorder::history_within(int device, uintptr_t address,
                                                                size_t size) const {
-  const DeviceRecord& record = *devices_.at(static_cast<size_t>(device));
-  AllocatorLockGuard lock(record.mutex);
+  const std::vector<AddressHistory::Entry> kept = locked(device, [&](const DeviceRecord& record) {
+    return record.last_allocations.within(address, size);
+  });
   const TicksToMicroseconds to_us;
   std::vector<BlockHistoryEntry> out;
-  for (auto it = record.last_allocations.lower_bound(address);
-       it != record.last_allocations.end() && it->first < address + size; ++it) {
-    const LastAllocation& last = it->second;
-    out.push_back({it->first, last.block_size, last.requested_size, last.stack, to_us(last.ticks)});
-  }
+  out.reserve(kept.size());
+  for (const AddressHistory::Entry& e : kept)
+    out.push_back({e.address, e.block_size, e.requested_size, e.stack, to_us(e.ticks)});
   return out;
 }
 
 std::vector<Annotation> HistoryRecorder::annotations() const {
   std::vector<Annotation> out;
-  for (const auto& record : devices_) {
-    AllocatorLockGuard lock(record->mutex);
-    out.insert(out.end(), record->annotations.begin(), record->annotations.end());
-  }
+  for (int d = 0; d < device_count(); ++d)
+    locked(d, [&](const DeviceRecord& record) {
+      out.insert(out.end(), record.annotations.begin(), record.annotations.end());
+    });
   return out;
+}
+
+std::vector<uintptr_t> HistoryRecorder::stack_frames(int device, StackId id) const {
+  return locked(device, [&](const DeviceRecord& record) { return record.stacks.frames(id); });
+}
+
+size_t HistoryRecorder::stack_count(int device) const {
+  return locked(device, [](const DeviceRecord& record) { return record.stacks.size(); });
 }
 
 ScopedAnnotation::ScopedAnnotation(HistoryRecorder& recorder, std::string name,

@@ -11,22 +11,20 @@
 // Stacks are captured as raw addresses and interned (stack_table.h); symbols are resolved
 // only when a snapshot asks (symbolizer.h).
 //
-// Thread-safety: the hooks run under the device's allocator lock; each device's record also
-// has its own lock, taken inside, so settings, clearing and reads are safe from any thread.
+// Thread-safety: everything kept for a device is guarded by that device's allocator lock.
+// The hooks already run under it, so recording an event takes no lock of its own; settings,
+// clearing and reads take it through DeviceCachingAllocator::with_lock.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
-#include <map>
-#include <memory_resource>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "allocator/allocator_mutex.h"
 #include "allocator/allocator_observer.h"
+#include "history/address_history.h"
 #include "history/stack_capture.h"
 #include "history/stack_table.h"
 #include "history/tick_clock.h"
@@ -104,7 +102,9 @@ class HistoryRecorder final : public AllocatorObserver {
   // History entries that lie within [address, address + size), in address order.
   std::vector<BlockHistoryEntry> history_within(int device, uintptr_t address, size_t size) const;
   std::vector<Annotation> annotations() const;
-  const StackTable& stacks() const { return stacks_; }
+  // The frames of a stack recorded on `device`, innermost first (empty for kNoStack).
+  std::vector<uintptr_t> stack_frames(int device, StackId id) const;
+  size_t stack_count(int device) const;  // distinct stacks interned for `device`
 
   // --- AllocatorObserver ---
   void on_alloc(int device, const Block& block) override;
@@ -115,23 +115,12 @@ class HistoryRecorder final : public AllocatorObserver {
   void on_oom(int device, const OomInfo& info) override;
 
  private:
-  // A BlockHistoryEntry as kept: its address is the map key, its time in ticks.
-  struct LastAllocation {
-    size_t block_size = 0;
-    size_t requested_size = 0;
-    StackId stack = kNoStack;
-    Ticks ticks = 0;
-  };
-
+  // Guarded by the device's allocator lock (see the top of this file).
   struct DeviceRecord {
-    std::atomic<HistoryLevel> level{HistoryLevel::kOff};  // read without the lock
-    mutable AllocatorMutex mutex;
     HistorySettings settings;
     TraceRing trace;
-    // Map nodes come from a pool owned by the record: an allocation replaces an entry on
-    // almost every call, and the pool keeps malloc off that path.
-    std::pmr::unsynchronized_pool_resource node_pool;
-    std::pmr::map<uintptr_t, LastAllocation> last_allocations{&node_pool};  // by address, never overlapping
+    AddressHistory last_allocations;
+    StackTable stacks;
     std::vector<Annotation> annotations;
     StackId segment_stack = kNoStack;  // captured for a new segment, reused by its allocation
     // A free that completes at once is reported twice in a row (requested, completed): the
@@ -141,15 +130,17 @@ class HistoryRecorder final : public AllocatorObserver {
     StackId last_freed_allocation_stack = kNoStack;
   };
 
+  // The device's record when its level is at least `at_least`; for hooks, which hold the lock.
   DeviceRecord* record_at(int device, HistoryLevel at_least) const;
-  StackId capture(const DeviceRecord& record);
-  static void forget_overlapping(DeviceRecord& record, uintptr_t address, size_t size);
-  void push(DeviceRecord& record, TraceAction action, uintptr_t address, size_t size,
-            StreamId stream, StackId stack);
+  // Runs `fn(record)` under device `device`'s allocator lock.
+  template <typename Fn>
+  decltype(auto) locked(int device, Fn&& fn) const;
+  static StackId capture(DeviceRecord& record);
+  static void push(DeviceRecord& record, TraceAction action, uintptr_t address, size_t size,
+                   StreamId stream, StackId stack);
 
   CachingAllocator& allocator_;
   std::vector<std::unique_ptr<DeviceRecord>> devices_;
-  StackTable stacks_;
 };
 
 // Names a phase of the program for as long as it lives: START when made, END when destroyed.

@@ -23,7 +23,6 @@ bool StackTable::same(const Span& span, const uintptr_t* frames, size_t count) c
 
 StackId StackTable::intern(const uintptr_t* frames, size_t count) {
   const uint64_t hash = hash_frames(frames, count);
-  AllocatorLockGuard lock(mutex_);
   if (index_.empty()) index_.resize(1024);
   const size_t mask = index_.size() - 1;
   size_t slot = hash & mask;
@@ -52,7 +51,6 @@ void StackTable::grow_index() {
 }
 
 std::vector<uintptr_t> StackTable::frames(StackId id) const {
-  AllocatorLockGuard lock(mutex_);
   if (id >= spans_.size()) return {};
   const Span& span = spans_[id];
   const auto begin = frames_.begin() + static_cast<std::ptrdiff_t>(span.offset);
@@ -60,12 +58,10 @@ std::vector<uintptr_t> StackTable::frames(StackId id) const {
 }
 
 size_t StackTable::size() const {
-  AllocatorLockGuard lock(mutex_);
   return spans_.size();
 }
 
 void StackTable::clear() {
-  AllocatorLockGuard lock(mutex_);
   frames_.clear();
   spans_.clear();
   index_.clear();

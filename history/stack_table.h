@@ -1,7 +1,9 @@
 // Interned stacks: each distinct call path is stored once and named by a small id, so a trace
 // entry or a block's history holds 4 bytes instead of a list of frames, and a path seen
-// before costs one hash lookup. Thread-safe. Bounded: past `max_frames` stored addresses it
+// before costs one hash lookup. Bounded: past `max_frames` stored addresses it
 // stops taking new stacks (intern returns kNoStack) rather than grow without limit.
+// Not thread-safe: the recorder keeps one table per device, guarded by the device's
+// allocator lock its hooks already hold, so interning takes no lock of its own.
 #pragma once
 
 #include <cstddef>
@@ -9,7 +11,6 @@
 #include <limits>
 #include <vector>
 
-#include "allocator/allocator_mutex.h"
 
 namespace memsnap {
 
@@ -42,7 +43,6 @@ class StackTable {
   };
 
   const size_t max_frames_;
-  mutable AllocatorMutex mutex_;
   std::vector<uintptr_t> frames_;  // every stack's frames, back to back
   std::vector<Span> spans_;        // by id
   std::vector<Slot> index_;  // size a power of two

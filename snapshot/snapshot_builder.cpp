@@ -20,12 +20,14 @@ class StackTables {
   StackTables(Snapshot& snapshot, const HistoryRecorder* recorder)
       : snapshot_(snapshot), recorder_(recorder) {}
 
-  StackIndex index_of(StackId id) {
+  // Stack ids are per device (each device interns its own).
+  StackIndex index_of(int device, StackId id) {
     if (id == kNoStack || recorder_ == nullptr) return kNoStackIndex;
-    auto found = by_id_.find(id);
+    const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(device)) << 32) | id;
+    auto found = by_id_.find(key);
     if (found != by_id_.end()) return found->second;
-    const StackIndex index = intern_stack(symbolize(recorder_->stacks().frames(id)));
-    by_id_.emplace(id, index);
+    const StackIndex index = intern_stack(symbolize(recorder_->stack_frames(device, id)));
+    by_id_.emplace(key, index);
     return index;
   }
 
@@ -68,7 +70,7 @@ class StackTables {
 
   Snapshot& snapshot_;
   const HistoryRecorder* recorder_;
-  std::unordered_map<StackId, StackIndex> by_id_;
+  std::unordered_map<uint64_t, StackIndex> by_id_;
   std::unordered_map<std::string, uint32_t> frame_index_;
   std::map<std::vector<uint32_t>, StackIndex> stack_index_;
 };
@@ -142,7 +144,7 @@ SnapshotSegment segment_of(const SegmentRecord& record, const HistoryRecorder* r
     }
     if (block.state == BlockState::kActiveAllocated) segment.allocated_size += block.size;
     for (; entry != history.end() && entry->address < block.address + block.size; ++entry) {
-      const StackIndex stack = stacks.index_of(entry->stack);
+      const StackIndex stack = stacks.index_of(record.device, entry->stack);
       block.history.push_back({entry->address, entry->requested_size, stack});
       // Entries never overlap, so the one at an active block's address is its allocation.
       if (entry->address == block.address && block.state != BlockState::kInactive)
@@ -172,7 +174,7 @@ Snapshot take_snapshot(CachingAllocator& allocator, HistoryRecorder* recorder,
     if (recorder == nullptr || !options.include_traces) continue;
     for (const HistoryEvent& event : recorder->trace(d))
       trace.push_back({event.action, event.address, event.size, event.stream, event.time_us,
-                       stacks.index_of(event.stack)});
+                       stacks.index_of(d, event.stack)});
   }
   if (recorder != nullptr) {
     for (const Annotation& annotation : recorder->annotations())

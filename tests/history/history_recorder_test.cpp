@@ -93,7 +93,7 @@ TEST(HistoryRecorder, AllocationStackNamesTheCaller) {
   const auto trace = s.recorder.trace(0);
   ASSERT_EQ(trace.size(), 1u);
   bool found = false;
-  for (uintptr_t address : s.recorder.stacks().frames(trace[0].stack))
+  for (uintptr_t address : s.recorder.stack_frames(0, trace[0].stack))
     for (const auto& frame : memsnap::process_symbolizer().frames_at(address))
       found |= frame.function.find("allocate_parameters") != std::string::npos;
   EXPECT_TRUE(found);
@@ -127,7 +127,7 @@ TEST(HistoryRecorder, WithoutStacksEntriesCarryNone) {
   s.record(HistoryLevel::kAll, 100, /*stacks=*/false);
   s.allocator.deallocate(s.allocator.allocate(4096));
   for (const auto& event : s.recorder.trace(0)) EXPECT_EQ(event.stack, memsnap::kNoStack);
-  EXPECT_EQ(s.recorder.stacks().size(), 0u);
+  EXPECT_EQ(s.recorder.stack_count(0), 0u);
 }
 
 TEST(HistoryRecorder, MergedFreeBlocksKeepBothHistoriesUntilNewAllocationsOverlapThem) {
