@@ -1,9 +1,10 @@
 #include "history/stack_capture.h"
 
+#include "history/cfi_unwinder.h"
+#include "history/stack_bounds.h"
+
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
-
-#include <pthread.h>
 
 #include <algorithm>
 
@@ -11,6 +12,14 @@ namespace memsnap {
 
 __attribute__((noinline)) size_t capture_stack(uintptr_t* frames, size_t max_frames,
                                                size_t skip) {
+  // +1: this function's own frame.
+  const size_t count = capture_stack_cfi(frames, max_frames, skip + 1);
+  if (count != kUnsupportedStack) return count;
+  return capture_stack_libunwind(frames, max_frames, skip + 1);
+}
+
+__attribute__((noinline)) size_t capture_stack_libunwind(uintptr_t* frames, size_t max_frames,
+                                                         size_t skip) {
   // +1: this function's own frame, which unw_backtrace reports first.
   void* raw[kMaxStackDepth + 16];
   const size_t wanted = std::min(max_frames, kMaxStackDepth) + std::min<size_t>(skip, 15) + 1;
@@ -21,34 +30,6 @@ __attribute__((noinline)) size_t capture_stack(uintptr_t* frames, size_t max_fra
   for (size_t i = 0; i < count; ++i) frames[i] = reinterpret_cast<uintptr_t>(raw[first + i]);
   return count;
 }
-
-namespace {
-
-// The calling thread's stack, [low, high): frame pointers outside it are not followed.
-struct StackBounds {
-  uintptr_t low = 0;
-  uintptr_t high = 0;
-};
-
-StackBounds thread_stack_bounds() {
-  thread_local StackBounds bounds = [] {
-    StackBounds found;
-    pthread_attr_t attributes;
-    if (pthread_getattr_np(pthread_self(), &attributes) == 0) {
-      void* address = nullptr;
-      size_t size = 0;
-      if (pthread_attr_getstack(&attributes, &address, &size) == 0) {
-        found.low = reinterpret_cast<uintptr_t>(address);
-        found.high = found.low + size;
-      }
-      pthread_attr_destroy(&attributes);
-    }
-    return found;
-  }();
-  return bounds;
-}
-
-}  // namespace
 
 __attribute__((noinline)) size_t capture_stack_frame_pointers(uintptr_t* frames, size_t max_frames,
                                                               size_t skip) {

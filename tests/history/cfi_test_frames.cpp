@@ -1,0 +1,104 @@
+#include "tests/history/cfi_test_frames.h"
+
+#include <alloca.h>
+#include <signal.h>
+
+#include <cstring>
+
+#include "history/cfi_unwinder.h"
+#include "history/stack_capture.h"
+
+namespace cfi_test_frames {
+namespace {
+
+volatile int g_sink = 0;
+
+__attribute__((noinline)) TwoWalks walk_both() {
+  TwoWalks walks;
+  walks.libunwind.resize(memsnap::kMaxStackDepth);
+  walks.cfi.resize(memsnap::kMaxStackDepth);
+  walks.libunwind.resize(memsnap::capture_stack_libunwind(walks.libunwind.data(), walks.libunwind.size()));
+  const size_t count = memsnap::capture_stack_cfi(walks.cfi.data(), walks.cfi.size());
+  walks.unsupported = count == memsnap::kUnsupportedStack;
+  walks.cfi.resize(walks.unsupported ? 0 : count);
+  g_sink = g_sink + 1;  // no tail call: this frame stays the innermost of both walks
+  return walks;
+}
+
+__attribute__((noinline)) TwoWalks recurse(int depth) {
+  if (depth == 0) return walk_both();
+  TwoWalks walks = recurse(depth - 1);
+  g_sink = g_sink + depth;
+  return walks;
+}
+
+__attribute__((noinline)) TwoWalks with_array(int n) {
+  char* bytes = static_cast<char*>(alloca(static_cast<size_t>(n)));
+  std::memset(bytes, n, static_cast<size_t>(n));
+  TwoWalks walks = walk_both();
+  g_sink = g_sink + bytes[n - 1];
+  return walks;
+}
+
+// Two callers of one function, with frames of the same size: the shared function's frame
+// starts from the same registers whichever called it, and only the return address above
+// it tells them apart.
+__attribute__((noinline)) TwoWalks shared_inner() {
+  TwoWalks walks = walk_both();
+  g_sink = g_sink + 1;
+  return walks;
+}
+
+__attribute__((noinline)) TwoWalks via_first() {
+  TwoWalks walks = shared_inner();
+  g_sink = g_sink + 1;
+  return walks;
+}
+
+__attribute__((noinline)) TwoWalks via_second() {
+  TwoWalks walks = shared_inner();
+  g_sink = g_sink + 2;
+  return walks;
+}
+
+TwoWalks g_from_handler;
+
+void handler(int) { g_from_handler = walk_both(); }
+
+}  // namespace
+
+TwoWalks through_recursion(int depth) {
+  TwoWalks walks = recurse(depth);
+  g_sink = g_sink + 1;
+  return walks;
+}
+
+TwoWalks through_variable_length_array(int n) {
+  TwoWalks walks = with_array(n);
+  g_sink = g_sink + 1;
+  return walks;
+}
+
+TwoWalks through_one_of_several_callers(int which) {
+  TwoWalks walks = which % 3 == 0 ? via_first() : which % 3 == 1 ? via_second() : recurse(which % 5);
+  g_sink = g_sink + 1;
+  return walks;
+}
+
+TwoWalks walk_from_caller() {
+  TwoWalks walks = walk_both();
+  g_sink = g_sink + 1;
+  return walks;
+}
+
+TwoWalks through_signal_handler() {
+  struct sigaction action {};
+  struct sigaction previous {};
+  action.sa_handler = handler;
+  sigaction(SIGUSR1, &action, &previous);
+  raise(SIGUSR1);
+  sigaction(SIGUSR1, &previous, nullptr);
+  return g_from_handler;
+}
+
+}  // namespace cfi_test_frames

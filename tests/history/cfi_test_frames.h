@@ -1,0 +1,26 @@
+// Call paths of different frame shapes for the CFI walker's tests. Compiled without frame
+// pointers (see tests/CMakeLists.txt), as most library code is.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace cfi_test_frames {
+
+// Both walks from the same innermost function; `first` is the libunwind one.
+struct TwoWalks {
+  std::vector<uintptr_t> libunwind;
+  std::vector<uintptr_t> cfi;  // empty with `unsupported` set when the walker gave up
+  bool unsupported = false;
+};
+
+TwoWalks through_recursion(int depth);        // frames addressed from %rsp
+TwoWalks through_variable_length_array(int n);  // a frame addressed from %rbp
+TwoWalks through_signal_handler();            // a signal frame on the way
+// Callers that differ only above a shared function, in turn: what an earlier walk learned
+// must not be reused where the stack above has changed.
+TwoWalks through_one_of_several_callers(int which);
+TwoWalks walk_from_caller();                  // whatever frame shape the caller has
+
+}  // namespace cfi_test_frames
