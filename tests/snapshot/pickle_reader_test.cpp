@@ -114,8 +114,10 @@ TEST(PickleReader, BoundsNestingAndMemo) {
 
 TEST(PickleReader, NamesTheFieldThatIsWrong) {
   // {"segments": [{"address": "x"}]}
-  const std::string bytes = std::string("\x80\x02}q\x00X\x08\x00\x00\x00" "segments]q\x01}q\x02X\x07\x00\x00\x00"
-                                        "addressX\x01\x00\x00\x00" "xsas.", 55);
+  // (The length is counted from the literal: a hand count once read past its end.)
+  static constexpr char kPickle[] = "\x80\x02}q\x00X\x08\x00\x00\x00" "segments]q\x01}q\x02X\x07\x00\x00\x00"
+                                    "addressX\x01\x00\x00\x00" "xsas.";
+  const std::string bytes(kPickle, sizeof(kPickle) - 1);
   const std::string error = load_error(bytes);
   EXPECT_NE(error.find("segments[0].address"), std::string::npos) << error;
 }
