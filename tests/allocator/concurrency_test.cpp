@@ -4,6 +4,7 @@
 #include <random>
 #include <thread>
 
+#include "tests/test_scale.h"
 #include "allocator_harness.h"
 
 namespace memsnap::testing {
@@ -13,7 +14,7 @@ TEST(Concurrency, ThreadsAllocatingAndFreeingConcurrentlyKeepEveryInvariant) {
   Harness h("max_split_size_mb:64", size_t{4} << 30, /*devices=*/2,
             /*events_complete_immediately=*/true);
   constexpr int kThreads = 6;
-  constexpr int kOperationsPerThread = 200000;
+  constexpr int kOperationsPerThread = 200000 / kWorkDivisor;
   std::atomic<int64_t> ooms{0};
   std::atomic<bool> stop_observer{false};
 

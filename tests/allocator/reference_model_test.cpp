@@ -2,6 +2,7 @@
 // addresses, same statistics) and by the invariant checker.
 #include <random>
 
+#include "tests/test_scale.h"
 #include "allocator_harness.h"
 #include "reference_allocator.h"
 
@@ -30,7 +31,7 @@ size_t random_size(std::mt19937_64& rng) {
 TEST_P(ReferenceModel, AgreesOnEveryAddressAndStatistic) {
   const Workload workload = GetParam();
   constexpr size_t kCapacity = size_t{1} << 30;
-  constexpr int kOperations = 250000;
+  constexpr int kOperations = 250000 / kWorkDivisor;
   Harness h(workload.config, kCapacity);
   ReferenceAllocator reference(config_from(workload.config), kCapacity);
   std::mt19937_64 rng(workload.seed);
