@@ -167,7 +167,8 @@ __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max
 
   for (size_t i = 0; i < step_limit; ++i) {
     for (WalkMemo* earlier : walker.memos) {
-      if (earlier->rules_generation != generation || !earlier->covers(step_limit) ||
+      // (Against the rules now: a lookup on the way may have dropped them.)
+      if (earlier->rules_generation != walker.rules.generation() || !earlier->covers(step_limit) ||
           !earlier->still_holds(i, registers))
         continue;
       // The rest of this walk is the earlier one's.
