@@ -18,6 +18,6 @@ echo "== ThreadSanitizer: the concurrency tests"
 cmake -S "$root" -B "$root/build-tsan" -G Ninja "${common[@]}" -DMEMSNAP_SANITIZE=thread >/dev/null
 cmake --build "$root/build-tsan" --parallel "$(nproc)" \
   --target memsnap_allocator_tests memsnap_snapshot_tests memsnap_history_tests
-TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp \
   ctest --test-dir "$root/build-tsan" --output-on-failure --parallel "$(nproc)" \
   -R 'Concurrency|Thread|OutOfMemory.*Thread'
