@@ -66,10 +66,15 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
   for (Allocation& a : allocations)
     if (a.end == UINT64_MAX) a.end = out.events;
   out.allocations = allocations.size();
+  const uint64_t lo = std::min(options.window_begin, out.events);
+  const uint64_t hi = std::clamp(options.window_end.value_or(out.events), lo, out.events);
+  out.window_begin = lo;
+  out.window_end = hi;
 
-  // The largest allocations get bands (ties: the longer-lived).
-  std::vector<size_t> order(allocations.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  // The largest allocations alive in the window get bands (ties: the longer-lived).
+  std::vector<size_t> order;
+  for (size_t i = 0; i < allocations.size(); ++i)
+    if (allocations[i].start <= hi && (allocations[i].end > lo || allocations[i].end == out.events)) order.push_back(i);
   const size_t kept = std::min(options.max_bands, order.size());
   std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(kept), order.end(),
                     [&](size_t a, size_t b) {
@@ -94,11 +99,11 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
 
   // Sample points: evenly spaced, plus every band's start and end so none is missed.
   std::vector<uint64_t> samples;
-  const uint64_t steps = std::min<uint64_t>(options.max_samples, std::max<uint64_t>(out.events, 1));
-  for (uint64_t s = 0; s <= steps; ++s) samples.push_back(out.events * s / steps);
+  const uint64_t steps = std::min<uint64_t>(options.max_samples, std::max<uint64_t>(hi - lo, 1));
+  for (uint64_t s = 0; s <= steps; ++s) samples.push_back(lo + (hi - lo) * s / steps);
   for (const TimelineBand& b : out.bands) {
-    samples.push_back(b.start);
-    samples.push_back(b.end);
+    samples.push_back(std::clamp(b.start, lo, hi));
+    samples.push_back(std::clamp(b.end, lo, hi));
   }
   std::sort(samples.begin(), samples.end());
   samples.erase(std::unique(samples.begin(), samples.end()), samples.end());

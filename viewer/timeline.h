@@ -20,6 +20,10 @@ struct TimelineOptions {
   std::optional<int64_t> device;  // default: the device with the most trace entries
   size_t max_bands = 150;
   size_t max_samples = 800;
+  // Zoom: only events [window_begin, window_end] are sampled, and bands go to the largest
+  // allocations alive in that window (the web UI's brush). Clamped to the trace.
+  uint64_t window_begin = 0;
+  std::optional<uint64_t> window_end;
 };
 
 struct TimelineBand {
@@ -35,6 +39,7 @@ struct TimelineBand {
 struct Timeline {
   int64_t device = 0;
   uint64_t events = 0;  // alloc and free events on the x axis
+  uint64_t window_begin = 0, window_end = 0;  // the sampled range of event indices
   std::vector<int64_t> event_time_us;  // per sampled event index in `samples`
   std::vector<uint64_t> samples;       // event indices sampled
   std::vector<uint64_t> other_bytes;   // per sample: the merged band

@@ -27,6 +27,7 @@ CommandRunner add_segments_command(CLI::App& app);
 CommandRunner add_timeline_command(CLI::App& app);
 CommandRunner add_trace_command(CLI::App& app);
 CommandRunner add_convert_command(CLI::App& app);
+CommandRunner add_serve_command(CLI::App& app);
 
 // Writes `text` to `path`, or to stdout when path is empty or "-". The file is written to a
 // temporary name and renamed, so a failure never leaves a partial file behind.

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
       memsnap::cli::add_timeline_command(app),
       memsnap::cli::add_trace_command(app),
       memsnap::cli::add_convert_command(app),
+      memsnap::cli::add_serve_command(app),
   };
   try {
     app.parse(argc, argv);

@@ -1,0 +1,291 @@
+#include "web/api_routes.h"
+
+#include <nlohmann/json.hpp>
+
+#include "viewer/memory_views.h"
+#include "viewer/snapshot_stats.h"
+#include "viewer/svg/flamegraph_svg.h"
+#include "viewer/svg/svg_text.h"
+#include "web/api_error.h"
+#include "web/request_params.h"
+#include "web/view_json.h"
+
+namespace memsnap::web {
+namespace {
+
+using nlohmann::json;
+using Stored = std::shared_ptr<const StoredSnapshot>;
+
+constexpr const char* kJson = "application/json; charset=utf-8";
+constexpr double kDefaultMinShare = 2e-5;  // a node under 1/50,000 of the total is < 0.1 px wide
+constexpr size_t kMaxNameLength = 200;
+
+// Frame names come from files: invalid UTF-8 is replaced, never a reason to fail.
+std::string to_body(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+void send(httplib::Response& response, const std::shared_ptr<const std::string>& body, const char* type) {
+  response.set_content(*body, type);
+}
+
+Stored find_or_404(SnapshotStore& store, const std::string& id) {
+  Stored stored = store.find(id);
+  if (!stored) throw ApiError(404, "no snapshot with id " + id.substr(0, 24));
+  return stored;
+}
+
+FrameFilter frame_filter(const RequestParams& params) {
+  FrameFilter filter;
+  filter.keep_all = params.flag("all_frames");
+  return filter;
+}
+
+ViewOptions view_options(const RequestParams& params) {
+  ViewOptions options;
+  options.frames = frame_filter(params);
+  options.device = params.device();
+  return options;
+}
+
+std::string key_part(const std::optional<int64_t>& device) { return device ? std::to_string(*device) : "*"; }
+
+// Keeps only printable ASCII from an uploader's file name, without folders.
+std::string clean_name(const std::string& raw) {
+  std::string name = raw.substr(raw.find_last_of("/\\") == std::string::npos ? 0 : raw.find_last_of("/\\") + 1);
+  std::string out;
+  for (char c : name)
+    if (c >= 0x20 && c < 0x7f) out += c;
+  if (out.size() > kMaxNameLength) out.resize(kMaxNameLength);
+  return out.empty() ? std::string("upload") : out;
+}
+
+// Wraps a handler: ApiError becomes its status, anything else a 500; both as JSON.
+template <typename Handler>
+httplib::Server::Handler guarded(Handler handler) {
+  return [handler](const httplib::Request& request, httplib::Response& response) {
+    try {
+      handler(request, response);
+    } catch (const ApiError& error) {
+      send_json_error(response, error.status(), error.what());
+    } catch (const std::exception& error) {
+      send_json_error(response, 500, std::string("internal error: ") + error.what());
+    }
+  };
+}
+
+void upload(SnapshotStore& store, const ApiLimits& limits, const httplib::Request& request,
+            httplib::Response& response, const httplib::ContentReader& reader) {
+  // Refusals here come before the body is read, so the connection cannot be trusted to be at a
+  // request boundary any more: close it.
+  auto refuse = [&](int status, const std::string& message) {
+    response.set_header("Connection", "close");
+    throw ApiError(status, message);
+  };
+  // A cross-site page can post text/plain without asking first; octet-stream needs a CORS
+  // preflight that this server never grants.
+  if (request.get_header_value("Content-Type") != "application/octet-stream")
+    refuse(415, "upload the snapshot file as the body, with Content-Type: application/octet-stream");
+  const std::string length_text = request.get_header_value("Content-Length");
+  const auto length = parse_unsigned(length_text, false);
+  if (!length) refuse(411, "an upload needs a Content-Length");
+  if (*length > limits.max_upload_bytes)
+    refuse(413, "upload of " + svg::human_bytes(*length) + " is over the limit of " +
+                    svg::human_bytes(limits.max_upload_bytes) + " (memsnap serve --max-upload-mb)");
+  if (store.full())
+    refuse(507, "already holding " + std::to_string(store.max_snapshots()) + " snapshots (the limit); delete one first");
+  std::string body;
+  body.reserve(static_cast<size_t>(*length));
+  bool over = false;
+  reader([&](const char* data, size_t size) {
+    if (body.size() + size > *length) {
+      over = true;
+      return false;
+    }
+    body.append(data, size);
+    return true;
+  });
+  if (over || body.size() != *length) refuse(400, "the upload's body does not match its Content-Length");
+  const RequestParams params(request);
+  const std::string name = clean_name(params.text("name", 4096).value_or("upload"));
+  auto added = store.add(name, body);
+  if (!added) throw ApiError(added.error().rfind("already holding", 0) == 0 ? 507 : 422, added.error());
+  response.status = 201;
+  response.set_content(to_body(snapshot_summary_json(*added.value())), kJson);
+}
+
+void add_view_routes(httplib::Server& server, SnapshotStore& store) {
+  const std::string snapshot = R"(/api/snapshots/(\d+))";
+
+  server.Get(snapshot + "/stats", guarded([&store](const httplib::Request& request, httplib::Response& response) {
+    const Stored s = find_or_404(store, request.matches[1]);
+    send(response, s->cached("stats", [&] {
+           return to_body(stats_to_json(compute_stats(s->loaded.snapshot), s->loaded.snapshot));
+         }), kJson);
+  }));
+  server.Get(snapshot + "/stats.txt", guarded([&store](const httplib::Request& request, httplib::Response& response) {
+    const Stored s = find_or_404(store, request.matches[1]);
+    send(response, s->cached("stats.txt", [&] {
+           return stats_to_text(compute_stats(s->loaded.snapshot), s->loaded.snapshot);
+         }), "text/plain; charset=utf-8");
+  }));
+
+  server.Get(snapshot + "/flamegraph", guarded([&store](const httplib::Request& request, httplib::Response& response) {
+    const Stored s = find_or_404(store, request.matches[1]);
+    const RequestParams params(request);
+    const std::string kind = params.choice("kind", {"memory", "segments"});
+    const ViewOptions options = view_options(params);
+    const double min_share = params.real("min_share", 0, 1).value_or(kDefaultMinShare);
+    const std::string key = "flame:" + kind + ":" + key_part(options.device) + ":" +
+                            std::to_string(options.frames.keep_all) + ":" + std::to_string(min_share);
+    send(response, s->cached(key, [&] {
+           const Snapshot& snap = s->loaded.snapshot;
+           const FlameTree tree = kind == "segments" ? segments_flamegraph(snap, options) : memory_flamegraph(snap, options);
+           return to_body(flamegraph_json(tree, min_share));
+         }), kJson);
+  }));
+
+  server.Get(snapshot + "/flamegraph.svg", guarded([&store](const httplib::Request& request, httplib::Response& response) {
+    const Stored s = find_or_404(store, request.matches[1]);
+    const RequestParams params(request);
+    const std::string kind = params.choice("kind", {"memory", "segments"});
+    const ViewOptions options = view_options(params);
+    const int width = static_cast<int>(params.unsigned_integer("width", 400, 10000).value_or(1200));
+    const std::string key = "svg:" + kind + ":" + key_part(options.device) + ":" +
+                            std::to_string(options.frames.keep_all) + ":" + std::to_string(width);
+    send(response, s->cached(key, [&] {
+           const Snapshot& snap = s->loaded.snapshot;
+           const FlameTree tree = kind == "segments" ? segments_flamegraph(snap, options) : memory_flamegraph(snap, options);
+           svg::FlamegraphOptions render;
+           render.title = (kind == "segments" ? "Memory by segment: " : "Memory by state and stack: ") + s->name;
+           render.subtitle = svg::human_bytes(tree.total_bytes()) + " in " + std::to_string(snap.segments.size()) + " segments";
+           render.width = width;
+           return svg::render_flamegraph(tree, render);
+         }), "image/svg+xml");
+    // The SVG carries its own small script for hover and zoom; nothing else may run or load.
+    response.set_header("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'");
+  }));
+
+  server.Get(snapshot + "/segments", guarded([&store](const httplib::Request& request, httplib::Response& response) {
+    const Stored s = find_or_404(store, request.matches[1]);
+    const std::optional<int64_t> device = RequestParams(request).device();
+    send(response, s->cached("segments:" + key_part(device), [&] {
+           return to_body(segments_json(s->loaded.snapshot, device));
+         }), kJson);
+  }));
+
+  server.Get(snapshot + R"(/segments/(\d+)/blocks/(\d+))",
+             guarded([&store](const httplib::Request& request, httplib::Response& response) {
+    const Stored s = find_or_404(store, request.matches[1]);
+    const auto segment = parse_unsigned(request.matches[2], false);
+    const auto block = parse_unsigned(request.matches[3], false);
+    std::optional<json> found;
+    if (segment && block) found = block_json(s->loaded.snapshot, *segment, *block, frame_filter(RequestParams(request)));
+    if (!found) throw ApiError(404, "no such segment or block");
+    response.set_content(to_body(*found), kJson);
+  }));
+
+  server.Get(snapshot + R"(/stacks/(\d+))", guarded([&store](const httplib::Request& request, httplib::Response& response) {
+    const Stored s = find_or_404(store, request.matches[1]);
+    const auto index = parse_unsigned(request.matches[2], false);
+    std::optional<json> found;
+    if (index && *index < (uint64_t{1} << 62))
+      found = stack_json(s->loaded.snapshot, static_cast<int64_t>(*index), frame_filter(RequestParams(request)));
+    if (!found) throw ApiError(404, "no such stack");
+    response.set_content(to_body(*found), kJson);
+  }));
+
+  server.Get(snapshot + "/timeline", guarded([&store](const httplib::Request& request, httplib::Response& response) {
+    const Stored s = find_or_404(store, request.matches[1]);
+    const RequestParams params(request);
+    TimelineOptions options;
+    options.device = params.device();
+    options.max_bands = params.unsigned_integer("bands", 1, 2000).value_or(options.max_bands);
+    options.max_samples = params.unsigned_integer("samples", 10, 5000).value_or(options.max_samples);
+    options.window_begin = params.unsigned_integer("begin", 0, UINT64_MAX).value_or(0);
+    options.window_end = params.unsigned_integer("end", 0, UINT64_MAX);
+    const FrameFilter filter = frame_filter(params);
+    const std::string key = "timeline:" + key_part(options.device) + ":" + std::to_string(options.max_bands) + ":" +
+                            std::to_string(options.max_samples) + ":" + std::to_string(options.window_begin) + ":" +
+                            (options.window_end ? std::to_string(*options.window_end) : "*") + ":" +
+                            std::to_string(filter.keep_all);
+    send(response, s->cached(key, [&] {
+           return to_body(timeline_json(s->loaded.snapshot, compute_timeline(s->loaded.snapshot, options), filter));
+         }), kJson);
+  }));
+
+  server.Get(snapshot + "/trace", guarded([&store](const httplib::Request& request, httplib::Response& response) {
+    const Stored s = find_or_404(store, request.matches[1]);
+    const RequestParams params(request);
+    TraceQuery query;
+    query.device = params.device();
+    query.offset = params.unsigned_integer("offset", 0, UINT64_MAX).value_or(0);
+    query.limit = params.unsigned_integer("limit", 1, TraceQuery::kMaxLimit).value_or(query.limit);
+    query.min_size = params.unsigned_integer("min_size", 0, UINT64_MAX).value_or(0);
+    query.address = params.unsigned_integer("address", 0, UINT64_MAX, true);
+    query.frame = params.text("frame", 200).value_or("");
+    if (const auto actions = params.text("action", 400); actions && !actions->empty()) {
+      query.actions.assign(kTraceActionCount, false);
+      size_t start = 0;
+      while (start <= actions->size()) {
+        const size_t comma = std::min(actions->find(',', start), actions->size());
+        const std::string name = actions->substr(start, comma - start);
+        const auto action = trace_action_from_name(name);
+        if (!action) throw ApiError(400, "query parameter 'action': unknown action '" + name.substr(0, 40) + "'");
+        query.actions[static_cast<size_t>(*action)] = true;
+        start = comma + 1;
+      }
+    }
+    response.set_content(to_body(trace_page_json(s->loaded.snapshot, query, frame_filter(params))), kJson);
+  }));
+}
+
+}  // namespace
+
+void send_json_error(httplib::Response& response, int status, const std::string& message) {
+  response.status = status;
+  response.set_content(to_body(json{{"error", message}}) + "\n", kJson);
+}
+
+void add_api_routes(httplib::Server& server, SnapshotStore& store, const ApiLimits& limits) {
+  server.Get("/api/snapshots", guarded([&store](const httplib::Request&, httplib::Response& response) {
+    json list = json::array();
+    for (const Stored& s : store.list()) list.push_back(snapshot_summary_json(*s));
+    response.set_content(to_body(json{{"snapshots", std::move(list)}, {"max_snapshots", store.max_snapshots()}}), kJson);
+  }));
+  server.Post("/api/snapshots", [&store, limits](const httplib::Request& request, httplib::Response& response,
+                                                 const httplib::ContentReader& reader) {
+    guarded([&](const httplib::Request& r, httplib::Response& out) { upload(store, limits, r, out, reader); })(request,
+                                                                                                            response);
+  });
+  server.Get(R"(/api/snapshots/(\d+))", guarded([&store](const httplib::Request& request, httplib::Response& response) {
+    response.set_content(to_body(snapshot_summary_json(*find_or_404(store, request.matches[1]))), kJson);
+  }));
+  server.Delete(R"(/api/snapshots/(\d+))", guarded([&store](const httplib::Request& request, httplib::Response& response) {
+    if (!store.remove(request.matches[1])) throw ApiError(404, "no snapshot with id " + std::string(request.matches[1]).substr(0, 24));
+    response.status = 204;
+  }));
+  add_view_routes(server, store);
+  server.Get("/api/compare", guarded([&store](const httplib::Request& request, httplib::Response& response) {
+    const RequestParams params(request);
+    const auto before_id = params.text("before", 24), after_id = params.text("after", 24);
+    if (!before_id || !after_id) throw ApiError(400, "compare needs ?before=ID&after=ID");
+    const Stored before = find_or_404(store, *before_id);
+    const Stored after = find_or_404(store, *after_id);
+    const ViewOptions options = view_options(params);
+    const double min_share = params.real("min_share", 0, 1).value_or(kDefaultMinShare);
+    const std::string key = "compare:" + before->id + ":" + key_part(options.device) + ":" +
+                            std::to_string(options.frames.keep_all) + ":" + std::to_string(min_share);
+    send(response, after->cached(key, [&] {
+           const Comparison comparison = compare_snapshots(before->loaded.snapshot, after->loaded.snapshot, options);
+           return to_body(compare_json(*before, *after, comparison, min_share));
+         }), kJson);
+  }));
+  // Anything else under /api is a JSON 404, not the UI's page.
+  auto unknown = guarded([](const httplib::Request& request, httplib::Response&) {
+    throw ApiError(404, "no such API route: " + request.path.substr(0, 200));
+  });
+  server.Get(R"(/api(/.*)?)", unknown);
+  server.Post(R"(/api(/.*)?)", unknown);
+  server.Delete(R"(/api(/.*)?)", unknown);
+}
+
+}  // namespace memsnap::web

@@ -1,0 +1,23 @@
+// The JSON API of `memsnap serve` (web/README.md lists every route): snapshots are listed,
+// uploaded and deleted; each view of a snapshot is one GET whose answer is cached per
+// snapshot, so only the first request for a view pays for its analysis.
+#pragma once
+
+#include <cstdint>
+
+#include <httplib.h>
+
+#include "web/snapshot_store.h"
+
+namespace memsnap::web {
+
+struct ApiLimits {
+  uint64_t max_upload_bytes = uint64_t{512} << 20;
+};
+
+void add_api_routes(httplib::Server& server, SnapshotStore& store, const ApiLimits& limits);
+
+// {"error": message} with `status`, for every refusal the server makes.
+void send_json_error(httplib::Response& response, int status, const std::string& message);
+
+}  // namespace memsnap::web

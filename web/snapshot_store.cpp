@@ -1,0 +1,86 @@
+#include "web/snapshot_store.h"
+
+#include <sys/stat.h>
+
+namespace memsnap::web {
+
+std::shared_ptr<const std::string> StoredSnapshot::cached(const std::string& key,
+                                                          const std::function<std::string()>& render) const {
+  {
+    std::lock_guard lock(cache_mutex_);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+  }
+  auto made = std::make_shared<const std::string>(render());
+  std::lock_guard lock(cache_mutex_);
+  auto [it, inserted] = cache_.emplace(key, made);
+  if (!inserted) return it->second;
+  cache_order_.push_back(key);
+  while (cache_order_.size() > kMaxCachedResponses) {
+    cache_.erase(cache_order_.front());
+    cache_order_.pop_front();
+  }
+  return made;
+}
+
+Result<std::shared_ptr<const StoredSnapshot>> SnapshotStore::add(std::string name, std::string_view bytes) {
+  Result<LoadedSnapshot> loaded = load_snapshot_from_memory(bytes);
+  if (!loaded) return Result<std::shared_ptr<const StoredSnapshot>>::failure(name + ": " + loaded.error());
+  return keep(std::move(name), bytes.size(), std::move(loaded));
+}
+
+Result<std::shared_ptr<const StoredSnapshot>> SnapshotStore::add_file(const std::string& path) {
+  struct stat info {};
+  const uint64_t file_bytes = ::stat(path.c_str(), &info) == 0 ? static_cast<uint64_t>(info.st_size) : 0;
+  const size_t slash = path.rfind('/');
+  std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  return keep(std::move(name), file_bytes, load_snapshot(path));
+}
+
+Result<std::shared_ptr<const StoredSnapshot>> SnapshotStore::keep(std::string name, uint64_t file_bytes,
+                                                                  Result<LoadedSnapshot> loaded) {
+  if (!loaded) return Result<std::shared_ptr<const StoredSnapshot>>::failure(loaded.error());
+  auto stored = std::make_shared<StoredSnapshot>();
+  stored->name = std::move(name);
+  stored->file_bytes = file_bytes;
+  stored->loaded = std::move(loaded).value();
+  for (const auto& trace : stored->loaded.snapshot.device_traces) {
+    stored->trace_events += trace.size();
+    for (const TraceEntry& e : trace) stored->has_oom |= e.action == TraceAction::kOom;
+  }
+  std::lock_guard lock(mutex_);
+  if (snapshots_.size() >= max_snapshots_)
+    return Result<std::shared_ptr<const StoredSnapshot>>::failure("already holding " + std::to_string(max_snapshots_) +
+                 " snapshots (the limit); delete one first");
+  const uint64_t id = next_id_++;
+  stored->id = std::to_string(id);
+  snapshots_.emplace(id, stored);
+  return std::shared_ptr<const StoredSnapshot>(std::move(stored));
+}
+
+std::shared_ptr<const StoredSnapshot> SnapshotStore::find(const std::string& id) const {
+  if (id.empty() || id.size() > 18 || id.find_first_not_of("0123456789") != std::string::npos) return nullptr;
+  std::lock_guard lock(mutex_);
+  auto it = snapshots_.find(std::stoull(id));
+  return it == snapshots_.end() ? nullptr : it->second;
+}
+
+bool SnapshotStore::remove(const std::string& id) {
+  if (id.empty() || id.size() > 18 || id.find_first_not_of("0123456789") != std::string::npos) return false;
+  std::lock_guard lock(mutex_);
+  return snapshots_.erase(std::stoull(id)) > 0;
+}
+
+bool SnapshotStore::full() const {
+  std::lock_guard lock(mutex_);
+  return snapshots_.size() >= max_snapshots_;
+}
+
+std::vector<std::shared_ptr<const StoredSnapshot>> SnapshotStore::list() const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::shared_ptr<const StoredSnapshot>> out;
+  for (const auto& [id, stored] : snapshots_) out.push_back(stored);
+  return out;
+}
+
+}  // namespace memsnap::web

@@ -1,0 +1,67 @@
+// The snapshots a `memsnap serve` session holds: loaded once (from the command line or an
+// upload), shared read-only by every request thread, and each with a small bounded cache of
+// its rendered API responses so a big snapshot's analyses run once, not per request.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "allocator/result.h"
+#include "snapshot/snapshot_loader.h"
+
+namespace memsnap::web {
+
+struct StoredSnapshot {
+  std::string id;    // decimal, never reused in a session
+  std::string name;  // file base name, or what the uploader called it
+  uint64_t file_bytes = 0;
+  LoadedSnapshot loaded;
+  uint64_t trace_events = 0;
+  bool has_oom = false;
+
+  // The response for `key`, made by `render` the first time (outside any lock: two threads may
+  // both render it once; both answers are equal). At most kMaxCachedResponses are kept, the
+  // oldest dropped first, so odd query strings cannot grow memory without bound.
+  std::shared_ptr<const std::string> cached(const std::string& key,
+                                            const std::function<std::string()>& render) const;
+
+  static constexpr size_t kMaxCachedResponses = 48;
+
+ private:
+  mutable std::mutex cache_mutex_;
+  mutable std::map<std::string, std::shared_ptr<const std::string>> cache_;
+  mutable std::deque<std::string> cache_order_;
+};
+
+class SnapshotStore {
+ public:
+  explicit SnapshotStore(size_t max_snapshots) : max_snapshots_(max_snapshots) {}
+
+  // Parses `bytes` (any format memsnap reads) and keeps it; an error names `name`.
+  Result<std::shared_ptr<const StoredSnapshot>> add(std::string name, std::string_view bytes);
+  Result<std::shared_ptr<const StoredSnapshot>> add_file(const std::string& path);
+
+  std::shared_ptr<const StoredSnapshot> find(const std::string& id) const;
+  bool remove(const std::string& id);
+  std::vector<std::shared_ptr<const StoredSnapshot>> list() const;  // oldest first
+  size_t max_snapshots() const { return max_snapshots_; }
+  bool full() const;
+
+ private:
+  Result<std::shared_ptr<const StoredSnapshot>> keep(std::string name, uint64_t file_bytes,
+                                                     Result<LoadedSnapshot> loaded);
+
+  const size_t max_snapshots_;
+  mutable std::mutex mutex_;
+  uint64_t next_id_ = 1;
+  std::map<uint64_t, std::shared_ptr<const StoredSnapshot>> snapshots_;
+};
+
+}  // namespace memsnap::web

@@ -1,0 +1,249 @@
+#include "web/view_json.h"
+
+#include <algorithm>
+
+#include "snapshot/snapshot.h"
+#include "viewer/snapshot_stats.h"
+
+namespace memsnap::web {
+namespace {
+
+using nlohmann::json;
+
+std::string innermost_label(const Snapshot& snapshot, StackIndex stack, const FrameFilter& filter) {
+  const std::vector<uint32_t> frames = visible_frames_outermost_first(snapshot, stack, filter);
+  return frames.empty() ? std::string() : frame_label(snapshot.frames[frames.back()]);
+}
+
+json frames_json(const Snapshot& snapshot, StackIndex stack, const FrameFilter& filter) {
+  json out = json::array();
+  const std::vector<uint32_t> frames = visible_frames_outermost_first(snapshot, stack, filter);
+  for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
+    const Frame& f = snapshot.frames[*it];
+    out.push_back({{"function", f.function}, {"file", f.file}, {"line", f.line}, {"label", frame_label(f)}});
+  }
+  return out;
+}
+
+bool frames_contain(const Snapshot& snapshot, StackIndex stack, const FrameFilter& filter, const std::string& text) {
+  for (uint32_t f : visible_frames_outermost_first(snapshot, stack, filter)) {
+    const Frame& frame = snapshot.frames[f];
+    if (frame.function.find(text) != std::string::npos || frame.file.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+json segment_header(const SnapshotSegment& s, size_t index) {
+  return {{"index", index},
+          {"device", s.device},
+          {"address", s.address},
+          {"total_size", s.total_size},
+          {"allocated_size", s.allocated_size},
+          {"active_size", s.active_size},
+          {"requested_size", s.requested_size},
+          {"stream", s.stream},
+          {"segment_type", s.segment_type},
+          {"is_expandable", s.is_expandable},
+          {"stack", s.stack}};
+}
+
+}  // namespace
+
+json snapshot_summary_json(const StoredSnapshot& stored) {
+  const Snapshot& s = stored.loaded.snapshot;
+  uint64_t reserved = 0, allocated = 0;
+  for (const SnapshotSegment& segment : s.segments) {
+    reserved += segment.total_size;
+    allocated += segment.allocated_size;
+  }
+  json devices = json::array();
+  for (size_t d = 0; d < s.device_traces.size(); ++d) devices.push_back({{"device", d}, {"events", s.device_traces[d].size()}});
+  return {{"id", stored.id},
+          {"name", stored.name},
+          {"size", stored.file_bytes},
+          {"format", std::string(snapshot_format_name(stored.loaded.format))},
+          {"compressed", stored.loaded.compressed},
+          {"source", s.source},
+          {"devices", devices},
+          {"events", stored.trace_events},
+          {"segments", s.segments.size()},
+          {"reserved_bytes", reserved},
+          {"allocated_bytes", allocated},
+          {"has_oom", stored.has_oom}};
+}
+
+json flamegraph_json(const FlameTree& tree, double min_share) {
+  const auto& nodes = tree.nodes();
+  const uint64_t total = std::max(tree.total_bytes(), tree.total_before_bytes());
+  const double min_bytes = std::max(0.0, min_share) * static_cast<double>(total);
+  json out_nodes = json::array();
+  std::vector<uint32_t> used_labels(tree.labels().size(), UINT32_MAX);
+  json labels = json::array();
+  auto label_index = [&](uint32_t label) {
+    if (used_labels[label] == UINT32_MAX) {
+      used_labels[label] = static_cast<uint32_t>(labels.size());
+      labels.push_back(tree.labels()[label]);
+    }
+    return used_labels[label];
+  };
+  // Preorder with an explicit stack (trees can be thousands of frames deep).
+  std::vector<std::pair<uint32_t, int64_t>> pending = {{0, -1}};  // node, emitted parent
+  uint64_t dropped = 0;
+  while (!pending.empty()) {
+    const auto [node, parent] = pending.back();
+    pending.pop_back();
+    const FlameNode& n = nodes[node];
+    const int64_t index = static_cast<int64_t>(out_nodes.size());
+    out_nodes.push_back(json::array({parent, label_index(n.label), static_cast<int>(n.category), n.bytes,
+                                     n.before_bytes, n.samples}));
+    for (auto it = n.children.rbegin(); it != n.children.rend(); ++it) {
+      const FlameNode& child = nodes[*it];
+      if (static_cast<double>(std::max(child.bytes, child.before_bytes)) < min_bytes && node != 0) {
+        ++dropped;
+        continue;
+      }
+      pending.push_back({*it, index});
+    }
+  }
+  return {{"total_bytes", tree.total_bytes()},
+          {"total_before_bytes", tree.total_before_bytes()},
+          {"labels", std::move(labels)},
+          {"nodes", std::move(out_nodes)},
+          {"dropped_nodes", dropped},
+          {"categories", {"root", "active_allocated", "active_pending_free", "inactive", "gaps", "grouping"}}};
+}
+
+json segments_json(const Snapshot& snapshot, std::optional<int64_t> device) {
+  json segments = json::array();
+  uint64_t blocks = 0;
+  for (size_t i = 0; i < snapshot.segments.size(); ++i) {
+    const SnapshotSegment& s = snapshot.segments[i];
+    if (device && s.device != *device) continue;
+    json segment = segment_header(s, i);
+    json rows = json::array();
+    for (const SnapshotBlock& b : s.blocks) {
+      rows.push_back(json::array({b.address - s.address, b.size, b.requested_size, static_cast<int>(b.state),
+                                  b.stack, b.history.size()}));
+    }
+    blocks += s.blocks.size();
+    segment["blocks"] = std::move(rows);
+    segments.push_back(std::move(segment));
+  }
+  return {{"segments", std::move(segments)},
+          {"blocks", blocks},
+          {"states", {"active_allocated", "active_pending_free", "inactive"}}};
+}
+
+std::optional<json> block_json(const Snapshot& snapshot, size_t segment, size_t block, const FrameFilter& filter) {
+  if (segment >= snapshot.segments.size() || block >= snapshot.segments[segment].blocks.size()) return std::nullopt;
+  const SnapshotSegment& s = snapshot.segments[segment];
+  const SnapshotBlock& b = s.blocks[block];
+  json history = json::array();
+  for (const HistoryItem& h : b.history)
+    history.push_back({{"address", h.address}, {"size", h.size}, {"frames", frames_json(snapshot, h.stack, filter)}});
+  return json{{"segment", segment_header(s, segment)},
+              {"address", b.address},
+              {"size", b.size},
+              {"requested_size", b.requested_size},
+              {"state", std::string(block_state_name(b.state))},
+              {"frames", frames_json(snapshot, b.stack, filter)},
+              {"history", std::move(history)}};
+}
+
+std::optional<json> stack_json(const Snapshot& snapshot, int64_t stack, const FrameFilter& filter) {
+  if (stack < 0 || static_cast<uint64_t>(stack) >= snapshot.stacks.size()) return std::nullopt;
+  return json{{"stack", stack}, {"frames", frames_json(snapshot, stack, filter)}};
+}
+
+json timeline_json(const Snapshot& snapshot, const Timeline& timeline, const FrameFilter& filter) {
+  json bands = json::array();
+  for (const TimelineBand& b : timeline.bands) {
+    json points = json::array();
+    for (const auto& [sample, bottom] : b.bottom) points.push_back(json::array({sample, bottom}));
+    bands.push_back({{"address", b.address},
+                     {"size", b.size},
+                     {"stack", b.stack},
+                     {"label", innermost_label(snapshot, b.stack, filter)},
+                     {"start", b.start},
+                     {"end", b.end},
+                     {"before_trace", b.before_trace},
+                     {"points", std::move(points)}});
+  }
+  json devices = json::array();
+  for (size_t d = 0; d < snapshot.device_traces.size(); ++d)
+    if (!snapshot.device_traces[d].empty()) devices.push_back(d);
+  return {{"device", timeline.device},
+          {"devices", std::move(devices)},
+          {"events", timeline.events},
+          {"window", {timeline.window_begin, timeline.window_end}},
+          {"samples", timeline.samples},
+          {"time_us", timeline.event_time_us},
+          {"total_bytes", timeline.total_bytes},
+          {"other_bytes", timeline.other_bytes},
+          {"allocations", timeline.allocations},
+          {"peak_bytes", timeline.peak_bytes},
+          {"peak_event", timeline.peak_event},
+          {"bands", std::move(bands)}};
+}
+
+json trace_page_json(const Snapshot& snapshot, const TraceQuery& query, const FrameFilter& filter) {
+  json events = json::array();
+  uint64_t matched = 0;
+  const uint64_t limit = std::min(query.limit, TraceQuery::kMaxLimit);
+  // Whether a stack's frames contain the searched text, decided once per stack, not per event.
+  std::vector<int8_t> stack_matches(query.frame.empty() ? 0 : snapshot.stacks.size(), -1);
+  auto frame_matches = [&](StackIndex stack) {
+    if (stack < 0 || static_cast<size_t>(stack) >= stack_matches.size()) return false;
+    int8_t& known = stack_matches[static_cast<size_t>(stack)];
+    if (known < 0) known = frames_contain(snapshot, stack, filter, query.frame) ? 1 : 0;
+    return known == 1;
+  };
+  for (size_t d = 0; d < snapshot.device_traces.size(); ++d) {
+    if (query.device && static_cast<int64_t>(d) != *query.device) continue;
+    const auto& trace = snapshot.device_traces[d];
+    const int64_t first_time = trace.empty() ? 0 : trace.front().time_us;
+    for (size_t i = 0; i < trace.size(); ++i) {
+      const TraceEntry& e = trace[i];
+      if (!query.actions.empty() && !query.actions[static_cast<size_t>(e.action)]) continue;
+      if (e.size < query.min_size) continue;
+      if (query.address && !(*query.address >= e.address && *query.address - e.address < std::max<uint64_t>(e.size, 1)))
+        continue;
+      if (!query.frame.empty() && !frame_matches(e.stack)) continue;
+      if (matched++ < query.offset || events.size() >= limit) continue;
+      events.push_back({{"device", d},
+                        {"index", i},
+                        {"time_us", e.time_us - first_time},
+                        {"action", std::string(trace_action_name(e.action))},
+                        {"address", e.address},
+                        {"size", e.size},
+                        {"stream", e.stream},
+                        {"stack", e.stack},
+                        {"frame", innermost_label(snapshot, e.stack, filter)}});
+    }
+  }
+  return {{"matched", matched}, {"offset", query.offset}, {"limit", limit}, {"events", std::move(events)}};
+}
+
+json compare_json(const StoredSnapshot& before, const StoredSnapshot& after, const Comparison& comparison,
+                  double min_share) {
+  auto list = [](const std::vector<const SnapshotSegment*>& segments) {
+    json out = json::array();
+    for (const SnapshotSegment* s : segments)
+      out.push_back({{"device", s->device},
+                     {"address", s->address},
+                     {"total_size", s->total_size},
+                     {"allocated_size", s->allocated_size},
+                     {"segment_type", s->segment_type},
+                     {"stream", s->stream}});
+    return out;
+  };
+  return {{"before", {{"id", before.id}, {"name", before.name}, {"allocated_bytes", comparison.before_allocated},
+                      {"reserved_bytes", comparison.before_reserved}}},
+          {"after", {{"id", after.id}, {"name", after.name}, {"allocated_bytes", comparison.after_allocated},
+                     {"reserved_bytes", comparison.after_reserved}}},
+          {"only_before", list(comparison.only_before)},
+          {"only_after", list(comparison.only_after)},
+          {"flamegraph", flamegraph_json(comparison.allocated_by_stack, min_share)}};
+}
+
+}  // namespace memsnap::web

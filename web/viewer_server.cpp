@@ -1,0 +1,128 @@
+#include "web/viewer_server.h"
+
+#include <arpa/inet.h>
+
+#include <httplib.h>
+
+#include "web/request_params.h"
+#include "web/web_assets.h"
+
+namespace memsnap::web {
+namespace {
+
+// The host name of a Host header: "localhost:8080" -> "localhost", "[::1]:80" -> "[::1]".
+std::string host_name_of(const std::string& header) {
+  if (!header.empty() && header[0] == '[') {
+    const size_t close = header.find(']');
+    return close == std::string::npos ? header : header.substr(0, close + 1);
+  }
+  return header.substr(0, header.find(':'));
+}
+
+bool is_loopback_name(const std::string& name) {
+  return name == "localhost" || name == "[::1]" || is_loopback_host(name);
+}
+
+constexpr const char* kPageSecurityPolicy =
+    "default-src 'self'; img-src 'self' data: blob:; style-src 'self'; script-src 'self'; "
+    "object-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
+
+}  // namespace
+
+bool is_loopback_host(const std::string& host) {
+  if (host == "localhost" || host == "::1" || host == "[::1]") return true;
+  in_addr address{};
+  return ::inet_pton(AF_INET, host.c_str(), &address) == 1 && (ntohl(address.s_addr) >> 24) == 127;
+}
+
+ViewerServer::ViewerServer(SnapshotStore& store, ServerOptions options)
+    : store_(store), options_(std::move(options)), server_(std::make_unique<httplib::Server>()) {
+  const size_t threads = options_.threads;
+  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  server_->set_read_timeout(options_.read_timeout_seconds, 0);
+  server_->set_write_timeout(options_.read_timeout_seconds, 0);
+  server_->set_keep_alive_max_count(1000);
+  server_->set_keep_alive_timeout(5);
+  server_->set_payload_max_length(static_cast<size_t>(options_.limits.max_upload_bytes));
+  server_->set_tcp_nodelay(true);
+  server_->set_default_headers({{"X-Content-Type-Options", "nosniff"},
+                                {"Referrer-Policy", "no-referrer"},
+                                {"Cache-Control", "no-store"}});
+  add_routes();
+}
+
+ViewerServer::~ViewerServer() = default;
+
+void ViewerServer::add_routes() {
+  const bool check_host = is_loopback_host(options_.host);
+  server_->set_pre_routing_handler([check_host](const httplib::Request& request, httplib::Response& response) {
+    if (check_host && !is_loopback_name(host_name_of(request.get_header_value("Host")))) {
+      send_json_error(response, 421, "this server answers only requests addressed to localhost");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  // A client that asks first ("Expect: 100-continue", as curl does for big bodies) hears the
+  // refusal before it sends a byte of an upload that is too big.
+  const uint64_t max_upload = options_.limits.max_upload_bytes;
+  server_->set_expect_100_continue_handler([max_upload](const httplib::Request& request, httplib::Response& response) {
+    const auto length = parse_unsigned(request.get_header_value("Content-Length"), false);
+    if (length && *length > max_upload) {
+      send_json_error(response, 413, "upload over the limit of " + std::to_string(max_upload >> 20) +
+                                         " MiB (memsnap serve --max-upload-mb)");
+      response.set_header("Connection", "close");
+      return 413;
+    }
+    return 100;
+  });
+  add_api_routes(*server_, store_, options_.limits);
+  server_->Get(".*", [](const httplib::Request& request, httplib::Response& response) {
+    const auto asset = find_asset(request.path);
+    if (!asset) {
+      send_json_error(response, 404, "not found");
+      return;
+    }
+    response.set_content(std::string(asset->content), std::string(asset->content_type));
+    if (asset->path.ends_with(".html")) {
+      response.set_header("Content-Security-Policy", kPageSecurityPolicy);
+      response.set_header("X-Frame-Options", "DENY");
+    }
+  });
+  // Requests that match no route (other methods, odd paths) and failures outside the handlers.
+  server_->set_error_handler([](const httplib::Request&, httplib::Response& response) {
+    if (response.body.empty()) {
+      const int status = response.status;
+      send_json_error(response, status, status == 404 ? "not found" : "request refused (HTTP " + std::to_string(status) + ")");
+    }
+  });
+  server_->set_exception_handler([](const httplib::Request&, httplib::Response& response, std::exception_ptr error) {
+    std::string what = "internal error";
+    try {
+      if (error) std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      what += std::string(": ") + e.what();
+    } catch (...) {
+    }
+    send_json_error(response, 500, what);
+  });
+}
+
+Result<int> ViewerServer::bind() {
+  if (options_.port < 0 || options_.port > 65535)
+    return Result<int>::failure("port " + std::to_string(options_.port) + " is not between 0 and 65535");
+  if (options_.port == 0) {
+    const int port = server_->bind_to_any_port(options_.host);
+    if (port <= 0) return Result<int>::failure("cannot listen on " + options_.host + " (any port)");
+    return port;
+  }
+  if (!server_->bind_to_port(options_.host, options_.port))
+    return Result<int>::failure("cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
+                                " (in use, or not an address of this machine?)");
+  return options_.port;
+}
+
+void ViewerServer::run() { server_->listen_after_bind(); }
+
+void ViewerServer::stop() { server_->stop(); }
+
+}  // namespace memsnap::web

@@ -1,0 +1,54 @@
+// The HTTP server behind `memsnap serve`: the embedded UI and the JSON API (api_routes.h)
+// on one port, bound to 127.0.0.1 unless told otherwise. On a loopback address it answers
+// only requests addressed to a loopback name, so a web page elsewhere cannot reach it by DNS
+// rebinding; nothing outside the embedded assets and the loaded snapshots is ever served.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "allocator/result.h"
+#include "web/api_routes.h"
+#include "web/snapshot_store.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace memsnap::web {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;  // 0: any free port
+  ApiLimits limits;
+  size_t threads = 16;
+  int read_timeout_seconds = 10;  // a client that stalls mid-request is dropped after this
+};
+
+bool is_loopback_host(const std::string& host);
+
+class ViewerServer {
+ public:
+  ViewerServer(SnapshotStore& store, ServerOptions options);
+  ~ViewerServer();
+  ViewerServer(const ViewerServer&) = delete;
+  ViewerServer& operator=(const ViewerServer&) = delete;
+
+  // Binds the address; returns the port (useful with port 0).
+  Result<int> bind();
+  // Serves until stop(); call after bind().
+  void run();
+  // From any thread (a signal watcher, a test): run() returns soon after.
+  void stop();
+  const ServerOptions& options() const { return options_; }
+
+ private:
+  void add_routes();
+
+  SnapshotStore& store_;
+  ServerOptions options_;
+  std::unique_ptr<httplib::Server> server_;
+};
+
+}  // namespace memsnap::web
