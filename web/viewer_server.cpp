@@ -24,7 +24,7 @@ bool is_loopback_name(const std::string& name) {
 }
 
 constexpr const char* kPageSecurityPolicy =
-    "default-src 'self'; img-src 'self' data: blob:; style-src 'self'; script-src 'self'; "
+    "default-src 'self'; img-src 'self' data: blob:; style-src 'self' 'unsafe-inline'; script-src 'self'; "
     "object-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
 
 }  // namespace

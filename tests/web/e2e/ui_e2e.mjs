@@ -1,0 +1,207 @@
+// End-to-end test of the web viewer in real headless Chromium: starts `memsnap serve` on a
+// free port with the given snapshots, opens every view, hovers, clicks, zooms, filters,
+// uploads a file (and a broken one), closes one, and saves a screenshot of each view.
+//
+// node ui_e2e.mjs MEMSNAP_BINARY NODE_MODULES_DIR SCREENSHOT_DIR UPLOAD_FILE SNAPSHOT...
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+
+const [binary, nodeModules, screenshots, uploadFile, ...snapshots] = process.argv.slice(2);
+if (!snapshots.length) {
+  console.error('usage: node ui_e2e.mjs MEMSNAP NODE_MODULES SCREENSHOT_DIR UPLOAD_FILE SNAPSHOT...');
+  process.exit(2);
+}
+const { chromium } = createRequire(path.join(path.resolve(nodeModules), 'x.js'))('playwright-core');
+mkdirSync(screenshots, { recursive: true });
+
+function startServer() {
+  const server = spawn(binary, ['serve', '--port', '0', ...snapshots], { stdio: ['ignore', 'pipe', 'inherit'] });
+  return new Promise((resolve, reject) => {
+    let output = '';
+    const timer = setTimeout(() => reject(new Error(`no URL from memsnap serve: ${output}`)), 30000);
+    server.stdout.on('data', chunk => {
+      output += chunk;
+      const match = /http:\/\/[^\s]+\//.exec(output);
+      if (match) { clearTimeout(timer); resolve({ server, url: match[0] }); }
+    });
+    server.on('exit', code => reject(new Error(`memsnap serve exited with ${code}: ${output}`)));
+  });
+}
+
+const problems = [];
+let currentStep = '';
+async function step(name, body) {
+  currentStep = name;
+  const started = Date.now();
+  await body();
+  console.log(`ok  ${name} (${Date.now() - started} ms)`);
+}
+
+const { server, url } = await startServer();
+const browser = await chromium.launch({
+  executablePath: process.env.MEMSNAP_CHROMIUM || '/usr/bin/chromium',
+  args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'],
+});
+let failed = false;
+try {
+  const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+  page.on('pageerror', error => problems.push(`${currentStep}: page error: ${error.message}`));
+  // The browser itself logs the broken upload's 422; anything else logged as an error fails.
+  page.on('console', message => {
+    if (message.type() !== 'error') return;
+    if (currentStep.startsWith('a broken upload') && /status of 422/.test(message.text())) return;
+    problems.push(`${currentStep}: console: ${message.text()}`);
+  });
+  const shot = name => page.screenshot({ path: path.join(screenshots, `${name}.png`), fullPage: false });
+  const tab = view => page.click(`.tabs button[data-view="${view}"]`);
+  const tooltip = page.locator('#tooltip');
+
+  await step('page loads with every snapshot listed', async () => {
+    await page.goto(url);
+    await page.waitForSelector('.chip');
+    assert.equal(await page.locator('.chip').count(), snapshots.length);
+    assert.equal(await page.locator('.chip[aria-checked="true"]').count(), 1);
+  });
+
+  await step('stats view', async () => {
+    await tab('stats');
+    await page.waitForSelector('.cards .card');
+    assert.match(await page.locator('.cards').innerText(), /reserved/);
+    assert.match(await page.locator('pre.summary').innerText(), /snapshot: \d+ device/);
+    await shot('stats');
+  });
+
+  await step('flamegraph: hover, zoom, breadcrumb, search, Escape', async () => {
+    await tab('flamegraph');
+    const canvas = page.locator('.graph canvas');
+    await canvas.waitFor();
+    const box = await canvas.boundingBox();
+    assert.ok(box.height >= 36, `flamegraph height ${box.height}`);
+    await page.mouse.move(box.x + 20, box.y + 18 + 9);
+    await tooltip.waitFor({ state: 'visible' });
+    assert.match(await tooltip.innerText(), /bytes/);
+    await shot('flamegraph-hover');
+    await page.mouse.click(box.x + 20, box.y + 18 + 9);
+    await page.waitForSelector('.breadcrumb button');
+    await page.keyboard.press('Escape');
+    await page.waitForFunction(() => !document.querySelector('.breadcrumb button'));
+    await page.fill('.flame-search', 'alloc|forward|step');
+    assert.match(await page.locator('.flame-match').innerText(), /matched .* of this view/);
+    await shot('flamegraph-search');
+    await page.selectOption('select.kind', 'segments');
+    await page.waitForFunction(() => document.querySelector('.total')?.textContent.includes('nodes'));
+    await shot('flamegraph-segments');
+  });
+
+  await step('segments: hover a block for its stack', async () => {
+    await tab('segments');
+    const canvas = page.locator('.scroll-box canvas');
+    await canvas.waitFor();
+    const box = await canvas.boundingBox();
+    await page.mouse.move(box.x + 252, box.y + 10);
+    await tooltip.waitFor({ state: 'visible' });
+    assert.match(await tooltip.innerText(), /segment/);
+    await page.waitForFunction(() => !document.getElementById('tooltip').innerText.includes('…\n') );
+    await shot('segments');
+    await page.selectOption('select.order', 'size');
+  });
+
+  await step('timeline: hover, brush to zoom, reset', async () => {
+    await tab('timeline');
+    const canvas = page.locator('.plot canvas');
+    await canvas.waitFor();
+    const box = await canvas.boundingBox();
+    const before = await page.locator('.summary').innerText();
+    await page.mouse.move(box.x + box.width * 0.5, box.y + box.height - 34);
+    await shot('timeline');
+    await page.mouse.move(box.x + box.width * 0.3, box.y + 200);
+    await page.mouse.down();
+    await page.mouse.move(box.x + box.width * 0.45, box.y + 210, { steps: 5 });
+    await page.mouse.up();
+    await page.waitForFunction(text => document.querySelector('.summary')?.innerText !== text && !document.querySelector('.reset').disabled, before);
+    await page.locator('.plot canvas').waitFor();
+    await shot('timeline-zoomed');
+    await page.click('.reset');
+    await page.waitForFunction(() => document.querySelector('.reset').disabled);
+  });
+
+  await step('trace: page, filter, expand a stack', async () => {
+    await tab('trace');
+    await page.waitForSelector('table.data tbody tr');
+    assert.ok(await page.locator('table.data tbody tr').count() > 0);
+    await page.selectOption('select[name="action"]', 'alloc');
+    await page.click('form.trace-filters button[type="submit"]');
+    await page.waitForFunction(() => [...document.querySelectorAll('table.data tbody tr td:nth-child(4)')].every(td => td.textContent === 'alloc'));
+    await page.locator('table.data tbody tr').first().click();
+    await page.waitForSelector('tr.stack');
+    if (!(await page.locator('.next').isDisabled())) {
+      await page.click('.next');
+      await page.waitForFunction(() => /^events 101/.test(document.querySelector('.range').textContent));
+    }
+    await shot('trace');
+    await page.fill('input[name="min_size"]', 'lots');
+    await page.click('form.trace-filters button[type="submit"]');
+    await page.waitForSelector('.rows .message.error');
+  });
+
+  await step('compare two snapshots', async () => {
+    await tab('compare');
+    if (snapshots.length >= 2) {
+      await page.waitForSelector('.result .graph canvas');
+      assert.match(await page.locator('.result .cards').innerText(), /reserved/);
+      await shot('compare');
+    }
+  });
+
+  await step('keyboard: number keys switch views, arrows move between tabs', async () => {
+    await page.locator('body').click({ position: { x: 5, y: 5 } });
+    await page.keyboard.press('2');
+    await page.waitForSelector('.tabs button[data-view="flamegraph"][aria-selected="true"]');
+    await page.focus('.tabs button[data-view="flamegraph"]');
+    await page.keyboard.press('ArrowRight');
+    await page.waitForSelector('.tabs button[data-view="segments"][aria-selected="true"]');
+  });
+
+  await step('upload a snapshot through the file picker', async () => {
+    await page.setInputFiles('#file-input', uploadFile);
+    await page.waitForFunction(n => document.querySelectorAll('.chip').length === n, snapshots.length + 1);
+    assert.match(await page.locator('.chip[aria-checked="true"]').innerText(), new RegExp(path.basename(uploadFile).replace('.', '\\.')));
+    await tab('stats');
+    await page.waitForSelector('.cards .card');
+    await shot('uploaded');
+  });
+
+  await step('a broken upload is refused with a message', async () => {
+    const broken = path.join(screenshots, 'broken.pickle');
+    writeFileSync(broken, 'this is not a snapshot');
+    await page.setInputFiles('#file-input', broken);
+    await page.waitForSelector('#message.error');
+    assert.match(await page.locator('#message').innerText(), /not a snapshot/);
+    assert.equal(await page.locator('.chip').count(), snapshots.length + 1);
+  });
+
+  await step('close a snapshot', async () => {
+    await page.locator('.chip .close').last().click();
+    await page.waitForFunction(n => document.querySelectorAll('.chip').length === n, snapshots.length);
+  });
+
+  await step('the address bar keeps the view', async () => {
+    const id = await page.locator('.chip').first().getAttribute('data-id');
+    await page.goto(`${url}#timeline/${id}`);
+    await page.waitForSelector('.tabs button[data-view="timeline"][aria-selected="true"]');
+    await page.waitForSelector('.plot canvas');
+  });
+
+  assert.deepEqual(problems, [], 'the page logged errors');
+} catch (error) {
+  failed = true;
+  console.error(`FAILED in "${currentStep}": ${error.message}`);
+  for (const problem of problems) console.error(`  ${problem}`);
+} finally {
+  await browser.close();
+  server.kill('SIGINT');
+}
+process.exit(failed ? 1 : 0);

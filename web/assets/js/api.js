@@ -1,0 +1,51 @@
+// The server's JSON API, with one error path: a refused request becomes an Error carrying
+// the server's own one-line message. Stacks and block details are cached, as hovering asks
+// for the same ones again and again.
+
+async function request(path, options = {}) {
+  const response = await fetch(path, options);
+  if (!response.ok) {
+    let message = `${response.status} ${response.statusText}`;
+    try { message = (await response.json()).error || message; } catch { /* not JSON */ }
+    throw new Error(message);
+  }
+  if (response.status === 204) return null;
+  return response.json();
+}
+
+function query(params = {}) {
+  const parts = Object.entries(params).filter(([, v]) => v !== undefined && v !== null && v !== '');
+  return parts.length ? '?' + parts.map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(v)}`).join('&') : '';
+}
+
+const detailCache = new Map();
+function cachedDetail(path) {
+  if (!detailCache.has(path)) {
+    const pending = request(path).catch(error => { detailCache.delete(path); throw error; });
+    detailCache.set(path, pending);
+    if (detailCache.size > 5000) detailCache.delete(detailCache.keys().next().value);
+  }
+  return detailCache.get(path);
+}
+
+export const api = {
+  list: () => request('/api/snapshots'),
+  upload: (file) => request(`/api/snapshots${query({ name: file.name })}`, {
+    method: 'POST', headers: { 'Content-Type': 'application/octet-stream' }, body: file,
+  }),
+  remove: (id) => request(`/api/snapshots/${id}`, { method: 'DELETE' }),
+  stats: (id) => request(`/api/snapshots/${id}/stats`),
+  statsText: async (id) => {
+    const response = await fetch(`/api/snapshots/${id}/stats.txt`);
+    if (!response.ok) throw new Error(`stats: ${response.status}`);
+    return response.text();
+  },
+  flamegraph: (id, params) => request(`/api/snapshots/${id}/flamegraph${query(params)}`),
+  flamegraphSvgUrl: (id, params) => `/api/snapshots/${id}/flamegraph.svg${query(params)}`,
+  segments: (id, params) => request(`/api/snapshots/${id}/segments${query(params)}`),
+  block: (id, segment, block) => cachedDetail(`/api/snapshots/${id}/segments/${segment}/blocks/${block}`),
+  stack: (id, stack) => cachedDetail(`/api/snapshots/${id}/stacks/${stack}`),
+  timeline: (id, params) => request(`/api/snapshots/${id}/timeline${query(params)}`),
+  trace: (id, params) => request(`/api/snapshots/${id}/trace${query(params)}`),
+  compare: (before, after, params) => request(`/api/compare${query({ before, after, ...params })}`),
+};

@@ -1,0 +1,163 @@
+// The page: the list of open snapshots (pick one; Compare picks two), the view tabs, opening
+// files by picker or drag and drop, and the address bar (#view/id) so a view can be bookmarked
+// or reloaded.
+import { api } from './api.js';
+import { escapeHtml, humanBytes } from './format.js';
+import { hideTooltip, setMessage } from './ui.js';
+import { renderCompare } from './compare_view.js';
+import { renderFlamegraph } from './flamegraph_view.js';
+import { renderSegments } from './segments_view.js';
+import { renderStats } from './stats_view.js';
+import { renderTimeline } from './timeline_view.js';
+import { renderTrace } from './trace_view.js';
+
+const views = {
+  stats: renderStats, flamegraph: renderFlamegraph, segments: renderSegments,
+  timeline: renderTimeline, trace: renderTrace, compare: renderCompare,
+};
+const state = { snapshots: [], selected: null, view: 'stats' };
+let renderCount = 0;
+
+function readLocation() {
+  const [view, id] = location.hash.replace(/^#\/?/, '').split('/');
+  if (views[view]) state.view = view;
+  if (id) state.selected = id;
+}
+
+function writeLocation() {
+  const hash = `#${state.view}${state.selected ? '/' + state.selected : ''}`;
+  if (location.hash !== hash) history.replaceState(null, '', hash);
+}
+
+function renderSnapshotList() {
+  const box = document.getElementById('snapshots');
+  box.innerHTML = state.snapshots.map(s => `
+    <span class="chip" role="radio" tabindex="0" aria-checked="${s.id === state.selected}" data-id="${s.id}"
+          title="${escapeHtml(s.name)} · ${s.format}${s.compressed ? ' (gzip)' : ''} · ${s.source}">
+      <span class="name">${escapeHtml(s.name)}</span>
+      <span class="meta">${humanBytes(s.reserved_bytes)} · ${s.events} events</span>
+      <button class="close" aria-label="Close ${escapeHtml(s.name)}" data-close="${s.id}">×</button>
+    </span>`).join('') || '<span class="hint">No snapshot open.</span>';
+}
+
+async function renderView() {
+  hideTooltip();
+  writeLocation();
+  document.querySelectorAll('.tabs button').forEach(b => b.setAttribute('aria-selected', String(b.dataset.view === state.view)));
+  const container = document.getElementById('view');
+  const snapshot = state.snapshots.find(s => s.id === state.selected);
+  const mine = ++renderCount;
+  container.replaceChildren();
+  if (!snapshot) {
+    container.innerHTML = `<div class="empty">Open a snapshot: memsnap <code>.msgpack</code> or PyTorch <code>.pickle</code> (gzip or not).<br>
+      Use <b>Open snapshot…</b> above or drop files anywhere on this page.</div>`;
+    return;
+  }
+  // A view left while still loading must not draw over the next one: each gets its own element.
+  const body = document.createElement('div');
+  container.appendChild(body);
+  try {
+    await views[state.view](body, { snapshot, snapshots: state.snapshots });
+  } catch (error) {
+    console.error(`${state.view} view:`, error.stack || error);
+    if (mine === renderCount) body.innerHTML = `<div class="message error">${escapeHtml(error.message)}</div>`;
+  }
+}
+
+async function refresh() {
+  state.snapshots = (await api.list()).snapshots;
+  if (!state.snapshots.some(s => s.id === state.selected)) state.selected = state.snapshots.at(-1)?.id ?? null;
+  renderSnapshotList();
+}
+
+async function upload(files) {
+  let last = null;
+  for (const file of files) {
+    setMessage(`Uploading ${file.name} (${humanBytes(file.size)})…`);
+    try {
+      last = await api.upload(file);
+    } catch (error) {
+      setMessage(`${file.name}: ${error.message}`, true);
+      await refresh();
+      return;
+    }
+  }
+  setMessage(last ? `Opened ${last.name}` : '');
+  setTimeout(() => setMessage(''), 3000);
+  if (last) state.selected = last.id;
+  await refresh();
+  renderView();
+}
+
+function select(id) {
+  if (id === state.selected) return;
+  state.selected = id;
+  renderSnapshotList();
+  renderView();
+}
+
+function setUpEvents() {
+  document.querySelector('.tabs').addEventListener('click', e => {
+    const tab = e.target.closest('button[data-view]');
+    if (tab) { state.view = tab.dataset.view; renderView(); }
+  });
+  document.querySelector('.tabs').addEventListener('keydown', e => {
+    const tabs = [...document.querySelectorAll('.tabs button')];
+    const index = tabs.indexOf(document.activeElement);
+    if (index < 0 || !['ArrowLeft', 'ArrowRight'].includes(e.key)) return;
+    const next = tabs[(index + (e.key === 'ArrowRight' ? 1 : tabs.length - 1)) % tabs.length];
+    next.focus(); next.click();
+  });
+  const list = document.getElementById('snapshots');
+  list.addEventListener('click', async e => {
+    const close = e.target.closest('[data-close]');
+    if (close) {
+      e.stopPropagation();
+      try { await api.remove(close.dataset.close); } catch (error) { setMessage(error.message, true); }
+      await refresh();
+      renderView();
+      return;
+    }
+    const chip = e.target.closest('.chip');
+    if (chip) select(chip.dataset.id);
+  });
+  list.addEventListener('keydown', e => {
+    const chip = e.target.closest('.chip');
+    if (chip && (e.key === 'Enter' || e.key === ' ')) { select(chip.dataset.id); e.preventDefault(); }
+  });
+  const input = document.getElementById('file-input');
+  input.addEventListener('change', () => { upload([...input.files]); input.value = ''; });
+  document.getElementById('open-button').addEventListener('keydown', e => {
+    if (e.key === 'Enter' || e.key === ' ') { input.click(); e.preventDefault(); }
+  });
+  const overlay = document.getElementById('drop-overlay');
+  let depth = 0;
+  window.addEventListener('dragenter', e => { if (e.dataTransfer?.types.includes('Files')) { ++depth; overlay.hidden = false; } });
+  window.addEventListener('dragleave', () => { if (--depth <= 0) { depth = 0; overlay.hidden = true; } });
+  window.addEventListener('dragover', e => e.preventDefault());
+  window.addEventListener('drop', e => {
+    e.preventDefault();
+    depth = 0; overlay.hidden = true;
+    if (e.dataTransfer?.files.length) upload([...e.dataTransfer.files]);
+  });
+  window.addEventListener('keydown', e => {
+    if (e.target.closest('input, select, textarea') || e.ctrlKey || e.metaKey || e.altKey) return;
+    const view = Object.keys(views)[Number(e.key) - 1];
+    if (view) { state.view = view; renderView(); }
+  });
+  window.addEventListener('hashchange', () => { readLocation(); renderSnapshotList(); renderView(); });
+}
+
+async function start() {
+  readLocation();
+  setUpEvents();
+  try {
+    await refresh();
+  } catch (error) {
+    setMessage(`Cannot reach the memsnap server: ${error.message}`, true);
+    return;
+  }
+  renderView();
+}
+
+start();

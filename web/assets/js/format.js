@@ -1,0 +1,69 @@
+// Shared text and colour helpers: sizes in human units, and the colours every view uses for a
+// name, the same as the CLI's SVGs (FNV-1a of the name picks a shade within the category's hue).
+
+export function humanBytes(bytes) {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let value = Math.abs(bytes), unit = 0;
+  while (value >= 1024 && unit < units.length - 1) { value /= 1024; ++unit; }
+  const text = unit === 0 ? `${value} B` : `${value.toFixed(value >= 100 ? 1 : 2)} ${units[unit]}`;
+  return bytes < 0 ? `-${text}` : text;
+}
+
+export function signedBytes(bytes) { return (bytes > 0 ? '+' : '') + humanBytes(bytes); }
+
+export function percent(part, whole) { return whole ? `${(100 * part / whole).toFixed(part / whole < 0.001 ? 3 : 1)}%` : '0%'; }
+
+export function hex(value) { return '0x' + Number(value).toString(16); }
+
+export function escapeHtml(text) {
+  return String(text).replace(/[&<>"']/g, c => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' }[c]));
+}
+
+const encoder = new TextEncoder();
+export function stableHash(text) {
+  let hash = 2166136261;
+  for (const byte of encoder.encode(text)) { hash ^= byte; hash = Math.imul(hash, 16777619) >>> 0; }
+  return hash >>> 0;
+}
+
+const hues = {
+  root: null, active_allocated: [8, 40, 85, 58], active_pending_free: [275, 25, 60, 62],
+  inactive: [195, 25, 55, 66], gaps: null, grouping: [95, 40, 45, 62],
+};
+
+export function categoryColour(category, label) {
+  if (category === 'root') return 'rgb(200,200,200)';
+  if (category === 'gaps') return 'rgb(170,170,170)';
+  const [h, spread, s, l] = hues[category] || hues.active_allocated;
+  const jitter = (stableHash(label || '') % 1000) / 1000;
+  const lightness = category === 'grouping' ? l + 8 * jitter : l + 10 * jitter;
+  return `hsl(${h + spread * jitter}, ${s}%, ${lightness}%)`;
+}
+
+export function diffColour(after, before) {
+  if (after === before) return 'rgb(235,235,235)';
+  const change = (after - before) / Math.max(after, before);
+  const fade = Math.round(210 - 170 * Math.abs(change));
+  return change > 0 ? `rgb(255,${fade},${fade})` : `rgb(${fade},${fade},255)`;
+}
+
+export const stateColours = {
+  active_allocated: 'hsl(20, 80%, 60%)', active_pending_free: 'hsl(285, 55%, 65%)', inactive: 'hsl(205, 30%, 86%)',
+};
+
+export function legendHtml(entries) {
+  return `<div class="legend">${entries.map(([colour, name]) =>
+    `<span style="--swatch:${colour}">${escapeHtml(name)}</span>`).join('')}</div>`;
+}
+
+// Fits `text` into `width` pixels with an ellipsis, for canvas labels.
+export function fitText(context, text, width) {
+  if (width < 20) return '';
+  if (context.measureText(text).width <= width) return text;
+  let lo = 0, hi = text.length;
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    if (context.measureText(text.slice(0, mid) + '…').width <= width) lo = mid; else hi = mid - 1;
+  }
+  return lo > 0 ? text.slice(0, lo) + '…' : '';
+}

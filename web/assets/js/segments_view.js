@@ -1,0 +1,137 @@
+// Segments: every segment a bar of its blocks, lowest address on the left, coloured by state,
+// bar length proportional to the segment's size. Only the rows in sight are drawn, so 100,000
+// blocks stay responsive. Hover a block for its stack and the history of its bytes.
+import { api } from './api.js';
+import { escapeHtml, hex, humanBytes, legendHtml, percent, stableHash, stateColours } from './format.js';
+import { framesHtml, hideTooltip, loading, prepareCanvas, redrawOnResize, showTooltip } from './ui.js';
+
+const ROW = 20, LABEL = 250;
+const stateNames = ['active_allocated', 'active_pending_free', 'inactive'];
+
+function blockColour(state, stack) {
+  if (state !== 0) return stateColours[stateNames[state]];
+  const jitter = (stableHash(String(stack)) % 1000) / 1000;  // neighbours differ, a stack keeps its shade
+  return `hsl(${8 + 36 * jitter}, 80%, ${55 + 12 * jitter}%)`;
+}
+
+const sorts = {
+  address: (a, b) => a.device - b.device || a.address - b.address,
+  size: (a, b) => b.total_size - a.total_size || a.address - b.address,
+  free: (a, b) => (b.total_size - b.allocated_size) - (a.total_size - a.allocated_size) || a.address - b.address,
+};
+
+export async function renderSegments(container, { snapshot }) {
+  loading(container, 'segments');
+  const data = await api.segments(snapshot.id);
+  const devices = [...new Set(data.segments.map(s => s.device))];
+  container.innerHTML = `
+    <div class="toolbar">
+      ${devices.length > 1 ? `<label>Device <select class="device" aria-label="Device"><option value="">all</option>
+        ${devices.map(d => `<option>${d}</option>`).join('')}</select></label>` : ''}
+      <label>Order <select class="order" aria-label="Order">
+        <option value="address">by address</option><option value="size">largest first</option><option value="free">most free first</option></select></label>
+      <label>Bars <select class="scale" aria-label="Bar length">
+        <option value="proportional">proportional to size</option><option value="full">each full width</option></select></label>
+      <span class="hint">${data.segments.length} segments · ${data.blocks} blocks</span>
+      ${legendHtml([[blockColour(0, 0), 'allocated'], [stateColours.active_pending_free, 'freed, pending stream use'], [stateColours.inactive, 'free (cached)']])}
+    </div>
+    <div class="canvas-box scroll-box"><canvas tabindex="0" aria-label="Segments"></canvas><div class="spacer"></div></div>`;
+  if (!data.segments.length) { container.querySelector('.canvas-box').outerHTML = '<div class="empty">No segments in this snapshot.</div>'; return; }
+  const box = container.querySelector('.scroll-box');
+  const canvas = box.querySelector('canvas');
+  const spacer = box.querySelector('.spacer');
+  let rows = [];
+  const largest = Math.max(...data.segments.map(s => s.total_size));
+
+  const arrange = () => {
+    const device = container.querySelector('.device')?.value ?? '';
+    rows = data.segments.filter(s => device === '' || String(s.device) === device);
+    rows.sort(sorts[container.querySelector('.order').value]);
+    draw();
+  };
+
+  // Pixels per byte of a segment's bar.
+  const barScale = (segment, barWidth) => container.querySelector('.scale').value === 'full'
+    ? barWidth / segment.total_size : Math.max(barWidth * segment.total_size / largest, 2) / segment.total_size;
+
+  const geometry = () => {
+    const width = Math.max(500, box.clientWidth - 2);
+    const room = window.innerHeight - box.getBoundingClientRect().top - 24;
+    const height = Math.min(Math.max(room, 240), rows.length * ROW + 4);
+    return { width, height, barWidth: width - LABEL - 10 };
+  };
+
+  function draw() {
+    const { width, height, barWidth } = geometry();
+    spacer.style.height = `${Math.max(0, rows.length * ROW + 4 - height)}px`;
+    const context = prepareCanvas(canvas, width, height);
+    const first = Math.floor(box.scrollTop / ROW), shift = box.scrollTop - first * ROW;
+    context.clearRect(0, 0, width, height);
+    for (let r = first; r < rows.length && (r - first) * ROW - shift < height; ++r) {
+      const s = rows[r], y = (r - first) * ROW - shift;
+      context.fillStyle = '#333';
+      context.fillText(`${s.device}  ${hex(s.address)}  ${humanBytes(s.total_size)}  ${s.segment_type}`, 6, y + ROW / 2);
+      const scale = barScale(s, barWidth);
+      for (const [offset, size, , state, stack] of s.blocks) {
+        context.fillStyle = blockColour(state, stack);
+        const w = size * scale;
+        context.fillRect(LABEL + offset * scale, y + 2, Math.max(w - (w > 4 ? 1 : 0), 0.6), ROW - 4);
+      }
+    }
+  }
+
+  const hitTest = (event) => {
+    const rect = canvas.getBoundingClientRect();
+    const x = event.clientX - rect.left, y = event.clientY - rect.top + box.scrollTop;
+    const segment = rows[Math.floor(y / ROW)];
+    if (!segment) return null;
+    if (x < LABEL) return { segment };
+    const scale = barScale(segment, geometry().barWidth);
+    const offset = (x - LABEL) / scale;
+    const blocks = segment.blocks;
+    let lo = 0, hi = blocks.length - 1;
+    while (lo < hi) { const mid = (lo + hi + 1) >> 1; if (blocks[mid][0] <= offset) lo = mid; else hi = mid - 1; }
+    const block = blocks[lo];
+    if (!block || offset < block[0] || offset >= block[0] + block[1]) return { segment };
+    return { segment, block, index: lo };
+  };
+
+  let hovered = '';
+  canvas.addEventListener('mousemove', async (event) => {
+    const hit = hitTest(event);
+    if (!hit) { hideTooltip(); hovered = ''; return; }
+    const { segment, block, index } = hit;
+    const head = `<div><span class="k">segment</span> ${hex(segment.address)} · ${humanBytes(segment.total_size)} · ${escapeHtml(segment.segment_type)} pool · stream ${hex(segment.stream)}${segment.is_expandable ? ' · expandable' : ''}</div>
+      <div><span class="k">allocated</span> ${humanBytes(segment.allocated_size)} (${percent(segment.allocated_size, segment.total_size)})</div>`;
+    if (!block) {
+      hovered = `s${segment.index}`;
+      showTooltip(event, `<div class="title">Segment on device ${segment.device}</div>${head}`);
+      return;
+    }
+    const key = `${segment.index}/${index}`;
+    const [offset, size, requested, state] = block;
+    const title = `<div class="title">${humanBytes(size)} ${stateNames[state].replace(/_/g, ' ')}</div>
+      <div><span class="k">address</span> ${hex(segment.address + offset)} · <span class="k">requested</span> ${humanBytes(requested)}</div>${head}`;
+    if (hovered !== key) showTooltip(event, title + '<div class="frames">…</div>');
+    else showTooltip(event, document.getElementById('tooltip').innerHTML);
+    if (hovered === key) return;
+    hovered = key;
+    try {
+      const detail = await api.block(snapshot.id, segment.index, index);
+      if (hovered !== key) return;
+      let history = '';
+      if (detail.history.length) {
+        history = `<div class="k" style="margin-top:6px">history of these bytes (newest last):</div>` + detail.history.slice(-4).map(h =>
+          `<div>${hex(h.address)} · ${humanBytes(h.size)}</div>${framesHtml(h.frames, 6)}`).join('');
+      }
+      showTooltip(event, title + framesHtml(detail.frames, 30) + history);
+    } catch (error) {
+      if (hovered === key) showTooltip(event, title + `<div>${escapeHtml(error.message)}</div>`);
+    }
+  });
+  canvas.addEventListener('mouseleave', () => { hovered = ''; hideTooltip(); });
+  box.addEventListener('scroll', () => requestAnimationFrame(draw));
+  container.querySelectorAll('select').forEach(s => s.addEventListener('change', arrange));
+  redrawOnResize(container, draw);
+  arrange();
+}

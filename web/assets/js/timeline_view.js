@@ -1,0 +1,191 @@
+// Timeline: active memory over the trace's events, stacked by allocation (the largest have
+// their own band, the rest merge into one grey band), as PyTorch's Active Memory Timeline.
+// The server downsamples; dragging across the plot zooms into that range of events, for which
+// the server picks the largest allocations again. Hover a band for its size, life and stack.
+import { api } from './api.js';
+import { escapeHtml, humanBytes, stableHash } from './format.js';
+import { framesHtml, hideTooltip, loading, prepareCanvas, redrawOnResize, showTooltip } from './ui.js';
+
+const LEFT = 78, RIGHT = 12, TOP = 12, BOTTOM = 28, HEIGHT = 440;
+
+const bandColour = (band) => {
+  const jitter = (stableHash(band.label || String(band.stack)) % 1000) / 1000;
+  return `hsl(${(stableHash(String(band.address)) % 360)}, ${45 + 20 * jitter}%, ${58 + 12 * jitter}%)`;
+};
+
+function lowerBound(array, value, key = x => x) {
+  let lo = 0, hi = array.length;
+  while (lo < hi) { const mid = (lo + hi) >> 1; if (key(array[mid]) < value) lo = mid + 1; else hi = mid; }
+  return lo;
+}
+
+function niceStep(max, count) {
+  const raw = max / count, power = Math.pow(2, Math.floor(Math.log2(Math.max(raw, 1))));
+  return [1, 2, 4, 8].map(m => m * power).find(s => s >= raw) || raw;
+}
+
+export async function renderTimeline(container, { snapshot }) {
+  const state = { device: undefined, windows: [] };  // zoom history: [begin, end] pairs
+  container.innerHTML = `
+    <div class="toolbar">
+      <span class="device-box"></span>
+      <button class="action back" disabled>Zoom out</button>
+      <button class="action reset" disabled>Reset zoom</button>
+      <span class="summary hint"></span>
+    </div>
+    <div class="hint">Drag across the plot to zoom into a range of events.</div>
+    <div class="plot canvas-box"></div>`;
+  const plot = container.querySelector('.plot');
+  let data = null, canvas = null, brush = null;
+
+  const load = async () => {
+    const window = state.windows[state.windows.length - 1];
+    loading(plot, 'timeline');
+    data = await api.timeline(snapshot.id, { device: state.device, begin: window?.[0], end: window?.[1] });
+    plot.innerHTML = '<canvas tabindex="0" aria-label="Active memory timeline"></canvas>';
+    canvas = plot.querySelector('canvas');
+    attach();
+    const box = container.querySelector('.device-box');
+    if (data.devices.length > 1 && !box.firstChild) {
+      box.innerHTML = `<label>Device <select aria-label="Device">${data.devices.map(d => `<option ${d === data.device ? 'selected' : ''}>${d}</option>`).join('')}</select></label>`;
+      box.querySelector('select').addEventListener('change', e => { state.device = e.target.value; state.windows = []; load(); });
+    }
+    container.querySelector('.back').disabled = container.querySelector('.reset').disabled = state.windows.length === 0;
+    const [begin, end] = data.window;
+    container.querySelector('.summary').textContent = `events ${begin}–${end} of ${data.events} · ${data.allocations} allocations · ` +
+      `${data.bands.length} drawn on their own · peak ${humanBytes(data.peak_bytes)} at event ${data.peak_event}`;
+    draw();
+  };
+
+  const geometry = () => {
+    const width = Math.max(500, plot.clientWidth - 2);
+    const [begin, end] = data.window;
+    const top = Math.max(...data.total_bytes, 1) * 1.05;
+    const x = e => LEFT + (width - LEFT - RIGHT) * (e - begin) / Math.max(end - begin, 1);
+    const y = b => TOP + (HEIGHT - TOP - BOTTOM) * (1 - b / top);
+    const eventAt = px => begin + (px - LEFT) / (width - LEFT - RIGHT) * Math.max(end - begin, 1);
+    return { width, x, y, top, eventAt, byteAt: py => top * (1 - (py - TOP) / (HEIGHT - TOP - BOTTOM)) };
+  };
+
+  function draw() {
+    if (!data || !canvas) return;
+    const g = geometry();
+    const context = prepareCanvas(canvas, g.width, HEIGHT);
+    context.clearRect(0, 0, g.width, HEIGHT);
+    // Merged small allocations at the bottom.
+    context.fillStyle = 'rgb(205,205,205)';
+    context.beginPath();
+    context.moveTo(g.x(data.samples[0]), g.y(0));
+    data.samples.forEach((s, i) => context.lineTo(g.x(s), g.y(data.other_bytes[i])));
+    context.lineTo(g.x(data.samples[data.samples.length - 1]), g.y(0));
+    context.fill();
+    for (const band of data.bands) {
+      if (!band.points.length) continue;
+      context.fillStyle = bandColour(band);
+      context.beginPath();
+      band.points.forEach(([s, bottom], i) => (i ? context.lineTo : context.moveTo).call(context, g.x(s), g.y(bottom + band.size)));
+      for (let i = band.points.length - 1; i >= 0; --i) context.lineTo(g.x(band.points[i][0]), g.y(band.points[i][1]));
+      context.closePath();
+      context.fill();
+    }
+    // Axes: bytes on the left, events (and seconds) below.
+    context.strokeStyle = '#999'; context.fillStyle = '#444'; context.lineWidth = 1;
+    context.beginPath(); context.moveTo(LEFT, TOP); context.lineTo(LEFT, HEIGHT - BOTTOM); context.lineTo(g.width - RIGHT, HEIGHT - BOTTOM); context.stroke();
+    const step = niceStep(g.top, 5);
+    context.textAlign = 'right';
+    for (let b = 0; b <= g.top; b += step) {
+      context.fillText(humanBytes(b), LEFT - 6, g.y(b));
+      context.strokeStyle = 'rgba(0,0,0,.06)'; context.beginPath(); context.moveTo(LEFT, g.y(b)); context.lineTo(g.width - RIGHT, g.y(b)); context.stroke();
+    }
+    context.textAlign = 'center';
+    const [begin, end] = data.window;
+    const t0 = data.time_us[0] ?? 0;
+    for (let k = 0; k <= 6; ++k) {
+      const event = Math.round(begin + (end - begin) * k / 6);
+      const i = Math.min(lowerBound(data.samples, event), data.samples.length - 1);
+      const seconds = ((data.time_us[i] ?? t0) - t0) / 1e6;
+      context.fillText(`${event}${k === 0 ? '' : `  +${seconds.toFixed(seconds < 10 ? 2 : 1)}s`}`, Math.min(Math.max(g.x(event), LEFT + 20), g.width - 40), HEIGHT - BOTTOM + 14);
+    }
+    context.textAlign = 'left';
+    // Peak marker.
+    if (data.peak_event >= begin && data.peak_event <= end) {
+      context.strokeStyle = 'rgba(194,65,12,.8)'; context.setLineDash([4, 3]);
+      context.beginPath(); context.moveTo(LEFT, g.y(data.peak_bytes)); context.lineTo(g.width - RIGHT, g.y(data.peak_bytes)); context.stroke();
+      context.setLineDash([]);
+      context.fillStyle = 'rgb(194,65,12)';
+      context.fillText(`peak ${humanBytes(data.peak_bytes)}`, LEFT + 6, g.y(data.peak_bytes) - 8);
+    }
+    if (brush) {
+      context.fillStyle = 'rgba(37,99,235,.15)';
+      context.fillRect(Math.min(brush.x0, brush.x1), TOP, Math.abs(brush.x1 - brush.x0), HEIGHT - TOP - BOTTOM);
+    }
+  }
+
+  // The band (or the merged band) under the pointer.
+  const hitTest = (px, py) => {
+    const g = geometry();
+    const event = g.eventAt(px), bytes = g.byteAt(py);
+    if (px < LEFT || event < data.window[0] || event > data.window[1] || bytes < 0) return null;
+    const i = Math.max(0, Math.min(lowerBound(data.samples, event + 1) - 1, data.samples.length - 1));
+    const sample = data.samples[i];
+    for (const band of data.bands) {
+      const p = lowerBound(band.points, sample + 1, pt => pt[0]) - 1;
+      if (p < 0 || band.points[p][0] < band.start || sample >= band.end && band.end !== data.events) continue;
+      const bottom = band.points[p][1];
+      if (bytes >= bottom && bytes < bottom + band.size) return { band };
+    }
+    if (bytes < data.other_bytes[i]) return { other: data.other_bytes[i], sample };
+    return null;
+  };
+
+  let hovered = null;
+  const attach = () => {
+    canvas.addEventListener('mousedown', e => {
+      const rect = canvas.getBoundingClientRect();
+      brush = { x0: e.clientX - rect.left, x1: e.clientX - rect.left };
+      hideTooltip();
+    });
+    canvas.addEventListener('mousemove', async e => {
+      const rect = canvas.getBoundingClientRect();
+      const px = e.clientX - rect.left, py = e.clientY - rect.top;
+      if (brush) { brush.x1 = px; draw(); return; }
+      const hit = hitTest(px, py);
+      if (!hit) { hovered = null; hideTooltip(); return; }
+      if (hit.other !== undefined) {
+        hovered = null;
+        showTooltip(e, `<div class="title">smaller allocations (merged)</div><div>${humanBytes(hit.other)} at event ${hit.sample}</div>`);
+        return;
+      }
+      const band = hit.band;
+      const head = `<div class="title">${humanBytes(band.size)} · ${escapeHtml(band.label || 'no stack')}</div>
+        <div><span class="k">address</span> 0x${band.address.toString(16)} · <span class="k">alive</span> events ${band.before_trace ? 'before the trace' : band.start}–${band.end === data.events ? 'the end' : band.end}</div>`;
+      if (hovered === band) { showTooltip(e, document.getElementById('tooltip').innerHTML); return; }
+      hovered = band;
+      showTooltip(e, head);
+      if (band.stack < 0) return;
+      try {
+        const stack = await api.stack(snapshot.id, band.stack);
+        if (hovered === band) showTooltip(e, head + framesHtml(stack.frames, 30));
+      } catch (error) { /* the head is shown; the stack is a bonus */ }
+    });
+    const finish = () => {
+      if (!brush) return;
+      const { x0, x1 } = brush;
+      brush = null;
+      if (Math.abs(x1 - x0) < 6) { draw(); return; }
+      const g = geometry();
+      const begin = Math.max(data.window[0], Math.floor(g.eventAt(Math.min(x0, x1))));
+      const end = Math.min(data.window[1], Math.ceil(g.eventAt(Math.max(x0, x1))));
+      if (end - begin < 2) { draw(); return; }
+      state.windows.push([begin, end]);
+      load();
+    };
+    canvas.addEventListener('mouseup', finish);
+    canvas.addEventListener('mouseleave', () => { hovered = null; hideTooltip(); finish(); });
+  };
+
+  container.querySelector('.back').addEventListener('click', () => { state.windows.pop(); load(); });
+  container.querySelector('.reset').addEventListener('click', () => { state.windows = []; load(); });
+  redrawOnResize(container, draw);
+  await load();
+}
