@@ -1,9 +1,12 @@
-// memsnap_snapshot_bench [--events N] [--out FILE]
+// memsnap_snapshot_bench [--events N] [--live N] [--out FILE] [--keep]
 //
 // Records N trace events (allocations and frees from a few dozen call paths, with C++
 // stacks) and times taking the snapshot (symbolization included), encoding it as msgpack and
 // writing it; prints bytes per trace event. PyTorch needs about 88 bytes per event in its
 // pickle (with Python stacks); the goal is a quarter of that, written in under a second.
+// --live sets how many allocations stay live at once (their blocks fill the snapshot's
+// segments: 100000 makes a stress input for the viewers); --keep leaves the file behind.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -52,11 +55,15 @@ void* allocate_somewhere(memsnap::CachingAllocator& allocator, size_t bytes, siz
 int main(int argc, char** argv) {
   size_t events = 1000000;
   std::string out = "memsnap-snapshot-bench.msgpack";
+  size_t live_slots = 64;
+  bool keep = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--events") && i + 1 < argc) events = std::strtoull(argv[++i], nullptr, 10);
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+    else if (!std::strcmp(argv[i], "--live") && i + 1 < argc) live_slots = std::max<size_t>(1, std::strtoull(argv[++i], nullptr, 10));
+    else if (!std::strcmp(argv[i], "--keep")) keep = true;
     else {
-      std::fprintf(stderr, "usage: memsnap_snapshot_bench [--events N] [--out FILE]\n");
+      std::fprintf(stderr, "usage: memsnap_snapshot_bench [--events N] [--live N] [--out FILE] [--keep]\n");
       return 2;
     }
   }
@@ -66,11 +73,13 @@ int main(int argc, char** argv) {
   recorder.configure({memsnap::HistoryLevel::kAlloc, events, /*cpp_stacks=*/true});
 
   // Allocations only are traced at level "alloc": one event per allocation.
-  std::vector<void*> live(64, nullptr);
+  std::vector<void*> live(live_slots, nullptr);
+  // Up to 2 MiB with the default 64 live allocations; smaller when more stay live, so they fit.
+  const size_t size_steps = std::max<size_t>(2, 4096 * 64 / live_slots);
   for (size_t i = 0; i < events; ++i) {
     void*& slot = live[i % live.size()];
     if (slot) allocator.deallocate(slot);
-    slot = allocate_somewhere(allocator, 512 * (1 + (i * 7919) % 4096), i);
+    slot = allocate_somewhere(allocator, 512 * (1 + (i * 7919) % size_steps), i);
   }
   const auto start = Clock::now();
   const memsnap::Snapshot snapshot = memsnap::take_snapshot(allocator, &recorder);
@@ -90,6 +99,6 @@ int main(int argc, char** argv) {
               bytes.size(), double(bytes.size()) / double(traced ? traced : 1));
   for (void* p : live)
     if (p) allocator.deallocate(p);
-  std::filesystem::remove(out);
+  if (!keep) std::filesystem::remove(out);
   return 0;
 }

@@ -23,7 +23,7 @@ __attribute__((noinline)) void forward_with_a_huge_batch(Loop& loop, Model& mode
   loop.free(batch);
 }
 
-int run(const std::string& out, bool run_out_of_memory, int steps) {
+int run(const std::string& out, bool run_out_of_memory, int steps, size_t max_entries) {
   auto backend = memsnap::make_default_backend();
   auto config = memsnap::allocator_config_from_environment();
   if (!backend || !config) {
@@ -32,7 +32,7 @@ int run(const std::string& out, bool run_out_of_memory, int steps) {
   }
   memsnap::CachingAllocator allocator(backend.value(), config.value());
   memsnap::HistoryRecorder recorder(allocator);
-  recorder.configure({memsnap::HistoryLevel::kAll, 100000, /*cpp_stacks=*/true});
+  recorder.configure({memsnap::HistoryLevel::kAll, max_entries, /*cpp_stacks=*/true});
   Loop loop{allocator, recorder, 0, backend.value()->create_stream(0)};
 
   if (run_out_of_memory) {
@@ -82,9 +82,12 @@ int main(int argc, char** argv) {
   std::string out = "memsnap-demo.msgpack";
   bool oom = false;
   int steps = 6;
+  size_t max_entries = 100000;
   app.add_option("--out", out, "where to write the snapshot");
   app.add_flag("--oom", oom, "run out of memory on purpose; the snapshot is the OOM dump");
   app.add_option("--steps", steps, "training steps")->check(CLI::Range(1, 100000));
+  app.add_option("--max-entries", max_entries, "trace events kept (the ring buffer's size; default 100000)")
+      ->check(CLI::Range(size_t{1}, size_t{10000000}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -93,7 +96,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    return demo::run(out, oom, steps);
+    return demo::run(out, oom, steps, max_entries);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "memsnap-demo: error: %s\n", error.what());
     return 1;

@@ -8,7 +8,14 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libmsgpack-cxx-dev
   libunwind-dev libdw-dev zlib1g-dev
+  libcpp-httplib-dev   # memsnap serve
+  chromium wrk         # the web UI's browser tests and load test
 )
+# Node.js for the browser tests: the machine's own when it has one (it may come from elsewhere
+# than Debian), Debian's otherwise.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for package in "${packages[@]}"; do

@@ -5,5 +5,6 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_dir=${MEMSNAP_BUILD_DIR:-"$root/build"}
 
 bash "$root/scripts/setup.sh"
+bash "$root/scripts/setup_e2e.sh" "$build_dir"
 bash "$root/scripts/build.sh" -DMEMSNAP_WERROR=ON -DMEMSNAP_BUILD_TESTS=ON
 ctest --test-dir "$build_dir" --output-on-failure --parallel "$(nproc)"

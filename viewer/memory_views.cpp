@@ -14,21 +14,47 @@ FlameCategory flame_category(BlockState state) {
 
 namespace {
 
-// Appends the stack's frame labels (outermost first) to `path`, or a placeholder naming why
-// there are none.
-void append_stack(FlameTree& tree, const Snapshot& snapshot, StackIndex stack,
-                  const FrameFilter& filter, std::vector<uint32_t>& path) {
-  const std::vector<uint32_t> frames = visible_frames_outermost_first(snapshot, stack, filter);
-  if (frames.empty()) {
-    path.push_back(tree.label_id(stack == kNoStackIndex ? "<no stack recorded>" : "<no visible frames>"));
-    return;
+// The label ids of each stack's visible frames (outermost first), or of a placeholder naming
+// why there are none; worked out once per stack, as many blocks share a stack.
+class StackLabels {
+ public:
+  StackLabels(FlameTree& tree, const Snapshot& snapshot, const FrameFilter& filter)
+      : tree_(tree), snapshot_(snapshot), filter_(filter), paths_(snapshot.stacks.size()),
+        known_(snapshot.stacks.size(), false) {}
+
+  void append(StackIndex stack, std::vector<uint32_t>& path) {
+    if (stack < 0 || static_cast<size_t>(stack) >= paths_.size()) {
+      append_labels(stack, path);
+      return;
+    }
+    const size_t index = static_cast<size_t>(stack);
+    if (!known_[index]) {
+      append_labels(stack, paths_[index]);
+      known_[index] = true;
+    }
+    path.insert(path.end(), paths_[index].begin(), paths_[index].end());
   }
-  for (uint32_t frame : frames) path.push_back(tree.label_id(frame_label(snapshot.frames[frame])));
-}
+
+ private:
+  void append_labels(StackIndex stack, std::vector<uint32_t>& path) {
+    const std::vector<uint32_t> frames = visible_frames_outermost_first(snapshot_, stack, filter_);
+    if (frames.empty()) {
+      path.push_back(tree_.label_id(stack == kNoStackIndex ? "<no stack recorded>" : "<no visible frames>"));
+      return;
+    }
+    for (uint32_t frame : frames) path.push_back(tree_.label_id(frame_label(snapshot_.frames[frame])));
+  }
+
+  FlameTree& tree_;
+  const Snapshot& snapshot_;
+  const FrameFilter& filter_;
+  std::vector<std::vector<uint32_t>> paths_;
+  std::vector<bool> known_;
+};
 
 // One block's contributions, under `prefix` (the grouping levels).
-void add_block(FlameTree& tree, const Snapshot& snapshot, const SnapshotBlock& block,
-               const std::vector<uint32_t>& prefix, const FrameFilter& filter) {
+void add_block(FlameTree& tree, StackLabels& stacks, const SnapshotBlock& block,
+               const std::vector<uint32_t>& prefix) {
   FlameTree::Sample sample;
   sample.category = flame_category(block.state);
   sample.grouping_levels = prefix.size();
@@ -44,7 +70,7 @@ void add_block(FlameTree& tree, const Snapshot& snapshot, const SnapshotBlock& b
     if (block.state == BlockState::kInactive)
       path.push_back(tree.label_id("<free>"));
     else
-      append_stack(tree, snapshot, block.stack, filter, path);
+      stacks.append(block.stack, path);
     tree.add(path, bytes, sample);
     accounted = bytes;
   } else {
@@ -52,7 +78,7 @@ void add_block(FlameTree& tree, const Snapshot& snapshot, const SnapshotBlock& b
     for (const HistoryItem& item : block.history) {
       path.resize(base);
       path.push_back(tree.label_id("<free, last used by>"));
-      append_stack(tree, snapshot, item.stack, filter, path);
+      stacks.append(item.stack, path);
       const uint64_t bytes = std::min(item.size, block.size - accounted);
       sample.address = item.address;
       tree.add(path, bytes, sample);
@@ -82,9 +108,11 @@ bool wanted(const SnapshotSegment& segment, const ViewOptions& options) {
 
 FlameTree memory_flamegraph(const Snapshot& snapshot, const ViewOptions& options) {
   FlameTree tree("all memory");
+  StackLabels stacks(tree, snapshot, options.frames);
+  const std::vector<uint32_t> no_prefix;
   for (const SnapshotSegment& segment : snapshot.segments) {
     if (!wanted(segment, options)) continue;
-    for (const SnapshotBlock& block : segment.blocks) add_block(tree, snapshot, block, {}, options.frames);
+    for (const SnapshotBlock& block : segment.blocks) add_block(tree, stacks, block, no_prefix);
   }
   tree.sort();
   return tree;
@@ -92,6 +120,7 @@ FlameTree memory_flamegraph(const Snapshot& snapshot, const ViewOptions& options
 
 FlameTree segments_flamegraph(const Snapshot& snapshot, const ViewOptions& options) {
   FlameTree tree("all segments");
+  StackLabels stacks(tree, snapshot, options.frames);
   bool several_devices = false;
   for (const SnapshotSegment& segment : snapshot.segments)
     several_devices |= segment.device != snapshot.segments.front().device;
@@ -101,7 +130,7 @@ FlameTree segments_flamegraph(const Snapshot& snapshot, const ViewOptions& optio
     if (several_devices) prefix.push_back(tree.label_id("device " + std::to_string(segment.device)));
     prefix.push_back(tree.label_id("stream " + hex(segment.stream)));
     prefix.push_back(tree.label_id("segment " + hex(segment.address) + " (" + segment.segment_type + ")"));
-    for (const SnapshotBlock& block : segment.blocks) add_block(tree, snapshot, block, prefix, options.frames);
+    for (const SnapshotBlock& block : segment.blocks) add_block(tree, stacks, block, prefix);
   }
   tree.sort();
   return tree;
@@ -118,6 +147,7 @@ Comparison compare_snapshots(const Snapshot& before, const Snapshot& after, cons
   const std::set<SegmentKey> before_keys = keys(before);
   const std::set<SegmentKey> after_keys = keys(after);
   auto add_allocated = [&](const Snapshot& s, bool is_before) {
+    StackLabels stacks(out.allocated_by_stack, s, options.frames);
     for (const SnapshotSegment& segment : s.segments) {
       if (!wanted(segment, options)) continue;
       (is_before ? out.before_reserved : out.after_reserved) += segment.total_size;
@@ -127,7 +157,7 @@ Comparison compare_snapshots(const Snapshot& before, const Snapshot& after, cons
       for (const SnapshotBlock& block : segment.blocks) {
         if (block.state != BlockState::kActiveAllocated) continue;
         std::vector<uint32_t> path;
-        append_stack(out.allocated_by_stack, s, block.stack, options.frames, path);
+        stacks.append(block.stack, path);
         FlameTree::Sample sample;
         sample.before = is_before;
         sample.address = block.address;

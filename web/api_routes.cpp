@@ -7,6 +7,7 @@
 #include "viewer/svg/flamegraph_svg.h"
 #include "viewer/svg/svg_text.h"
 #include "web/api_error.h"
+#include "web/cached_views.h"
 #include "web/request_params.h"
 #include "web/view_json.h"
 
@@ -16,12 +17,10 @@ namespace {
 using nlohmann::json;
 using Stored = std::shared_ptr<const StoredSnapshot>;
 
-constexpr const char* kJson = "application/json; charset=utf-8";
-constexpr double kDefaultMinShare = 2e-5;  // a node under 1/50,000 of the total is < 0.1 px wide
+// JSON is UTF-8 by definition (RFC 8259); a charset parameter would also stop cpp-httplib
+// from compressing it.
+constexpr const char* kJson = "application/json";
 constexpr size_t kMaxNameLength = 200;
-
-// Frame names come from files: invalid UTF-8 is replaced, never a reason to fail.
-std::string to_body(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 void send(httplib::Response& response, const std::shared_ptr<const std::string>& body, const char* type) {
   response.set_content(*body, type);
@@ -45,8 +44,6 @@ ViewOptions view_options(const RequestParams& params) {
   options.device = params.device();
   return options;
 }
-
-std::string key_part(const std::optional<int64_t>& device) { return device ? std::to_string(*device) : "*"; }
 
 // Keeps only printable ASCII from an uploader's file name, without folders.
 std::string clean_name(const std::string& raw) {
@@ -108,93 +105,59 @@ void upload(SnapshotStore& store, const ApiLimits& limits, const httplib::Reques
   const std::string name = clean_name(params.text("name", 4096).value_or("upload"));
   auto added = store.add(name, body);
   if (!added) throw ApiError(added.error().rfind("already holding", 0) == 0 ? 507 : 422, added.error());
+  warm_up(*added.value());
   response.status = 201;
-  response.set_content(to_body(snapshot_summary_json(*added.value())), kJson);
+  response.set_content(json_body(snapshot_summary_json(*added.value())), kJson);
 }
 
 void add_view_routes(httplib::Server& server, SnapshotStore& store) {
   const std::string snapshot = R"(/api/snapshots/(\d+))";
+  auto route = [&](const std::string& path, auto handler) {
+    server.Get(snapshot + path, guarded([&store, handler](const httplib::Request& request, httplib::Response& response) {
+      handler(*find_or_404(store, request.matches[1]), request, response);
+    }));
+  };
+  using Request = const httplib::Request&;
+  using Response = httplib::Response&;
 
-  server.Get(snapshot + "/stats", guarded([&store](const httplib::Request& request, httplib::Response& response) {
-    const Stored s = find_or_404(store, request.matches[1]);
-    send(response, s->cached("stats", [&] {
-           return to_body(stats_to_json(compute_stats(s->loaded.snapshot), s->loaded.snapshot));
-         }), kJson);
-  }));
-  server.Get(snapshot + "/stats.txt", guarded([&store](const httplib::Request& request, httplib::Response& response) {
-    const Stored s = find_or_404(store, request.matches[1]);
-    send(response, s->cached("stats.txt", [&] {
-           return stats_to_text(compute_stats(s->loaded.snapshot), s->loaded.snapshot);
-         }), "text/plain; charset=utf-8");
-  }));
-
-  server.Get(snapshot + "/flamegraph", guarded([&store](const httplib::Request& request, httplib::Response& response) {
-    const Stored s = find_or_404(store, request.matches[1]);
+  route("/stats", [](const StoredSnapshot& s, Request, Response response) { send(response, stats_view(s), kJson); });
+  route("/stats.txt", [](const StoredSnapshot& s, Request, Response response) {
+    send(response, stats_text_view(s), "text/plain; charset=utf-8");
+  });
+  route("/flamegraph", [](const StoredSnapshot& s, Request request, Response response) {
     const RequestParams params(request);
     const std::string kind = params.choice("kind", {"memory", "segments"});
-    const ViewOptions options = view_options(params);
     const double min_share = params.real("min_share", 0, 1).value_or(kDefaultMinShare);
-    const std::string key = "flame:" + kind + ":" + key_part(options.device) + ":" +
-                            std::to_string(options.frames.keep_all) + ":" + std::to_string(min_share);
-    send(response, s->cached(key, [&] {
-           const Snapshot& snap = s->loaded.snapshot;
-           const FlameTree tree = kind == "segments" ? segments_flamegraph(snap, options) : memory_flamegraph(snap, options);
-           return to_body(flamegraph_json(tree, min_share));
-         }), kJson);
-  }));
-
-  server.Get(snapshot + "/flamegraph.svg", guarded([&store](const httplib::Request& request, httplib::Response& response) {
-    const Stored s = find_or_404(store, request.matches[1]);
+    send(response, flamegraph_view(s, kind, view_options(params), min_share), kJson);
+  });
+  route("/flamegraph.svg", [](const StoredSnapshot& s, Request request, Response response) {
     const RequestParams params(request);
     const std::string kind = params.choice("kind", {"memory", "segments"});
-    const ViewOptions options = view_options(params);
     const int width = static_cast<int>(params.unsigned_integer("width", 400, 10000).value_or(1200));
-    const std::string key = "svg:" + kind + ":" + key_part(options.device) + ":" +
-                            std::to_string(options.frames.keep_all) + ":" + std::to_string(width);
-    send(response, s->cached(key, [&] {
-           const Snapshot& snap = s->loaded.snapshot;
-           const FlameTree tree = kind == "segments" ? segments_flamegraph(snap, options) : memory_flamegraph(snap, options);
-           svg::FlamegraphOptions render;
-           render.title = (kind == "segments" ? "Memory by segment: " : "Memory by state and stack: ") + s->name;
-           render.subtitle = svg::human_bytes(tree.total_bytes()) + " in " + std::to_string(snap.segments.size()) + " segments";
-           render.width = width;
-           return svg::render_flamegraph(tree, render);
-         }), "image/svg+xml");
+    send(response, flamegraph_svg_view(s, kind, view_options(params), width), "image/svg+xml");
     // The SVG carries its own small script for hover and zoom; nothing else may run or load.
     response.set_header("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'");
-  }));
-
-  server.Get(snapshot + "/segments", guarded([&store](const httplib::Request& request, httplib::Response& response) {
-    const Stored s = find_or_404(store, request.matches[1]);
-    const std::optional<int64_t> device = RequestParams(request).device();
-    send(response, s->cached("segments:" + key_part(device), [&] {
-           return to_body(segments_json(s->loaded.snapshot, device));
-         }), kJson);
-  }));
-
-  server.Get(snapshot + R"(/segments/(\d+)/blocks/(\d+))",
-             guarded([&store](const httplib::Request& request, httplib::Response& response) {
-    const Stored s = find_or_404(store, request.matches[1]);
+  });
+  route("/segments", [](const StoredSnapshot& s, Request request, Response response) {
+    send(response, segments_view(s, RequestParams(request).device()), kJson);
+  });
+  route(R"(/segments/(\d+)/blocks/(\d+))", [](const StoredSnapshot& s, Request request, Response response) {
     const auto segment = parse_unsigned(request.matches[2], false);
     const auto block = parse_unsigned(request.matches[3], false);
     std::optional<json> found;
-    if (segment && block) found = block_json(s->loaded.snapshot, *segment, *block, frame_filter(RequestParams(request)));
+    if (segment && block) found = block_json(s.loaded.snapshot, *segment, *block, frame_filter(RequestParams(request)));
     if (!found) throw ApiError(404, "no such segment or block");
-    response.set_content(to_body(*found), kJson);
-  }));
-
-  server.Get(snapshot + R"(/stacks/(\d+))", guarded([&store](const httplib::Request& request, httplib::Response& response) {
-    const Stored s = find_or_404(store, request.matches[1]);
+    response.set_content(json_body(*found), kJson);
+  });
+  route(R"(/stacks/(\d+))", [](const StoredSnapshot& s, Request request, Response response) {
     const auto index = parse_unsigned(request.matches[2], false);
     std::optional<json> found;
     if (index && *index < (uint64_t{1} << 62))
-      found = stack_json(s->loaded.snapshot, static_cast<int64_t>(*index), frame_filter(RequestParams(request)));
+      found = stack_json(s.loaded.snapshot, static_cast<int64_t>(*index), frame_filter(RequestParams(request)));
     if (!found) throw ApiError(404, "no such stack");
-    response.set_content(to_body(*found), kJson);
-  }));
-
-  server.Get(snapshot + "/timeline", guarded([&store](const httplib::Request& request, httplib::Response& response) {
-    const Stored s = find_or_404(store, request.matches[1]);
+    response.set_content(json_body(*found), kJson);
+  });
+  route("/timeline", [](const StoredSnapshot& s, Request request, Response response) {
     const RequestParams params(request);
     TimelineOptions options;
     options.device = params.device();
@@ -202,18 +165,9 @@ void add_view_routes(httplib::Server& server, SnapshotStore& store) {
     options.max_samples = params.unsigned_integer("samples", 10, 5000).value_or(options.max_samples);
     options.window_begin = params.unsigned_integer("begin", 0, UINT64_MAX).value_or(0);
     options.window_end = params.unsigned_integer("end", 0, UINT64_MAX);
-    const FrameFilter filter = frame_filter(params);
-    const std::string key = "timeline:" + key_part(options.device) + ":" + std::to_string(options.max_bands) + ":" +
-                            std::to_string(options.max_samples) + ":" + std::to_string(options.window_begin) + ":" +
-                            (options.window_end ? std::to_string(*options.window_end) : "*") + ":" +
-                            std::to_string(filter.keep_all);
-    send(response, s->cached(key, [&] {
-           return to_body(timeline_json(s->loaded.snapshot, compute_timeline(s->loaded.snapshot, options), filter));
-         }), kJson);
-  }));
-
-  server.Get(snapshot + "/trace", guarded([&store](const httplib::Request& request, httplib::Response& response) {
-    const Stored s = find_or_404(store, request.matches[1]);
+    send(response, timeline_view(s, options, frame_filter(params)), kJson);
+  });
+  route("/trace", [](const StoredSnapshot& s, Request request, Response response) {
     const RequestParams params(request);
     TraceQuery query;
     query.device = params.device();
@@ -234,22 +188,22 @@ void add_view_routes(httplib::Server& server, SnapshotStore& store) {
         start = comma + 1;
       }
     }
-    response.set_content(to_body(trace_page_json(s->loaded.snapshot, query, frame_filter(params))), kJson);
-  }));
+    response.set_content(json_body(trace_page_json(s.loaded.snapshot, query, frame_filter(params))), kJson);
+  });
 }
 
 }  // namespace
 
 void send_json_error(httplib::Response& response, int status, const std::string& message) {
   response.status = status;
-  response.set_content(to_body(json{{"error", message}}) + "\n", kJson);
+  response.set_content(json_body(json{{"error", message}}) + "\n", kJson);
 }
 
 void add_api_routes(httplib::Server& server, SnapshotStore& store, const ApiLimits& limits) {
   server.Get("/api/snapshots", guarded([&store](const httplib::Request&, httplib::Response& response) {
     json list = json::array();
     for (const Stored& s : store.list()) list.push_back(snapshot_summary_json(*s));
-    response.set_content(to_body(json{{"snapshots", std::move(list)}, {"max_snapshots", store.max_snapshots()}}), kJson);
+    response.set_content(json_body(json{{"snapshots", std::move(list)}, {"max_snapshots", store.max_snapshots()}}), kJson);
   }));
   server.Post("/api/snapshots", [&store, limits](const httplib::Request& request, httplib::Response& response,
                                                  const httplib::ContentReader& reader) {
@@ -257,7 +211,7 @@ void add_api_routes(httplib::Server& server, SnapshotStore& store, const ApiLimi
                                                                                                             response);
   });
   server.Get(R"(/api/snapshots/(\d+))", guarded([&store](const httplib::Request& request, httplib::Response& response) {
-    response.set_content(to_body(snapshot_summary_json(*find_or_404(store, request.matches[1]))), kJson);
+    response.set_content(json_body(snapshot_summary_json(*find_or_404(store, request.matches[1]))), kJson);
   }));
   server.Delete(R"(/api/snapshots/(\d+))", guarded([&store](const httplib::Request& request, httplib::Response& response) {
     if (!store.remove(request.matches[1])) throw ApiError(404, "no snapshot with id " + std::string(request.matches[1]).substr(0, 24));
@@ -270,14 +224,8 @@ void add_api_routes(httplib::Server& server, SnapshotStore& store, const ApiLimi
     if (!before_id || !after_id) throw ApiError(400, "compare needs ?before=ID&after=ID");
     const Stored before = find_or_404(store, *before_id);
     const Stored after = find_or_404(store, *after_id);
-    const ViewOptions options = view_options(params);
     const double min_share = params.real("min_share", 0, 1).value_or(kDefaultMinShare);
-    const std::string key = "compare:" + before->id + ":" + key_part(options.device) + ":" +
-                            std::to_string(options.frames.keep_all) + ":" + std::to_string(min_share);
-    send(response, after->cached(key, [&] {
-           const Comparison comparison = compare_snapshots(before->loaded.snapshot, after->loaded.snapshot, options);
-           return to_body(compare_json(*before, *after, comparison, min_share));
-         }), kJson);
+    send(response, compare_view(*before, *after, view_options(params), min_share), kJson);
   }));
   // Anything else under /api is a JSON 404, not the UI's page.
   auto unknown = guarded([](const httplib::Request& request, httplib::Response&) {

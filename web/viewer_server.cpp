@@ -41,7 +41,7 @@ ViewerServer::ViewerServer(SnapshotStore& store, ServerOptions options)
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server_->set_read_timeout(options_.read_timeout_seconds, 0);
   server_->set_write_timeout(options_.read_timeout_seconds, 0);
-  server_->set_keep_alive_max_count(1000);
+  server_->set_keep_alive_max_count(100);
   server_->set_keep_alive_timeout(5);
   server_->set_payload_max_length(static_cast<size_t>(options_.limits.max_upload_bytes));
   server_->set_tcp_nodelay(true);

@@ -22,7 +22,7 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;  // 0: any free port
   ApiLimits limits;
-  size_t threads = 16;
+  size_t threads = 32;  // keep-alive connections hold a thread each while they are open
   int read_timeout_seconds = 10;  // a client that stalls mid-request is dropped after this
 };
 

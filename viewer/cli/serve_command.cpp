@@ -9,6 +9,7 @@
 #include <memory>
 #include <thread>
 
+#include "web/cached_views.h"
 #include "web/viewer_server.h"
 
 namespace memsnap::cli {
@@ -71,6 +72,7 @@ CommandRunner add_serve_command(CLI::App& app) {
     for (const std::string& file : options->files) {
       auto added = store.add_file(file);
       if (!added) throw CommandError(added.error());
+      web::warm_up(*added.value());
       std::fprintf(stderr, "memsnap serve: loaded %s (%llu trace events)\n", file.c_str(),
                    static_cast<unsigned long long>(added.value()->trace_events));
     }

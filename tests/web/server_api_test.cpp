@@ -1,0 +1,227 @@
+// The JSON API through a real HTTP client: every route's status, content type and shape, and
+// that the answers are the analyses the CLI gives.
+#include <nlohmann/json.hpp>
+
+#include "server_test_support.h"
+#include "snapshot/snapshot_loader.h"
+#include "viewer/snapshot_stats.h"
+
+namespace memsnap::web::testing {
+namespace {
+
+using nlohmann::json;
+
+class ServerApi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server.start({data_file("pytorch-2.11/mlp_train.pickle"), data_file("pytorch-2.11/two_streams.pickle")});
+  }
+  json get_json(const std::string& path, int expected_status = 200) {
+    auto client = server.client();
+    auto response = client.Get(path);
+    EXPECT_TRUE(response) << path;
+    if (!response) return {};
+    EXPECT_EQ(response->status, expected_status) << path << ": " << response->body;
+    EXPECT_EQ(response->get_header_value("Content-Type"), "application/json") << path;
+    EXPECT_EQ(response->get_header_value("X-Content-Type-Options"), "nosniff") << path;
+    return json::parse(response->body);
+  }
+  RunningServer server;
+};
+
+TEST_F(ServerApi, ListsTheSnapshotsItWasGiven) {
+  const json list = get_json("/api/snapshots");
+  ASSERT_EQ(list["snapshots"].size(), 2u);
+  const json& first = list["snapshots"][0];
+  EXPECT_EQ(first["id"], "1");
+  EXPECT_EQ(first["name"], "mlp_train.pickle");
+  EXPECT_EQ(first["format"], "pickle");
+  EXPECT_EQ(first["source"], "pytorch");
+  EXPECT_GT(first["events"].get<uint64_t>(), 0u);
+  EXPECT_GT(first["size"].get<uint64_t>(), 0u);
+  EXPECT_EQ(first["devices"][0]["device"], 0);
+  EXPECT_EQ(get_json("/api/snapshots/2")["name"], "two_streams.pickle");
+}
+
+TEST_F(ServerApi, StatsAreTheSameObjectAsTheCliPrints) {
+  auto loaded = load_snapshot(data_file("pytorch-2.11/mlp_train.pickle"));
+  ASSERT_TRUE(loaded);
+  const json expected = stats_to_json(compute_stats(loaded->snapshot), loaded->snapshot);
+  EXPECT_EQ(get_json("/api/snapshots/1/stats"), expected);
+  auto text = server.client().Get("/api/snapshots/1/stats.txt");
+  ASSERT_TRUE(text);
+  EXPECT_EQ(text->get_header_value("Content-Type"), "text/plain; charset=utf-8");
+  EXPECT_EQ(text->body, stats_to_text(compute_stats(loaded->snapshot), loaded->snapshot));
+}
+
+TEST_F(ServerApi, FlamegraphNodesAreAPreorderTreeWhoseBytesAddUp) {
+  for (const char* kind : {"memory", "segments"}) {
+    const json graph = get_json(std::string("/api/snapshots/1/flamegraph?kind=") + kind + "&min_share=0");
+    const auto& nodes = graph["nodes"];
+    ASSERT_GT(nodes.size(), 3u) << kind;
+    EXPECT_EQ(nodes[0][0], -1);
+    EXPECT_EQ(nodes[0][3], graph["total_bytes"]);
+    std::vector<uint64_t> child_bytes(nodes.size(), 0);
+    for (size_t i = 1; i < nodes.size(); ++i) {
+      const int64_t parent = nodes[i][0];
+      ASSERT_GE(parent, 0);
+      ASSERT_LT(static_cast<size_t>(parent), i) << "parents come first in preorder";
+      ASSERT_LT(nodes[i][1].get<size_t>(), graph["labels"].size());
+      child_bytes[static_cast<size_t>(parent)] += nodes[i][3].get<uint64_t>();
+    }
+    for (size_t i = 0; i < nodes.size(); ++i)
+      EXPECT_LE(child_bytes[i], nodes[i][3].get<uint64_t>()) << kind << " node " << i;
+    EXPECT_EQ(graph["dropped_nodes"], 0);
+  }
+}
+
+TEST_F(ServerApi, SegmentsBlocksAndStacks) {
+  const json segments = get_json("/api/snapshots/2/segments");
+  ASSERT_FALSE(segments["segments"].empty());
+  uint64_t blocks = 0;
+  for (const json& s : segments["segments"]) {
+    uint64_t covered = 0;
+    for (const json& b : s["blocks"]) {
+      EXPECT_EQ(b[0].get<uint64_t>(), covered) << "blocks tile their segment in address order";
+      covered += b[1].get<uint64_t>();
+      ++blocks;
+    }
+    EXPECT_EQ(covered, s["total_size"].get<uint64_t>());
+  }
+  EXPECT_EQ(segments["blocks"], blocks);
+  // A block with a stack, in full.
+  for (const json& s : segments["segments"]) {
+    for (size_t b = 0; b < s["blocks"].size(); ++b) {
+      if (s["blocks"][b][4].get<int64_t>() < 0) continue;
+      const json block = get_json("/api/snapshots/2/segments/" + s["index"].dump() + "/blocks/" + std::to_string(b));
+      EXPECT_FALSE(block["frames"].empty());
+      EXPECT_TRUE(block["frames"][0].contains("label"));
+      const json stack = get_json("/api/snapshots/2/stacks/" + s["blocks"][b][4].dump());
+      EXPECT_EQ(stack["frames"], block["frames"]);
+      return;
+    }
+  }
+  FAIL() << "no block with a stack";
+}
+
+TEST_F(ServerApi, TimelineIsDownsampledAndZooms) {
+  const json whole = get_json("/api/snapshots/1/timeline?samples=50&bands=5");
+  EXPECT_LE(whole["bands"].size(), 5u);
+  EXPECT_LE(whole["samples"].size(), 51u + 2 * 5);
+  EXPECT_EQ(whole["samples"].size(), whole["total_bytes"].size());
+  const uint64_t events = whole["events"];
+  ASSERT_GT(events, 20u);
+  EXPECT_EQ(whole["window"], json::array({0, events}));
+  const json zoomed = get_json("/api/snapshots/1/timeline?samples=50&begin=10&end=20");
+  EXPECT_EQ(zoomed["window"], json::array({10, 20}));
+  for (const json& s : zoomed["samples"]) {
+    EXPECT_GE(s.get<uint64_t>(), 10u);
+    EXPECT_LE(s.get<uint64_t>(), 20u);
+  }
+  // A window past the end is clamped, not an error.
+  EXPECT_EQ(get_json("/api/snapshots/1/timeline?begin=999999999")["window"], json::array({events, events}));
+}
+
+TEST_F(ServerApi, TracePagesAndFilters) {
+  const json page = get_json("/api/snapshots/1/trace?offset=5&limit=7");
+  EXPECT_EQ(page["events"].size(), 7u);
+  EXPECT_EQ(page["events"][0]["index"], 5);
+  const uint64_t all = page["matched"];
+  const json allocs = get_json("/api/snapshots/1/trace?action=alloc&limit=1000");
+  for (const json& e : allocs["events"]) EXPECT_EQ(e["action"], "alloc");
+  const json frees = get_json("/api/snapshots/1/trace?action=free_requested,free_completed&limit=1");
+  EXPECT_EQ(allocs["matched"].get<uint64_t>() + frees["matched"].get<uint64_t>() +
+                get_json("/api/snapshots/1/trace?action=segment_alloc,segment_free,segment_map,segment_unmap,oom,snapshot")["matched"]
+                    .get<uint64_t>(),
+            all);
+  const json big = get_json("/api/snapshots/1/trace?min_size=1048576&limit=1000");
+  for (const json& e : big["events"]) EXPECT_GE(e["size"].get<uint64_t>(), 1048576u);
+  const json first = page["events"][0];
+  const json at = get_json("/api/snapshots/1/trace?address=0x" + [&] {
+    char text[32];
+    std::snprintf(text, sizeof text, "%llx", static_cast<unsigned long long>(first["address"].get<uint64_t>()));
+    return std::string(text);
+  }());
+  EXPECT_GE(at["matched"].get<uint64_t>(), 1u);
+  EXPECT_EQ(get_json("/api/snapshots/1/trace?frame=no_such_function_anywhere")["matched"], 0);
+}
+
+TEST_F(ServerApi, CompareAndSvg) {
+  const json compare = get_json("/api/compare?before=1&after=2");
+  EXPECT_EQ(compare["before"]["id"], "1");
+  EXPECT_EQ(compare["after"]["id"], "2");
+  EXPECT_TRUE(compare["flamegraph"]["nodes"].is_array());
+  EXPECT_TRUE(compare.contains("only_before") && compare.contains("only_after"));
+  auto svg = server.client().Get("/api/snapshots/1/flamegraph.svg?kind=segments&width=800");
+  ASSERT_TRUE(svg);
+  EXPECT_EQ(svg->status, 200);
+  EXPECT_EQ(svg->get_header_value("Content-Type"), "image/svg+xml");
+  EXPECT_EQ(svg->body.rfind("<?xml", 0) == 0 || svg->body.rfind("<svg", 0) == 0, true);
+  EXPECT_NE(svg->get_header_value("Content-Security-Policy").find("default-src 'none'"), std::string::npos);
+}
+
+TEST_F(ServerApi, TheUiIsServedWithItsContentTypes) {
+  auto client = server.client();
+  const std::pair<const char*, const char*> expected[] = {
+      {"/", "text/html; charset=utf-8"},
+      {"/index.html", "text/html; charset=utf-8"},
+      {"/app.css", "text/css; charset=utf-8"},
+      {"/js/app.js", "text/javascript; charset=utf-8"},
+      {"/favicon.svg", "image/svg+xml"},
+  };
+  for (const auto& [path, type] : expected) {
+    auto response = client.Get(path);
+    ASSERT_TRUE(response) << path;
+    EXPECT_EQ(response->status, 200) << path;
+    EXPECT_EQ(response->get_header_value("Content-Type"), type) << path;
+    EXPECT_FALSE(response->body.empty()) << path;
+  }
+  auto page = client.Get("/");
+  EXPECT_NE(page->get_header_value("Content-Security-Policy").find("script-src 'self'"), std::string::npos);
+  EXPECT_NE(page->body.find("/js/app.js"), std::string::npos);
+}
+
+TEST_F(ServerApi, RefusalsAreJsonWithTheRightStatus) {
+  const std::pair<const char*, int> cases[] = {
+      {"/api/snapshots/99/stats", 404},
+      {"/api/snapshots/99999999999999999999999/stats", 404},
+      {"/api/snapshots/1/stacks/99999999", 404},
+      {"/api/snapshots/1/segments/9999/blocks/0", 404},
+      {"/api/snapshots/1/no_such_view", 404},
+      {"/api/compare?before=1", 400},
+      {"/api/compare?before=1&after=77", 404},
+      {"/api/snapshots/1/trace?limit=abc", 400},
+      {"/api/snapshots/1/trace?limit=0", 400},
+      {"/api/snapshots/1/trace?limit=100000", 400},
+      {"/api/snapshots/1/trace?offset=-1", 400},
+      {"/api/snapshots/1/trace?action=explode", 400},
+      {"/api/snapshots/1/trace?address=0xZZ", 400},
+      {"/api/snapshots/1/trace?min_size=99999999999999999999999999", 400},
+      {"/api/snapshots/1/flamegraph?kind=pie", 400},
+      {"/api/snapshots/1/flamegraph?min_share=nan", 400},
+      {"/api/snapshots/1/flamegraph?min_share=2", 400},
+      {"/api/snapshots/1/flamegraph.svg?width=5", 400},
+      {"/api/snapshots/1/timeline?bands=0", 400},
+      {"/api/snapshots/1/timeline?device=-1", 400},
+      {"/api/snapshots/1/segments?device=1e3", 400},
+      {"/no/such/page", 404},
+  };
+  for (const auto& [path, status] : cases) {
+    const json body = get_json(path, status);
+    EXPECT_TRUE(body.contains("error")) << path;
+    EXPECT_FALSE(body["error"].get<std::string>().empty()) << path;
+  }
+}
+
+TEST_F(ServerApi, DeletedSnapshotsAreGone) {
+  auto client = server.client();
+  auto deleted = client.Delete("/api/snapshots/1");
+  ASSERT_TRUE(deleted);
+  EXPECT_EQ(deleted->status, 204);
+  get_json("/api/snapshots/1/stats", 404);
+  EXPECT_EQ(client.Delete("/api/snapshots/1")->status, 404);
+  EXPECT_EQ(get_json("/api/snapshots")["snapshots"].size(), 1u);
+}
+
+}  // namespace
+}  // namespace memsnap::web::testing

@@ -1,0 +1,175 @@
+// memsnap serve against clients that are not browsers: traversal paths, foreign Host headers,
+// lying and oversized uploads, garbage and stalled requests, and many clients at once.
+#include <atomic>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "server_test_support.h"
+
+namespace memsnap::web::testing {
+namespace {
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+std::string get_request(const std::string& target, const std::string& host = "127.0.0.1") {
+  return "GET " + target + " HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n\r\n";
+}
+
+TEST(ServerHostile, NoPathReachesTheFileSystem) {
+  RunningServer server;
+  server.start({data_file("pytorch-2.11/mlp_train.pickle")});
+  const char* targets[] = {
+      "/../../../../etc/passwd",
+      "/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
+      "/%252e%252e/%252e%252e/etc/passwd",
+      "/..%2f..%2f..%2fetc%2fpasswd",
+      "/js/../../../../etc/passwd",
+      "/js/..%5c..%5c..%5cetc%5cpasswd",
+      "//etc/passwd",
+      "/etc/passwd",
+      "/index.html%00.js",
+      "/api/snapshots/1/../../../../etc/passwd",
+      "/api/snapshots/..%2f..%2fetc%2fpasswd/stats",
+      "/.%2e/.%2e/etc/passwd",
+      "/proc/self/environ",
+      "/%c0%ae%c0%ae/%c0%ae%c0%ae/etc/passwd",
+  };
+  for (const char* target : targets) {
+    const std::string response = server.raw(get_request(target));
+    const int status = status_of(response);
+    EXPECT_TRUE(status == 404 || status == 400) << target << " -> " << response.substr(0, 80);
+    EXPECT_EQ(response.find("root:"), std::string::npos) << target;
+  }
+  // Absurd lengths are refused, not parsed.
+  EXPECT_EQ(status_of(server.raw(get_request("/" + std::string(100000, 'a')))) / 100, 4);
+  EXPECT_EQ(status_of(server.raw(get_request("/api/snapshots/1/trace?frame=" + std::string(300, 'x')))), 400);
+  const std::string huge_header = "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + std::string(200000, 'h') + "\r\n\r\n";
+  EXPECT_NE(status_of(server.raw(huge_header)), 200);
+}
+
+TEST(ServerHostile, AnswersOnlyRequestsAddressedToLocalhost) {
+  RunningServer server;
+  server.start({});
+  EXPECT_EQ(status_of(server.raw(get_request("/api/snapshots", "evil.example"))), 421);
+  EXPECT_EQ(status_of(server.raw(get_request("/", "evil.example:8080"))), 421);
+  EXPECT_EQ(status_of(server.raw(get_request("/", "127.0.0.1.evil.example"))), 421);
+  EXPECT_EQ(status_of(server.raw("GET / HTTP/1.1\r\nConnection: close\r\n\r\n")), 421);  // no Host at all
+  for (const char* host : {"localhost", "localhost:1234", "127.0.0.1", "127.0.0.1:80", "[::1]:8080"})
+    EXPECT_EQ(status_of(server.raw(get_request("/api/snapshots", host))), 200) << host;
+}
+
+TEST(ServerHostile, UploadsAreCheckedBeforeTheyAreRead) {
+  ServerOptions options;
+  options.limits.max_upload_bytes = 64 << 10;
+  RunningServer server(options, /*max_snapshots=*/2);
+  server.start({});
+  auto client = server.client();
+  const std::string pickle = file_bytes(data_file("pytorch-2.11/two_streams.pickle"));
+  ASSERT_LT(pickle.size(), size_t{64} << 10);
+
+  auto made = client.Post("/api/snapshots?name=..%2F..%2Fsecret%2Ftwo.pickle", pickle, "application/octet-stream");
+  ASSERT_TRUE(made);
+  EXPECT_EQ(made->status, 201) << made->body;
+  EXPECT_NE(made->body.find("\"name\":\"two.pickle\""), std::string::npos) << "folders are dropped from names";
+
+  EXPECT_EQ(client.Post("/api/snapshots", pickle, "text/plain")->status, 415) << "a cross-site form cannot upload";
+  auto junk = client.Post("/api/snapshots", std::string(1000, '\x80'), "application/octet-stream");
+  EXPECT_EQ(junk->status, 422);
+  EXPECT_EQ(junk->body.rfind("{\"error\":\"upload: ", 0), 0u) << junk->body;
+  auto truncated = client.Post("/api/snapshots", pickle.substr(0, pickle.size() / 2), "application/octet-stream");
+  EXPECT_EQ(truncated->status, 422);
+
+  // Over the limit: refused from the headers alone, the body never sent.
+  const std::string headers = "POST /api/snapshots HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\n"
+                              "Content-Length: 10000000000\r\n\r\n";
+  const std::string refused = server.raw(headers, 5);
+  EXPECT_EQ(status_of(refused), 413) << refused;
+  EXPECT_NE(refused.find("over the limit"), std::string::npos);
+  // The same with Expect: 100-continue, as curl sends for big files.
+  const std::string expect = "POST /api/snapshots HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\n"
+                             "Content-Length: 99999999\r\nExpect: 100-continue\r\n\r\n";
+  EXPECT_EQ(status_of(server.raw(expect, 5)), 413);
+  // A body shorter than its Content-Length (the client hangs up) is not kept.
+  const std::string short_body = "POST /api/snapshots HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\n"
+                                 "Content-Length: 5000\r\n\r\n" + pickle.substr(0, 100);
+  server.raw(short_body, 2, /*close_write=*/true);
+  auto lengthless = server.raw("POST /api/snapshots HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\n"
+                               "Connection: close\r\n\r\n" + pickle, 5, true);
+  EXPECT_EQ(status_of(lengthless) / 100, 4) << lengthless.substr(0, 200);
+
+  EXPECT_EQ(client.Post("/api/snapshots", pickle, "application/octet-stream")->status, 201);
+  auto full = client.Post("/api/snapshots", pickle, "application/octet-stream");
+  EXPECT_EQ(full->status, 507) << "the store holds at most 2";
+  EXPECT_EQ(server.store().list().size(), 2u);
+}
+
+TEST(ServerHostile, RepeatedUploadsAndDeletesLeaveNothingBehind) {
+  RunningServer server(ServerOptions{}, 4);
+  server.start({});
+  auto client = server.client();
+  const std::string pickle = file_bytes(data_file("pytorch-2.11/mlp_train.pickle"));
+  for (int round = 0; round < 60; ++round) {
+    auto made = client.Post("/api/snapshots", pickle, "application/octet-stream");
+    ASSERT_TRUE(made);
+    ASSERT_EQ(made->status, 201);
+    const std::string id = nlohmann::json::parse(made->body)["id"];
+    ASSERT_EQ(client.Get("/api/snapshots/" + id + "/flamegraph")->status, 200);
+    ASSERT_EQ(client.Delete("/api/snapshots/" + id)->status, 204);
+  }
+  EXPECT_TRUE(server.store().list().empty());
+}
+
+TEST(ServerHostile, GarbageAndStalledRequestsDoNotStopOthers) {
+  ServerOptions options;
+  options.read_timeout_seconds = 1;
+  options.threads = 4;
+  RunningServer server(options);
+  server.start({data_file("pytorch-2.11/mlp_train.pickle")});
+  EXPECT_EQ(status_of(server.raw("GARBAGE\r\n\r\n", 3)) / 100, 4);
+  EXPECT_EQ(status_of(server.raw("GET\r\n\r\n", 3)) / 100, 4);
+  server.raw(std::string("\0\xff\xfe\r\n\r\n", 7), 3);
+  EXPECT_NE(status_of(server.raw("GET / HTTP/9.9\r\nHost: 127.0.0.1\r\n\r\n", 3)), 500);
+  EXPECT_EQ(status_of(server.raw("BREW /api/snapshots HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", 3)) / 100, 4);
+  // More stalled clients than worker threads: each is dropped after the read timeout, and a
+  // normal request still gets through.
+  std::vector<std::thread> stalled;
+  for (int i = 0; i < 6; ++i)
+    stalled.emplace_back([&] { server.raw("GET /api/snapshots HTTP/1.1\r\nHost: 127.0.0.1\r\n", 4); });
+  auto response = server.client().Get("/api/snapshots/1/stats");
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->status, 200);
+  for (auto& t : stalled) t.join();
+}
+
+TEST(ServerHostile, ManyConcurrentClients) {
+  RunningServer server;
+  server.start({data_file("pytorch-2.11/mlp_train.pickle"), data_file("pytorch-2.11/two_streams.pickle")});
+  const char* paths[] = {"/api/snapshots", "/api/snapshots/1/stats", "/api/snapshots/2/flamegraph",
+                         "/api/snapshots/1/segments", "/api/snapshots/2/timeline", "/api/snapshots/1/trace?limit=50",
+                         "/api/compare?before=1&after=2", "/", "/js/app.js"};
+  std::atomic<int> ok{0}, bad{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 24; ++c) {
+    clients.emplace_back([&, c] {
+      auto client = server.client();
+      client.set_keep_alive(c % 2 == 0);
+      for (int i = 0; i < 40; ++i) {
+        auto response = client.Get(paths[(c + i) % std::size(paths)]);
+        (response && response->status == 200 ? ok : bad)++;
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(ok.load(), 24 * 40);
+}
+
+}  // namespace
+}  // namespace memsnap::web::testing

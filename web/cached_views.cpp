@@ -1,0 +1,93 @@
+#include "web/cached_views.h"
+
+#include <thread>
+
+#include "viewer/snapshot_stats.h"
+#include "viewer/svg/flamegraph_svg.h"
+#include "viewer/svg/svg_text.h"
+#include "web/view_json.h"
+
+namespace memsnap::web {
+namespace {
+
+std::string device_key(const std::optional<int64_t>& device) { return device ? std::to_string(*device) : "*"; }
+
+std::string options_key(const ViewOptions& options) {
+  return device_key(options.device) + ":" + std::to_string(options.frames.keep_all);
+}
+
+FlameTree flame_tree(const Snapshot& snapshot, const std::string& kind, const ViewOptions& options) {
+  return kind == "segments" ? segments_flamegraph(snapshot, options) : memory_flamegraph(snapshot, options);
+}
+
+}  // namespace
+
+std::string json_body(const nlohmann::json& value) {
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+Body stats_view(const StoredSnapshot& s) {
+  return s.cached("stats", [&] {
+    return json_body(stats_to_json(compute_stats(s.loaded.snapshot), s.loaded.snapshot));
+  });
+}
+
+Body stats_text_view(const StoredSnapshot& s) {
+  return s.cached("stats.txt", [&] { return stats_to_text(compute_stats(s.loaded.snapshot), s.loaded.snapshot); });
+}
+
+Body flamegraph_view(const StoredSnapshot& s, const std::string& kind, const ViewOptions& options, double min_share) {
+  return s.cached("flame:" + kind + ":" + options_key(options) + ":" + std::to_string(min_share), [&] {
+    return json_body(flamegraph_json(flame_tree(s.loaded.snapshot, kind, options), min_share));
+  });
+}
+
+Body flamegraph_svg_view(const StoredSnapshot& s, const std::string& kind, const ViewOptions& options, int width) {
+  return s.cached("svg:" + kind + ":" + options_key(options) + ":" + std::to_string(width), [&] {
+    const FlameTree tree = flame_tree(s.loaded.snapshot, kind, options);
+    svg::FlamegraphOptions render;
+    render.title = (kind == "segments" ? "Memory by segment: " : "Memory by state and stack: ") + s.name;
+    render.subtitle = svg::human_bytes(tree.total_bytes()) + " in " +
+                      std::to_string(s.loaded.snapshot.segments.size()) + " segments";
+    render.width = width;
+    return svg::render_flamegraph(tree, render);
+  });
+}
+
+Body segments_view(const StoredSnapshot& s, std::optional<int64_t> device) {
+  return s.cached("segments:" + device_key(device), [&] { return json_body(segments_json(s.loaded.snapshot, device)); });
+}
+
+Body timeline_view(const StoredSnapshot& s, const TimelineOptions& options, const FrameFilter& filter) {
+  const std::string key = "timeline:" + device_key(options.device) + ":" + std::to_string(options.max_bands) + ":" +
+                          std::to_string(options.max_samples) + ":" + std::to_string(options.window_begin) + ":" +
+                          (options.window_end ? std::to_string(*options.window_end) : "*") + ":" +
+                          std::to_string(filter.keep_all);
+  return s.cached(key, [&] {
+    return json_body(timeline_json(s.loaded.snapshot, compute_timeline(s.loaded.snapshot, options), filter));
+  });
+}
+
+Body compare_view(const StoredSnapshot& before, const StoredSnapshot& after, const ViewOptions& options,
+                  double min_share) {
+  // Kept with the "after" snapshot; ids are never reused, so a deleted "before" cannot alias.
+  return after.cached("compare:" + before.id + ":" + options_key(options) + ":" + std::to_string(min_share), [&] {
+    const Comparison comparison = compare_snapshots(before.loaded.snapshot, after.loaded.snapshot, options);
+    return json_body(compare_json(before, after, comparison, min_share));
+  });
+}
+
+void warm_up(const StoredSnapshot& s) {
+  // Independent analyses: two threads halve the wait on a big file.
+  std::thread other([&] {
+    timeline_view(s, TimelineOptions{}, FrameFilter{});
+    segments_view(s, std::nullopt);
+  });
+  stats_view(s);
+  stats_text_view(s);
+  flamegraph_view(s, "memory", ViewOptions{}, kDefaultMinShare);
+  flamegraph_view(s, "segments", ViewOptions{}, kDefaultMinShare);
+  other.join();
+}
+
+}  // namespace memsnap::web

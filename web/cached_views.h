@@ -1,0 +1,36 @@
+// Each view of a stored snapshot rendered once per distinct set of options and kept in the
+// snapshot's response cache: the API routes parse a request into these options and call here,
+// and warm_up() renders the views a page opens with right after a snapshot is loaded, so even
+// the first request for them is answered from memory.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "viewer/memory_views.h"
+#include "viewer/timeline.h"
+#include "web/snapshot_store.h"
+
+namespace memsnap::web {
+
+using Body = std::shared_ptr<const std::string>;
+
+inline constexpr double kDefaultMinShare = 2e-5;  // a node under 1/50,000 of the total is < 0.1 px wide
+
+// nlohmann::json dump that replaces invalid UTF-8 (frame names come from files).
+std::string json_body(const nlohmann::json& value);
+
+Body stats_view(const StoredSnapshot& s);
+Body stats_text_view(const StoredSnapshot& s);
+Body flamegraph_view(const StoredSnapshot& s, const std::string& kind, const ViewOptions& options, double min_share);
+Body flamegraph_svg_view(const StoredSnapshot& s, const std::string& kind, const ViewOptions& options, int width);
+Body segments_view(const StoredSnapshot& s, std::optional<int64_t> device);
+Body timeline_view(const StoredSnapshot& s, const TimelineOptions& options, const FrameFilter& filter);
+Body compare_view(const StoredSnapshot& before, const StoredSnapshot& after, const ViewOptions& options,
+                  double min_share);
+
+void warm_up(const StoredSnapshot& s);
+
+}  // namespace memsnap::web
