@@ -3,7 +3,8 @@
 # allocator (on the GPU when there is one, else on the simulated device) with history and
 # C++ stacks recorded, and writes a snapshot; memsnap summarizes it and renders its views
 # (flamegraph, segments, timeline: SVGs to open in a browser); a real PyTorch snapshot is
-# rendered the same way, and a recorded PyTorch trace is replayed through the allocator.
+# rendered the same way, and a recorded PyTorch trace is replayed through the allocator. With
+# MEMSNAP_DEMO_SERVE=1 it ends by serving them all in the web viewer (memsnap serve).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_dir=${MEMSNAP_BUILD_DIR:-"$root/build"}
@@ -35,3 +36,10 @@ echo
 trace="$root/tests/data/mlp_train.trace"
 echo "== memsnap replay $trace"
 "$build_dir/viewer/memsnap" replay "$trace"
+echo
+if [[ "${MEMSNAP_DEMO_SERVE:-0}" == 1 ]]; then
+  echo "== memsnap serve (Ctrl-C to stop)"
+  exec "$memsnap" serve "$snapshot" "$build_dir/demo-output/oom.msgpack" "$pytorch"
+fi
+echo "== browse them all in the web viewer (MEMSNAP_DEMO_SERVE=1 makes this script do it):"
+echo "   $memsnap serve $snapshot $build_dir/demo-output/oom.msgpack $pytorch"

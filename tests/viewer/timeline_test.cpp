@@ -1,0 +1,80 @@
+// The timeline analysis: bands pair allocs with frees, the outline is the memory in use, and a
+// window (the web UI's zoom) samples only its events and picks bands among what lives there.
+#include <gtest/gtest.h>
+
+#include "viewer/timeline.h"
+
+namespace memsnap {
+namespace {
+
+Snapshot trace_of(const std::vector<std::tuple<TraceAction, uint64_t, uint64_t>>& events) {
+  Snapshot s;
+  s.device_traces.resize(1);
+  int64_t time = 0;
+  for (const auto& [action, address, size] : events) s.device_traces[0].push_back({action, address, size, 0, time++, kNoStackIndex});
+  return s;
+}
+
+// Bytes live just after event `index`, by brute force over the trace.
+uint64_t live_after(const Snapshot& s, uint64_t index) {
+  uint64_t live = 0, counted = 0;
+  for (const TraceEntry& e : s.device_traces[0]) {
+    if (e.action == TraceAction::kAlloc) live += e.size;
+    else if (e.action == TraceAction::kFreeCompleted) live -= e.size;
+    else continue;
+    if (counted++ == index) break;
+  }
+  return live;
+}
+
+TEST(Timeline, OutlineIsTheMemoryInUse) {
+  std::vector<std::tuple<TraceAction, uint64_t, uint64_t>> events;
+  for (uint64_t i = 0; i < 200; ++i) {
+    events.push_back({TraceAction::kAlloc, 0x1000 * (i + 1), 512 * (1 + i % 7)});
+    if (i >= 3) events.push_back({TraceAction::kFreeCompleted, 0x1000 * (i - 2), 512 * (1 + (i - 3) % 7)});
+  }
+  const Snapshot s = trace_of(events);
+  TimelineOptions options;
+  options.max_bands = 5;
+  options.max_samples = 1000;
+  const Timeline t = compute_timeline(s, options);
+  EXPECT_EQ(t.events, events.size());
+  EXPECT_LE(t.bands.size(), 5u);
+  for (size_t i = 0; i < t.samples.size(); ++i) {
+    if (t.samples[i] == 0 || t.samples[i] >= t.events) continue;
+    // At sample k, allocations started at or before k and not yet freed are stacked.
+    EXPECT_EQ(t.total_bytes[i], live_after(s, t.samples[i])) << "sample " << t.samples[i];
+  }
+}
+
+TEST(Timeline, WindowSamplesOnlyItsEventsAndPicksItsOwnBands) {
+  // One huge allocation early (freed at event 3), then small ones: zoomed past it, the bands
+  // must be the small ones alive there.
+  std::vector<std::tuple<TraceAction, uint64_t, uint64_t>> events = {
+      {TraceAction::kAlloc, 0x100000, 1 << 30}, {TraceAction::kAlloc, 0x1000, 4096}, {TraceAction::kAlloc, 0x2000, 8192},
+      {TraceAction::kFreeCompleted, 0x100000, 1 << 30}};
+  for (uint64_t i = 0; i < 50; ++i) events.push_back({TraceAction::kAlloc, 0x10000 + 0x1000 * i, 1024});
+  const Snapshot s = trace_of(events);
+  TimelineOptions options;
+  options.max_bands = 1;
+  options.window_begin = 10;
+  options.window_end = 30;
+  const Timeline t = compute_timeline(s, options);
+  EXPECT_EQ(t.window_begin, 10u);
+  EXPECT_EQ(t.window_end, 30u);
+  for (uint64_t sample : t.samples) {
+    EXPECT_GE(sample, 10u);
+    EXPECT_LE(sample, 30u);
+  }
+  ASSERT_EQ(t.bands.size(), 1u);
+  EXPECT_EQ(t.bands[0].size, 8192u) << "the largest allocation alive in the window, not the freed 1 GiB";
+  // Past the end: clamped to an empty window at the end.
+  options.window_begin = 1000;
+  options.window_end.reset();
+  const Timeline past = compute_timeline(s, options);
+  EXPECT_EQ(past.window_begin, past.events);
+  EXPECT_EQ(past.window_end, past.events);
+}
+
+}  // namespace
+}  // namespace memsnap
