@@ -64,7 +64,7 @@ Body timeline_view(const StoredSnapshot& s, const TimelineOptions& options, cons
                           (options.window_end ? std::to_string(*options.window_end) : "*") + ":" +
                           std::to_string(filter.keep_all);
   return s.cached(key, [&] {
-    return json_body(timeline_json(s.loaded.snapshot, compute_timeline(s.loaded.snapshot, options), filter));
+    return timeline_json(s.loaded.snapshot, compute_timeline(s.loaded.snapshot, options), filter);
   });
 }
 

@@ -1,6 +1,7 @@
 #include "web/view_json.h"
 
 #include <algorithm>
+#include <charconv>
 
 #include "snapshot/snapshot.h"
 #include "viewer/snapshot_stats.h"
@@ -155,35 +156,81 @@ std::optional<json> stack_json(const Snapshot& snapshot, int64_t stack, const Fr
   return json{{"stack", stack}, {"frames", frames_json(snapshot, stack, filter)}};
 }
 
-json timeline_json(const Snapshot& snapshot, const Timeline& timeline, const FrameFilter& filter) {
-  json bands = json::array();
-  for (const TimelineBand& b : timeline.bands) {
-    json points = json::array();
-    for (const auto& [sample, bottom] : b.bottom) points.push_back(json::array({sample, bottom}));
-    bands.push_back({{"address", b.address},
-                     {"size", b.size},
-                     {"stack", b.stack},
-                     {"label", innermost_label(snapshot, b.stack, filter)},
-                     {"start", b.start},
-                     {"end", b.end},
-                     {"before_trace", b.before_trace},
-                     {"points", std::move(points)}});
+std::string timeline_json(const Snapshot& snapshot, const Timeline& timeline, const FrameFilter& filter) {
+  // Written directly: a zoomed timeline of a big trace has ~10^5 band points, and building
+  // them as nlohmann values first costs several times the analysis itself.
+  std::string out;
+  out.reserve(64 + 24 * timeline.samples.size() * 4);
+  char number[24];
+  auto put = [&](uint64_t value) { out.append(number, std::to_chars(number, number + sizeof number, value).ptr); };
+  auto put_signed = [&](int64_t value) { out.append(number, std::to_chars(number, number + sizeof number, value).ptr); };
+  auto put_array = [&](const auto& values, auto put_one) {
+    out += '[';
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (i) out += ',';
+      put_one(values[i]);
+    }
+    out += ']';
+  };
+  out += "{\"device\":";
+  put_signed(timeline.device);
+  out += ",\"devices\":[";
+  bool first = true;
+  for (size_t d = 0; d < snapshot.device_traces.size(); ++d) {
+    if (snapshot.device_traces[d].empty()) continue;
+    if (!first) out += ',';
+    first = false;
+    put(d);
   }
-  json devices = json::array();
-  for (size_t d = 0; d < snapshot.device_traces.size(); ++d)
-    if (!snapshot.device_traces[d].empty()) devices.push_back(d);
-  return {{"device", timeline.device},
-          {"devices", std::move(devices)},
-          {"events", timeline.events},
-          {"window", {timeline.window_begin, timeline.window_end}},
-          {"samples", timeline.samples},
-          {"time_us", timeline.event_time_us},
-          {"total_bytes", timeline.total_bytes},
-          {"other_bytes", timeline.other_bytes},
-          {"allocations", timeline.allocations},
-          {"peak_bytes", timeline.peak_bytes},
-          {"peak_event", timeline.peak_event},
-          {"bands", std::move(bands)}};
+  out += "],\"events\":";
+  put(timeline.events);
+  out += ",\"window\":[";
+  put(timeline.window_begin);
+  out += ',';
+  put(timeline.window_end);
+  out += "],\"samples\":";
+  put_array(timeline.samples, put);
+  out += ",\"time_us\":";
+  put_array(timeline.event_time_us, put_signed);
+  out += ",\"total_bytes\":";
+  put_array(timeline.total_bytes, put);
+  out += ",\"other_bytes\":";
+  put_array(timeline.other_bytes, put);
+  out += ",\"allocations\":";
+  put(timeline.allocations);
+  out += ",\"peak_bytes\":";
+  put(timeline.peak_bytes);
+  out += ",\"peak_event\":";
+  put(timeline.peak_event);
+  out += ",\"bands\":[";
+  for (size_t b = 0; b < timeline.bands.size(); ++b) {
+    const TimelineBand& band = timeline.bands[b];
+    if (b) out += ',';
+    out += "{\"address\":";
+    put(band.address);
+    out += ",\"size\":";
+    put(band.size);
+    out += ",\"stack\":";
+    put_signed(band.stack);
+    out += ",\"label\":";
+    out += json(innermost_label(snapshot, band.stack, filter)).dump(-1, ' ', false, json::error_handler_t::replace);
+    out += ",\"start\":";
+    put(band.start);
+    out += ",\"end\":";
+    put(band.end);
+    out += band.before_trace ? ",\"before_trace\":true" : ",\"before_trace\":false";
+    out += ",\"points\":";
+    put_array(band.bottom, [&](const std::pair<uint64_t, uint64_t>& point) {
+      out += '[';
+      put(point.first);
+      out += ',';
+      put(point.second);
+      out += ']';
+    });
+    out += '}';
+  }
+  out += "]}";
+  return out;
 }
 
 json trace_page_json(const Snapshot& snapshot, const TraceQuery& query, const FrameFilter& filter) {

@@ -37,7 +37,8 @@ std::optional<nlohmann::json> block_json(const Snapshot& snapshot, size_t segmen
 // A stack's visible frames, innermost first. Empty when the index is out of range.
 std::optional<nlohmann::json> stack_json(const Snapshot& snapshot, int64_t stack, const FrameFilter& filter);
 
-nlohmann::json timeline_json(const Snapshot& snapshot, const Timeline& timeline, const FrameFilter& filter);
+// As JSON text.
+std::string timeline_json(const Snapshot& snapshot, const Timeline& timeline, const FrameFilter& filter);
 
 struct TraceQuery {
   std::optional<int64_t> device;
