@@ -8,6 +8,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 common=(-DMEMSNAP_WITH_CUDA=OFF -DMEMSNAP_BUILD_BENCH=OFF -DMEMSNAP_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo)
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer: every test"
+bash "$root/scripts/setup_e2e.sh" "$root/build-asan"
 MEMSNAP_BUILD_DIR="$root/build-asan" bash "$root/scripts/build.sh" "${common[@]}" \
   -DMEMSNAP_SANITIZE=address,undefined
 ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \

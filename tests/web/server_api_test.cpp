@@ -213,6 +213,18 @@ TEST_F(ServerApi, RefusalsAreJsonWithTheRightStatus) {
   }
 }
 
+TEST_F(ServerApi, AnswersAreGzippedEvenWhenTheBrowserPrefersBrotli) {
+  // Browsers list br; the library's brotli at top quality takes seconds on a big timeline.
+  const std::string response = server.raw("GET /api/snapshots/1/timeline HTTP/1.1\r\nHost: localhost\r\n"
+                                          "Accept-Encoding: gzip, deflate, br\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(status_of(response), 200);
+  EXPECT_NE(response.find("Content-Encoding: gzip"), std::string::npos) << response.substr(0, 300);
+  const std::string only_br = server.raw("GET /api/snapshots/1/timeline HTTP/1.1\r\nHost: localhost\r\n"
+                                         "Accept-Encoding: br\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(status_of(only_br), 200);
+  EXPECT_EQ(only_br.find("Content-Encoding"), std::string::npos) << "no brotli, and plain when gzip is not offered";
+}
+
 TEST_F(ServerApi, DeletedSnapshotsAreGone) {
   auto client = server.client();
   auto deleted = client.Delete("/api/snapshots/1");

@@ -8,10 +8,16 @@ import { framesHtml, hideTooltip, loading, prepareCanvas, redrawOnResize, showTo
 const ROW = 20, LABEL = 250;
 const stateNames = ['active_allocated', 'active_pending_free', 'inactive'];
 
+const allocatedShades = new Map();  // by stack: 100,000 blocks share a few hundred stacks
 function blockColour(state, stack) {
   if (state !== 0) return stateColours[stateNames[state]];
-  const jitter = (stableHash(String(stack)) % 1000) / 1000;  // neighbours differ, a stack keeps its shade
-  return `hsl(${8 + 36 * jitter}, 80%, ${55 + 12 * jitter}%)`;
+  let shade = allocatedShades.get(stack);
+  if (!shade) {
+    const jitter = (stableHash(String(stack)) % 1000) / 1000;  // neighbours differ, a stack keeps its shade
+    shade = `hsl(${8 + 36 * jitter}, 80%, ${55 + 12 * jitter}%)`;
+    allocatedShades.set(stack, shade);
+  }
+  return shade;
 }
 
 const sorts = {
