@@ -1,10 +1,10 @@
 #include "web/view_json.h"
 
 #include <algorithm>
-#include <charconv>
 
 #include "snapshot/snapshot.h"
 #include "viewer/snapshot_stats.h"
+#include "web/json_text.h"
 
 namespace memsnap::web {
 namespace {
@@ -159,78 +159,25 @@ std::optional<json> stack_json(const Snapshot& snapshot, int64_t stack, const Fr
 std::string timeline_json(const Snapshot& snapshot, const Timeline& timeline, const FrameFilter& filter) {
   // Written directly: a zoomed timeline of a big trace has ~10^5 band points, and building
   // them as nlohmann values first costs several times the analysis itself.
-  std::string out;
-  out.reserve(64 + 24 * timeline.samples.size() * 4);
-  char number[24];
-  auto put = [&](uint64_t value) { out.append(number, std::to_chars(number, number + sizeof number, value).ptr); };
-  auto put_signed = [&](int64_t value) { out.append(number, std::to_chars(number, number + sizeof number, value).ptr); };
-  auto put_array = [&](const auto& values, auto put_one) {
-    out += '[';
-    for (size_t i = 0; i < values.size(); ++i) {
-      if (i) out += ',';
-      put_one(values[i]);
-    }
-    out += ']';
-  };
-  out += "{\"device\":";
-  put_signed(timeline.device);
-  out += ",\"devices\":[";
-  bool first = true;
-  for (size_t d = 0; d < snapshot.device_traces.size(); ++d) {
-    if (snapshot.device_traces[d].empty()) continue;
-    if (!first) out += ',';
-    first = false;
-    put(d);
+  JsonText out;
+  out.begin_object().field("device", timeline.device).key("devices").begin_array();
+  for (size_t d = 0; d < snapshot.device_traces.size(); ++d)
+    if (!snapshot.device_traces[d].empty()) out.value(d);
+  out.end_array().field("events", timeline.events);
+  out.key("window").begin_array().value(timeline.window_begin).value(timeline.window_end).end_array();
+  out.key("samples").values(timeline.samples).key("time_us").values(timeline.event_time_us);
+  out.key("total_bytes").values(timeline.total_bytes).key("other_bytes").values(timeline.other_bytes);
+  out.field("allocations", timeline.allocations).field("peak_bytes", timeline.peak_bytes);
+  out.field("peak_event", timeline.peak_event).key("bands").begin_array();
+  for (const TimelineBand& band : timeline.bands) {
+    out.begin_object().field("address", band.address).field("size", band.size).field("stack", band.stack);
+    out.key("label").string(innermost_label(snapshot, band.stack, filter));
+    out.field("start", band.start).field("end", band.end).key("before_trace").value(band.before_trace);
+    out.key("points").begin_array();
+    for (const auto& [sample, bottom] : band.bottom) out.begin_array().value(sample).value(bottom).end_array();
+    out.end_array().end_object();
   }
-  out += "],\"events\":";
-  put(timeline.events);
-  out += ",\"window\":[";
-  put(timeline.window_begin);
-  out += ',';
-  put(timeline.window_end);
-  out += "],\"samples\":";
-  put_array(timeline.samples, put);
-  out += ",\"time_us\":";
-  put_array(timeline.event_time_us, put_signed);
-  out += ",\"total_bytes\":";
-  put_array(timeline.total_bytes, put);
-  out += ",\"other_bytes\":";
-  put_array(timeline.other_bytes, put);
-  out += ",\"allocations\":";
-  put(timeline.allocations);
-  out += ",\"peak_bytes\":";
-  put(timeline.peak_bytes);
-  out += ",\"peak_event\":";
-  put(timeline.peak_event);
-  out += ",\"bands\":[";
-  for (size_t b = 0; b < timeline.bands.size(); ++b) {
-    const TimelineBand& band = timeline.bands[b];
-    if (b) out += ',';
-    out += "{\"address\":";
-    put(band.address);
-    out += ",\"size\":";
-    put(band.size);
-    out += ",\"stack\":";
-    put_signed(band.stack);
-    out += ",\"label\":";
-    out += json(innermost_label(snapshot, band.stack, filter)).dump(-1, ' ', false, json::error_handler_t::replace);
-    out += ",\"start\":";
-    put(band.start);
-    out += ",\"end\":";
-    put(band.end);
-    out += band.before_trace ? ",\"before_trace\":true" : ",\"before_trace\":false";
-    out += ",\"points\":";
-    put_array(band.bottom, [&](const std::pair<uint64_t, uint64_t>& point) {
-      out += '[';
-      put(point.first);
-      out += ',';
-      put(point.second);
-      out += ']';
-    });
-    out += '}';
-  }
-  out += "]}";
-  return out;
+  return out.end_array().end_object().take();
 }
 
 json trace_page_json(const Snapshot& snapshot, const TraceQuery& query, const FrameFilter& filter) {
