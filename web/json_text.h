@@ -64,13 +64,13 @@ class JsonText {
     }
     if (!first_.empty()) {
       if (!first_.back()) out_ += ',';
-      first_.back() = false;
+      first_.back() = 0;
     }
   }
   JsonText& open(char bracket) {
     separate();
     out_ += bracket;
-    first_.push_back(true);
+    first_.push_back(1);
     return *this;
   }
   JsonText& close(char bracket) {
@@ -80,7 +80,7 @@ class JsonText {
   }
 
   std::string out_;
-  std::vector<bool> first_;  // per open container: nothing written in it yet
+  std::vector<uint8_t> first_;  // per open container: nothing written in it yet (1)
   bool after_key_ = false;
 };
 
