@@ -8,7 +8,6 @@ snapshot, as a ratio against the largest single answer memsnap sends.
 usage: web_api_bench.py MEMSNAP SNAPSHOT [--memory-viz PATH]
 """
 import http.client
-import json
 import re
 import subprocess
 import sys

@@ -3,8 +3,6 @@
 #include <nlohmann/json.hpp>
 
 #include "viewer/memory_views.h"
-#include "viewer/snapshot_stats.h"
-#include "viewer/svg/flamegraph_svg.h"
 #include "viewer/svg/svg_text.h"
 #include "web/api_error.h"
 #include "web/cached_views.h"
@@ -55,6 +53,10 @@ std::string clean_name(const std::string& raw) {
   return out.empty() ? std::string("upload") : out;
 }
 
+std::string full_message(const SnapshotStore& store) {
+  return "already holding " + std::to_string(store.max_snapshots()) + " snapshots (the limit); delete one first";
+}
+
 // Wraps a handler: ApiError becomes its status, anything else a 500; both as JSON.
 template <typename Handler>
 httplib::Server::Handler guarded(Handler handler) {
@@ -87,8 +89,7 @@ void upload(SnapshotStore& store, const ApiLimits& limits, const httplib::Reques
   if (*length > limits.max_upload_bytes)
     refuse(413, "upload of " + svg::human_bytes(*length) + " is over the limit of " +
                     svg::human_bytes(limits.max_upload_bytes) + " (memsnap serve --max-upload-mb)");
-  if (store.full())
-    refuse(507, "already holding " + std::to_string(store.max_snapshots()) + " snapshots (the limit); delete one first");
+  if (store.full()) refuse(507, full_message(store));
   std::string body;
   body.reserve(static_cast<size_t>(*length));
   bool over = false;
@@ -103,11 +104,13 @@ void upload(SnapshotStore& store, const ApiLimits& limits, const httplib::Reques
   if (over || body.size() != *length) refuse(400, "the upload's body does not match its Content-Length");
   const RequestParams params(request);
   const std::string name = clean_name(params.text("name", 4096).value_or("upload"));
-  auto added = store.add(name, body);
-  if (!added) throw ApiError(added.error().rfind("already holding", 0) == 0 ? 507 : 422, added.error());
-  warm_up(*added.value());
+  Result<LoadedSnapshot> parsed = load_snapshot_from_memory(body);
+  if (!parsed) throw ApiError(422, name + ": " + parsed.error());
+  const Stored added = store.keep(name, body.size(), std::move(parsed).value());
+  if (!added) throw ApiError(507, full_message(store));
+  warm_up(*added);
   response.status = 201;
-  response.set_content(json_body(snapshot_summary_json(*added.value())), kJson);
+  response.set_content(json_body(snapshot_summary_json(*added)), kJson);
 }
 
 void add_view_routes(httplib::Server& server, SnapshotStore& store) {

@@ -23,52 +23,54 @@ std::shared_ptr<const std::string> StoredSnapshot::cached(const std::string& key
   return made;
 }
 
-Result<std::shared_ptr<const StoredSnapshot>> SnapshotStore::add(std::string name, std::string_view bytes) {
-  Result<LoadedSnapshot> loaded = load_snapshot_from_memory(bytes);
-  if (!loaded) return Result<std::shared_ptr<const StoredSnapshot>>::failure(name + ": " + loaded.error());
-  return keep(std::move(name), bytes.size(), std::move(loaded));
-}
-
 Result<std::shared_ptr<const StoredSnapshot>> SnapshotStore::add_file(const std::string& path) {
+  Result<LoadedSnapshot> loaded = load_snapshot(path);
+  if (!loaded) return Result<std::shared_ptr<const StoredSnapshot>>::failure(loaded.error());
   struct stat info {};
   const uint64_t file_bytes = ::stat(path.c_str(), &info) == 0 ? static_cast<uint64_t>(info.st_size) : 0;
   const size_t slash = path.rfind('/');
-  std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
-  return keep(std::move(name), file_bytes, load_snapshot(path));
+  auto kept = keep(slash == std::string::npos ? path : path.substr(slash + 1), file_bytes, std::move(loaded).value());
+  if (!kept)
+    return Result<std::shared_ptr<const StoredSnapshot>>::failure(
+        path + ": already holding " + std::to_string(max_snapshots_) + " snapshots (the limit)");
+  return kept;
 }
 
-Result<std::shared_ptr<const StoredSnapshot>> SnapshotStore::keep(std::string name, uint64_t file_bytes,
-                                                                  Result<LoadedSnapshot> loaded) {
-  if (!loaded) return Result<std::shared_ptr<const StoredSnapshot>>::failure(loaded.error());
+std::shared_ptr<const StoredSnapshot> SnapshotStore::keep(std::string name, uint64_t file_bytes, LoadedSnapshot loaded) {
   auto stored = std::make_shared<StoredSnapshot>();
   stored->name = std::move(name);
   stored->file_bytes = file_bytes;
-  stored->loaded = std::move(loaded).value();
+  stored->loaded = std::move(loaded);
   for (const auto& trace : stored->loaded.snapshot.device_traces) {
     stored->trace_events += trace.size();
     for (const TraceEntry& e : trace) stored->has_oom |= e.action == TraceAction::kOom;
   }
   std::lock_guard lock(mutex_);
-  if (snapshots_.size() >= max_snapshots_)
-    return Result<std::shared_ptr<const StoredSnapshot>>::failure("already holding " + std::to_string(max_snapshots_) +
-                 " snapshots (the limit); delete one first");
+  if (snapshots_.size() >= max_snapshots_) return nullptr;
   const uint64_t id = next_id_++;
   stored->id = std::to_string(id);
   snapshots_.emplace(id, stored);
-  return std::shared_ptr<const StoredSnapshot>(std::move(stored));
+  return stored;
+}
+
+std::optional<uint64_t> SnapshotStore::parse_id(const std::string& id) {
+  if (id.empty() || id.size() > 18 || id.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  return std::stoull(id);
 }
 
 std::shared_ptr<const StoredSnapshot> SnapshotStore::find(const std::string& id) const {
-  if (id.empty() || id.size() > 18 || id.find_first_not_of("0123456789") != std::string::npos) return nullptr;
+  const auto key = parse_id(id);
+  if (!key) return nullptr;
   std::lock_guard lock(mutex_);
-  auto it = snapshots_.find(std::stoull(id));
+  auto it = snapshots_.find(*key);
   return it == snapshots_.end() ? nullptr : it->second;
 }
 
 bool SnapshotStore::remove(const std::string& id) {
-  if (id.empty() || id.size() > 18 || id.find_first_not_of("0123456789") != std::string::npos) return false;
+  const auto key = parse_id(id);
+  if (!key) return false;
   std::lock_guard lock(mutex_);
-  return snapshots_.erase(std::stoull(id)) > 0;
+  return snapshots_.erase(*key) > 0;
 }
 
 bool SnapshotStore::full() const {

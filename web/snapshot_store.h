@@ -44,8 +44,9 @@ class SnapshotStore {
  public:
   explicit SnapshotStore(size_t max_snapshots) : max_snapshots_(max_snapshots) {}
 
-  // Parses `bytes` (any format memsnap reads) and keeps it; an error names `name`.
-  Result<std::shared_ptr<const StoredSnapshot>> add(std::string name, std::string_view bytes);
+  // Keeps a parsed snapshot; nothing (null) when the store already holds max_snapshots.
+  std::shared_ptr<const StoredSnapshot> keep(std::string name, uint64_t file_bytes, LoadedSnapshot loaded);
+  // Loads a file (any format memsnap reads) and keeps it; the error names the file.
   Result<std::shared_ptr<const StoredSnapshot>> add_file(const std::string& path);
 
   std::shared_ptr<const StoredSnapshot> find(const std::string& id) const;
@@ -55,8 +56,7 @@ class SnapshotStore {
   bool full() const;
 
  private:
-  Result<std::shared_ptr<const StoredSnapshot>> keep(std::string name, uint64_t file_bytes,
-                                                     Result<LoadedSnapshot> loaded);
+  static std::optional<uint64_t> parse_id(const std::string& id);
 
   const size_t max_snapshots_;
   mutable std::mutex mutex_;
