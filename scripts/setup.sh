@@ -10,6 +10,7 @@ packages=(
   libunwind-dev libdw-dev zlib1g-dev
   libcpp-httplib-dev   # memsnap serve
   chromium wrk         # the web UI's browser tests and load test
+  clang                # libFuzzer targets (scripts/fuzz.sh)
 )
 # Node.js for the browser tests: the machine's own when it has one (it may come from elsewhere
 # than Debian), Debian's otherwise.
