@@ -74,6 +74,8 @@ struct TraceEntry {
   int64_t time_us = 0;
   StackIndex stack = kNoStackIndex;
   bool operator==(const TraceEntry&) const = default;
+  // Whether the event's bytes [address, address + size) hold `byte` (an empty event: its address).
+  bool covers(uint64_t byte) const { return byte >= address && byte - address < (size ? size : 1); }
 };
 
 struct SnapshotAnnotation {

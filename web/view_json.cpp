@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "snapshot/snapshot.h"
-#include "viewer/snapshot_stats.h"
 #include "web/json_text.h"
 
 namespace memsnap::web {
@@ -200,8 +199,7 @@ json trace_page_json(const Snapshot& snapshot, const TraceQuery& query, const Fr
       const TraceEntry& e = trace[i];
       if (!query.actions.empty() && !query.actions[static_cast<size_t>(e.action)]) continue;
       if (e.size < query.min_size) continue;
-      if (query.address && !(*query.address >= e.address && *query.address - e.address < std::max<uint64_t>(e.size, 1)))
-        continue;
+      if (query.address && !e.covers(*query.address)) continue;
       if (!query.frame.empty() && !frame_matches(e.stack)) continue;
       if (matched++ < query.offset || events.size() >= limit) continue;
       events.push_back({{"device", d},

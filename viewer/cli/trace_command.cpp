@@ -75,7 +75,7 @@ CommandRunner add_trace_command(CLI::App& app) {
       const int64_t first_time = trace.empty() ? 0 : trace.front().time_us;
       for (const TraceEntry& e : trace) {
         if (!wanted[static_cast<size_t>(e.action)] || e.size < options->min_size) continue;
-        if (by_address && !(address >= e.address && address - e.address < std::max<uint64_t>(e.size, 1))) continue;
+        if (by_address && !e.covers(address)) continue;
         ++matched;
         if (options->limit && printed >= options->limit) continue;
         ++printed;
