@@ -41,6 +41,24 @@ void* CachingAllocator::allocate(size_t bytes, int device_index, StreamId stream
   return reinterpret_cast<void*>(address);
 }
 
+std::vector<void*> CachingAllocator::restore_segment(const SegmentRecord& layout) {
+  DeviceCachingAllocator& owner = device(layout.device);
+  std::vector<void*> live;
+  for (const uintptr_t address : owner.restore_segment(layout)) {
+    if (uses_directory()) {
+      Shard& shard = shard_for(address);
+      AllocatorLockGuard lock(shard.mutex);
+      shard.owners.insert(address, &owner);
+    }
+    live.push_back(reinterpret_cast<void*>(address));
+  }
+  return live;
+}
+
+bool CachingAllocator::release_cached_segment(int device_index, void* address) {
+  return device(device_index).release_cached_segment(reinterpret_cast<uintptr_t>(address));
+}
+
 DeviceCachingAllocator* CachingAllocator::owner_of(uintptr_t address, bool forget) const {
   if (!uses_directory()) return devices_.empty() ? nullptr : devices_.front().get();
   Shard& shard = shard_for(address);

@@ -42,6 +42,11 @@ class CachingAllocator {
   // The block size (after rounding) behind a live pointer.
   size_t allocated_size(void* ptr) const;
 
+  // Installs a recorded segment layout on layout.device (DeviceCachingAllocator::
+  // restore_segment); its live blocks are then freed with deallocate like any other.
+  std::vector<void*> restore_segment(const SegmentRecord& layout);
+  // DeviceCachingAllocator::release_cached_segment on `device`.
+  bool release_cached_segment(int device, void* address);
   void empty_cache();  // every device
   void set_memory_fraction(double fraction, int device);
   DeviceStats device_stats(int device) const;

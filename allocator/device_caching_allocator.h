@@ -50,6 +50,20 @@ class DeviceCachingAllocator {
   size_t allocated_size(uintptr_t address) const;
   // Waits for pending frees, then returns every unsplit cached segment to the device.
   void empty_cache();
+  // Installs a segment with a given layout, as a recorded run had it (replay starts from the
+  // state a trace began in). The layout must tile the segment with no two free blocks
+  // adjacent; the backend must place it at layout.address (the simulated backend does when
+  // asked with prefer_address_for_next_reserve). Active and pending blocks become live
+  // allocations, returned by address. Counts no device allocation and tells no observer:
+  // the segment predates what is being watched. Throws std::invalid_argument otherwise.
+  std::vector<uintptr_t> restore_segment(const SegmentRecord& layout);
+  // Returns the segment at `address` to the device if it is cached whole (one free,
+  // unsplit block); false, changing nothing, otherwise. Replay uses it to release exactly
+  // the segments a recorded run released.
+  bool release_cached_segment(uintptr_t address);
+  // Returns the blocks whose pending frees' events have completed to the pools now, rather
+  // than at the next allocation (replay: a recorded free_completed happened at this point).
+  void collect_completed_frees();
   // Caps reserved memory at `fraction` of the device's total (0 <= fraction <= 1).
   void set_memory_fraction(double fraction);
 

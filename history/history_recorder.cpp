@@ -175,9 +175,10 @@ void HistoryRecorder::on_segment_free(int device, const Segment& segment) {
 void HistoryRecorder::on_oom(int device, const OomInfo& info) {
   DeviceRecord* record = record_at(device, HistoryLevel::kAll);
   if (record == nullptr) return;
-  // PyTorch records the device's free bytes as the address of an oom entry; memsnap keeps
-  // the address empty and the requested size in `size`.
-  push(*record, TraceAction::kOom, 0, info.requested_bytes, info.stream, capture(*record));
+  // Like PyTorch, the address of an oom entry holds the device's free bytes at the time
+  // (what explain-oom and replay need), and `size` the request.
+  push(*record, TraceAction::kOom, info.device_free_bytes, info.requested_bytes, info.stream,
+       capture(*record));
 }
 
 void HistoryRecorder::annotate(std::string name, bool start, std::optional<int> device) {
