@@ -1,0 +1,148 @@
+// explain-oom must name the right cause for each kind of out-of-memory error and find the
+// settings that avoid it; the text for a recorded PyTorch OOM is compared with a golden file.
+#include "viewer/oom_explanation.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "allocator/caching_allocator.h"
+#include "allocator/simulated_backend.h"
+#include "history/history_recorder.h"
+#include "snapshot/snapshot_builder.h"
+#include "snapshot/snapshot_loader.h"
+
+namespace memsnap {
+namespace {
+
+constexpr size_t kMiB = 1 << 20;
+
+// A program on a small simulated device whose last request fails; the snapshot is taken
+// right after the error, as dump_snapshot_on_oom would.
+struct OomProgram {
+  std::shared_ptr<SimulatedBackend> backend;
+  std::unique_ptr<CachingAllocator> allocator;
+  std::unique_ptr<HistoryRecorder> recorder;
+  std::vector<void*> held;
+
+  explicit OomProgram(size_t capacity) {
+    SimulatedBackend::Options options;
+    options.capacity_bytes = capacity;
+    options.events_complete_immediately = false;
+    backend = std::make_shared<SimulatedBackend>(options);
+    allocator = std::make_unique<CachingAllocator>(backend);
+    recorder = std::make_unique<HistoryRecorder>(*allocator);
+    recorder->configure({HistoryLevel::kAll, 100000, true});
+  }
+  ~OomProgram() {
+    for (void* p : held) allocator->deallocate(p);
+  }
+  Snapshot fail_with(size_t bytes, StreamId stream = 0) {
+    EXPECT_THROW(allocator->allocate(bytes, 0, stream), OutOfMemoryError);
+    return take_snapshot(*allocator, recorder.get());
+  }
+};
+
+OomExplanation explain(const Snapshot& snapshot) {
+  Result<OomExplanation> x = explain_oom(snapshot);
+  EXPECT_TRUE(x.ok()) << x.error();
+  return x.ok() ? x.value() : OomExplanation{};
+}
+
+bool any_setting_avoids(const OomExplanation& x) {
+  for (const OomSetting& s : x.settings)
+    if (s.avoided && !s.recorded) return true;
+  return false;
+}
+
+TEST(ExplainOom, LiveMemoryFillingTheDeviceIsExhaustion) {
+  OomProgram program(100 * kMiB);
+  program.held.push_back(program.allocator->allocate(40 * kMiB));
+  program.held.push_back(program.allocator->allocate(40 * kMiB));
+  const OomExplanation x = explain(program.fail_with(40 * kMiB));
+  EXPECT_EQ(x.cause, OomCause::kExhaustion);
+  EXPECT_EQ(x.requested_bytes, 40 * kMiB);
+  EXPECT_EQ(x.allocated_bytes, 80 * kMiB);
+  EXPECT_EQ(x.device_free_bytes.value_or(0), 20 * kMiB);
+  ASSERT_FALSE(x.holders.empty());
+  EXPECT_EQ(x.holders[0].bytes, 80 * kMiB);  // both from the same line
+  ASSERT_FALSE(x.settings.empty());
+  EXPECT_TRUE(x.settings[0].recorded);
+  EXPECT_FALSE(x.settings[0].avoided);  // the replay reproduces it
+  EXPECT_FALSE(any_setting_avoids(x));
+  const std::string text = oom_explanation_to_text(x);
+  EXPECT_NE(text.find("The memory was in use"), std::string::npos) << text;
+  EXPECT_NE(text.find("None of these settings avoids it"), std::string::npos) << text;
+}
+
+TEST(ExplainOom, FreeBytesInPiecesTooSmallIsFragmentationAndMaxSplitSizeAvoidsIt) {
+  OomProgram program(64 * kMiB);
+  program.allocator->deallocate(program.allocator->allocate(60 * kMiB));  // one 60 MiB segment
+  std::vector<void*> pieces;
+  for (int i = 0; i < 6; ++i) pieces.push_back(program.allocator->allocate(10 * kMiB));
+  for (int i = 0; i < 6; ++i) {
+    if (i % 2 == 0)
+      program.held.push_back(pieces[i]);
+    else
+      program.allocator->deallocate(pieces[i]);  // 10 MiB holes between live blocks
+  }
+  const OomExplanation x = explain(program.fail_with(20 * kMiB));
+  EXPECT_EQ(x.cause, OomCause::kFragmentation);
+  EXPECT_EQ(x.usable_free_bytes, 30 * kMiB);
+  EXPECT_EQ(x.usable_largest_free, 10 * kMiB);
+  EXPECT_EQ(x.inactive_split_bytes, 30 * kMiB);
+  EXPECT_FALSE(x.settings.front().avoided);
+  bool split_helps = false;
+  for (const OomSetting& s : x.settings)
+    split_helps |= s.avoided && s.config.rfind("max_split_size_mb:32", 0) == 0;
+  EXPECT_TRUE(split_helps) << oom_explanation_to_text(x);
+  EXPECT_NE(oom_explanation_to_text(x).find("Try: max_split_size_mb:32"), std::string::npos);
+}
+
+TEST(ExplainOom, FreeMemoryOnAnotherStreamIsNamed) {
+  OomProgram program(60 * kMiB);
+  const StreamId side = program.backend->create_stream(0);
+  program.allocator->deallocate(program.allocator->allocate(40 * kMiB, 0, side));  // cached on `side`
+  program.held.push_back(program.allocator->allocate(12 * kMiB, 0, side));        // keeps it split
+  const OomExplanation x = explain(program.fail_with(24 * kMiB, 0));
+  EXPECT_EQ(x.cause, OomCause::kOtherStreams);
+  EXPECT_EQ(x.other_stream_free_bytes, 28 * kMiB);
+  EXPECT_NE(oom_explanation_to_text(x).find("only reused on the stream"), std::string::npos);
+}
+
+TEST(ExplainOom, AMemoryCapIsToldApartFromAFullDevice) {
+  OomProgram program(size_t{8} << 30);
+  program.allocator->set_memory_fraction(double(64 * kMiB) / double(size_t{8} << 30), 0);
+  program.held.push_back(program.allocator->allocate(50 * kMiB));
+  const OomExplanation x = explain(program.fail_with(30 * kMiB));
+  EXPECT_EQ(x.cause, OomCause::kMemoryCap);
+  EXPECT_GT(x.device_free_bytes.value_or(0), size_t{7} << 30);
+}
+
+TEST(ExplainOom, ASnapshotWithoutAnOomIsAClearError) {
+  OomProgram program(64 * kMiB);
+  program.held.push_back(program.allocator->allocate(kMiB));
+  const Result<OomExplanation> x = explain_oom(take_snapshot(*program.allocator, program.recorder.get()));
+  ASSERT_FALSE(x.ok());
+  EXPECT_NE(x.error().find("no out-of-memory event"), std::string::npos);
+}
+
+TEST(ExplainOom, RecordedPyTorchOomMatchesTheGoldenText) {
+  const std::string dir = MEMSNAP_TEST_DATA_DIR "/pytorch-2.11-h100/";
+  Result<LoadedSnapshot> loaded = load_snapshot(dir + "oom_all_stacks.pickle");
+  ASSERT_TRUE(loaded.ok()) << loaded.error();
+  const OomExplanation x = explain(loaded->snapshot);
+  std::ifstream golden_file(dir + "oom_all_stacks.explain.txt");
+  std::stringstream golden;
+  golden << golden_file.rdbuf();
+  EXPECT_EQ(oom_explanation_to_text(x), golden.str())
+      << "regenerate with: memsnap explain-oom " << dir << "oom_all_stacks.pickle -o "
+      << dir << "oom_all_stacks.explain.txt (and check the difference is intended)";
+  const nlohmann::json json = oom_explanation_to_json(x);
+  EXPECT_EQ(json["cause"], "memory_cap");
+  EXPECT_EQ(json["requested_bytes"], 200126976);
+}
+
+}  // namespace
+}  // namespace memsnap

@@ -1,0 +1,370 @@
+#include "viewer/oom_explanation.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include "allocator/device_stats.h"
+#include "allocator/policy.h"
+#include "viewer/frame_labels.h"
+#include "viewer/recorded_config.h"
+#include "viewer/snapshot_replay.h"
+
+namespace memsnap {
+namespace {
+
+constexpr size_t kHolders = 5;
+constexpr size_t kFramesPerStack = 4;
+
+std::string bytes(uint64_t value) { return format_bytes(static_cast<int64_t>(value)); }
+
+std::string hex(uint64_t value) {
+  char text[24];
+  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
+std::vector<std::string> frames_of(const Snapshot& snapshot, StackIndex stack) {
+  std::vector<uint32_t> frames = visible_frames_outermost_first(snapshot, stack, {});
+  std::vector<std::string> out;
+  for (auto it = frames.rbegin(); it != frames.rend() && out.size() < kFramesPerStack; ++it)
+    out.push_back(frame_label(snapshot.frames[*it]));
+  return out;
+}
+
+bool is_small_segment(const SnapshotSegment& segment) {
+  return segment.segment_type.empty() ? segment.total_size <= kSmallBuffer
+                                      : segment.segment_type == "small";
+}
+
+// The last oom entry (of `device` when given): device and index into its trace.
+std::optional<std::pair<size_t, size_t>> find_oom(const Snapshot& snapshot,
+                                                  std::optional<int64_t> device) {
+  std::optional<std::pair<size_t, size_t>> found;
+  int64_t latest = 0;
+  for (size_t d = 0; d < snapshot.device_traces.size(); ++d) {
+    if (device && static_cast<int64_t>(d) != *device) continue;
+    const auto& trace = snapshot.device_traces[d];
+    for (size_t i = trace.size(); i-- > 0;) {
+      if (trace[i].action != TraceAction::kOom) continue;
+      if (!found || trace[i].time_us > latest) {
+        found = {d, i};
+        latest = trace[i].time_us;
+      }
+      break;
+    }
+  }
+  return found;
+}
+
+void measure_state(const Snapshot& snapshot, const AllocatorConfig& config, OomExplanation& x) {
+  std::map<StackIndex, OomHolder> holders;
+  for (const SnapshotSegment& segment : snapshot.segments) {
+    if (segment.device != x.device) continue;
+    x.reserved_bytes += segment.total_size;
+    const bool small = is_small_segment(segment);
+    for (const SnapshotBlock& block : segment.blocks) {
+      if (block.state == BlockState::kActiveAllocated) {
+        x.allocated_bytes += block.size;
+        ++x.allocated_blocks;
+        OomHolder& holder = holders[block.stack];
+        holder.stack = block.stack;
+        holder.bytes += block.size;
+        ++holder.blocks;
+        continue;
+      }
+      if (block.state == BlockState::kActivePendingFree) {
+        x.pending_free_bytes += block.size;
+        continue;
+      }
+      x.free_bytes += block.size;
+      ++x.free_blocks;
+      if (segment.blocks.size() > 1) x.inactive_split_bytes += block.size;
+      if (small != x.small_pool) {
+        x.other_pool_free_bytes += block.size;
+      } else if (segment.stream != x.stream) {
+        x.other_stream_free_bytes += block.size;
+      } else {
+        x.usable_free_bytes += block.size;
+        x.usable_largest_free = std::max<uint64_t>(x.usable_largest_free, block.size);
+        if (block.size >= x.rounded_bytes && !block_fits_split_rules(block.size, x.rounded_bytes, config))
+          x.blocked_by_split_rules += block.size;
+      }
+    }
+  }
+  for (auto& [stack, holder] : holders) x.holders.push_back(std::move(holder));
+  std::sort(x.holders.begin(), x.holders.end(),
+            [](const OomHolder& a, const OomHolder& b) { return a.bytes > b.bytes; });
+  if (x.holders.size() > kHolders) x.holders.resize(kHolders);
+  for (OomHolder& holder : x.holders) holder.frames = frames_of(snapshot, holder.stack);
+}
+
+void diagnose(OomExplanation& x) {
+  const std::string pool = x.small_pool ? "small" : "large";
+  if (x.device_free_bytes && *x.device_free_bytes >= x.segment_bytes) {
+    x.cause = OomCause::kMemoryCap;
+    x.reasons.push_back("The device was not full: it had " + bytes(*x.device_free_bytes) +
+                        " free, more than the " + bytes(x.segment_bytes) +
+                        " segment the request needed. A memory cap refused it "
+                        "(torch.cuda.set_per_process_memory_fraction, or memsnap's "
+                        "set_memory_fraction), with " + bytes(x.reserved_bytes) +
+                        " already reserved by the allocator.");
+  } else if (x.usable_free_bytes >= x.rounded_bytes) {
+    x.cause = OomCause::kFragmentation;
+    x.reasons.push_back(bytes(x.usable_free_bytes) + " was cached free in the " + pool +
+                        " pool on this stream, more than the request, but no single block fits "
+                        "it: the largest is " + bytes(x.usable_largest_free) +
+                        " (fragmentation).");
+  } else if (x.usable_free_bytes + x.other_stream_free_bytes + x.pending_free_bytes >=
+             x.rounded_bytes) {
+    x.cause = OomCause::kOtherStreams;
+    x.reasons.push_back(bytes(x.other_stream_free_bytes) + " was cached free on other streams and " +
+                        bytes(x.pending_free_bytes) +
+                        " was freed but waiting for other streams' work: a block is only reused "
+                        "on the stream it was allocated on, so none of it could serve this "
+                        "request on stream " + hex(x.stream) + ".");
+  } else {
+    x.cause = OomCause::kExhaustion;
+    const uint64_t available = x.reserved_bytes + x.device_free_bytes.value_or(0);
+    x.reasons.push_back("The memory was in use: the program held " + bytes(x.allocated_bytes) +
+                        " in " + std::to_string(x.allocated_blocks) +
+                        " live blocks, and with this request it would need " +
+                        bytes(x.allocated_bytes + x.rounded_bytes) + ", while the allocator had " +
+                        bytes(x.reserved_bytes) + " reserved" +
+                        (x.device_free_bytes ? " and the device " + bytes(*x.device_free_bytes) +
+                                                   " more (" + bytes(available) + " in all)"
+                                             : "") +
+                        ". Free or shrink what the largest holders below keep alive.");
+  }
+  if (x.blocked_by_split_rules > 0)
+    x.reasons.push_back(bytes(x.blocked_by_split_rules) +
+                        " of free blocks were large enough but out of bounds for this request "
+                        "under max_split_size_mb (a request below it never takes a block at or "
+                        "above it; one above it takes only blocks less than "
+                        "max_non_split_rounding_mb larger).");
+  if (x.inactive_split_bytes > 0)
+    x.reasons.push_back(bytes(x.inactive_split_bytes) +
+                        " was free inside segments that also hold live blocks (inactive split): "
+                        "it cannot go back to the device to make room for a new segment.");
+  if (x.cause != OomCause::kOtherStreams && x.other_stream_free_bytes + x.pending_free_bytes > 0)
+    x.reasons.push_back(bytes(x.other_stream_free_bytes + x.pending_free_bytes) +
+                        " was free or waiting on other streams, where this stream cannot use it.");
+  if (x.other_pool_free_bytes > 0)
+    x.reasons.push_back(bytes(x.other_pool_free_bytes) + " was free in the " +
+                        (x.small_pool ? "large" : "small") +
+                        " pool, which serves requests of the other size class.");
+  if (x.events_after_oom > 0)
+    x.reasons.push_back("Note: the snapshot was taken " + std::to_string(x.events_after_oom) +
+                        " trace events after the error; the memory figures are the snapshot's.");
+}
+
+void replay_settings(const Snapshot& snapshot, const AllocatorConfig& recorded, OomExplanation& x) {
+  std::vector<std::pair<std::string, bool>> candidates = {{to_config_string(recorded), true}};
+  auto add = [&](const std::string& text) {
+    for (const auto& [existing, is_recorded] : candidates)
+      if (existing == text) return;
+    candidates.emplace_back(text, false);
+  };
+  add("");
+  if (recorded.max_split_size == kNoMaxSplitSize) {
+    // Keeping blocks at least as large as the request whole, and a few usual values.
+    uint64_t mib = 32;  // PyTorch wants more than max_non_split_rounding_mb (20)
+    while (mib < (x.rounded_bytes >> 20) && mib < (uint64_t{1} << 20)) mib *= 2;
+    add("max_split_size_mb:" + std::to_string(mib));
+    for (const char* split : {"64", "128", "256", "512"}) add(std::string("max_split_size_mb:") + split);
+  }
+  add("roundup_power2_divisions:4");
+  if (recorded.max_split_size == kNoMaxSplitSize) add("max_split_size_mb:128,roundup_power2_divisions:4");
+  for (const auto& [text, is_recorded] : candidates) {
+    Result<AllocatorConfig> config = parse_allocator_config(text);
+    if (!config) continue;
+    SnapshotReplayOptions options;
+    options.config = config.value();
+    Result<SnapshotReplay> replay = replay_snapshot(snapshot, options);
+    if (!replay) {
+      x.settings_note = replay.error();
+      return;
+    }
+    for (const DeviceReplay& d : replay->devices) {
+      if (d.device != x.device) continue;
+      OomSetting setting;
+      setting.config = text;
+      setting.recorded = is_recorded;
+      setting.avoided = d.reproduced_ooms == 0 && d.failed_allocs == 0;
+      setting.peak_reserved_bytes = d.stats.reserved_bytes[kAggregate].peak;
+      setting.segment_allocs = static_cast<int64_t>(d.replayed_segment_allocs.size());
+      if (is_recorded && setting.avoided)
+        x.settings_note = "the replay under the recorded settings does not run out of memory "
+                          "(the trace may be incomplete, or the limit was lower than it shows), "
+                          "so these results are only indicative";
+      if (is_recorded && !d.start.problems.empty())
+        x.settings_note = "the trace is inconsistent with the snapshot; these results are only "
+                          "indicative";
+      x.settings.push_back(setting);
+    }
+  }
+  if (x.settings_note.empty())
+    x.settings_note = "expandable_segments:True is not simulated yet";
+}
+
+}  // namespace
+
+std::string_view oom_cause_name(OomCause cause) {
+  switch (cause) {
+    case OomCause::kMemoryCap: return "memory_cap";
+    case OomCause::kFragmentation: return "fragmentation";
+    case OomCause::kOtherStreams: return "other_streams";
+    case OomCause::kExhaustion: return "exhaustion";
+  }
+  return "exhaustion";
+}
+
+Result<OomExplanation> explain_oom(const Snapshot& snapshot, std::optional<int64_t> device) {
+  const auto found = find_oom(snapshot, device);
+  if (!found)
+    return Result<OomExplanation>::failure(
+        "explain-oom: the snapshot has no out-of-memory event" +
+        (device ? " on device " + std::to_string(*device) : std::string()) +
+        " (take it when the error happens, e.g. with dump_snapshot_on_oom, and record history "
+        "at level 'all')");
+  const auto [d, index] = *found;
+  const std::vector<TraceEntry>& trace = snapshot.device_traces[d];
+  const TraceEntry& oom = trace[index];
+  const Result<AllocatorConfig> recorded_result = recorded_allocator_config(snapshot);
+  const AllocatorConfig recorded = recorded_result ? recorded_result.value() : AllocatorConfig{};
+
+  OomExplanation x;
+  x.device = static_cast<int64_t>(d);
+  x.time_us = oom.time_us - trace.front().time_us;
+  x.requested_bytes = oom.size;
+  x.rounded_bytes = round_size(std::max<uint64_t>(oom.size, 1), recorded);
+  x.small_pool = is_small_request(x.rounded_bytes);
+  x.segment_bytes = segment_size_for(x.rounded_bytes, recorded);
+  x.stream = oom.stream;
+  if (oom.address > 0) x.device_free_bytes = oom.address;
+  x.request_frames = frames_of(snapshot, oom.stack);
+  for (size_t i = index + 1; i < trace.size(); ++i)
+    if (trace[i].action != TraceAction::kSnapshot) ++x.events_after_oom;
+  measure_state(snapshot, recorded, x);
+  diagnose(x);
+  if (recorded.expandable_segments)
+    x.settings_note = "the run used expandable_segments:True, which the simulator does not model yet";
+  else
+    replay_settings(snapshot, recorded, x);
+  return x;
+}
+
+nlohmann::json oom_explanation_to_json(const OomExplanation& x) {
+  nlohmann::json holders = nlohmann::json::array();
+  for (const OomHolder& h : x.holders)
+    holders.push_back({{"stack", h.stack}, {"bytes", h.bytes}, {"blocks", h.blocks}, {"frames", h.frames}});
+  nlohmann::json settings = nlohmann::json::array();
+  for (const OomSetting& s : x.settings)
+    settings.push_back({{"config", s.config},
+                        {"recorded", s.recorded},
+                        {"avoided", s.avoided},
+                        {"peak_reserved_bytes", s.peak_reserved_bytes},
+                        {"segment_allocs", s.segment_allocs}});
+  return {
+      {"device", x.device},
+      {"time_us", x.time_us},
+      {"requested_bytes", x.requested_bytes},
+      {"rounded_bytes", x.rounded_bytes},
+      {"segment_bytes", x.segment_bytes},
+      {"pool", x.small_pool ? "small" : "large"},
+      {"stream", x.stream},
+      {"device_free_bytes", x.device_free_bytes ? nlohmann::json(*x.device_free_bytes) : nlohmann::json()},
+      {"request_frames", x.request_frames},
+      {"reserved_bytes", x.reserved_bytes},
+      {"allocated_bytes", x.allocated_bytes},
+      {"allocated_blocks", x.allocated_blocks},
+      {"pending_free_bytes", x.pending_free_bytes},
+      {"free_bytes", x.free_bytes},
+      {"free_blocks", x.free_blocks},
+      {"usable_free_bytes", x.usable_free_bytes},
+      {"usable_largest_free_bytes", x.usable_largest_free},
+      {"other_stream_free_bytes", x.other_stream_free_bytes},
+      {"other_pool_free_bytes", x.other_pool_free_bytes},
+      {"inactive_split_bytes", x.inactive_split_bytes},
+      {"blocked_by_split_rules_bytes", x.blocked_by_split_rules},
+      {"events_after_oom", x.events_after_oom},
+      {"cause", oom_cause_name(x.cause)},
+      {"reasons", x.reasons},
+      {"holders", holders},
+      {"settings", settings},
+      {"settings_note", x.settings_note},
+  };
+}
+
+std::string oom_explanation_to_text(const OomExplanation& x) {
+  std::ostringstream out;
+  char when[32];
+  std::snprintf(when, sizeof when, "%.6f", static_cast<double>(x.time_us) / 1e6);
+  out << "Out of memory on device " << x.device << ", " << when
+      << " s into the trace: a request for "
+      << bytes(x.requested_bytes) << " (rounded to " << bytes(x.rounded_bytes) << ", "
+      << (x.small_pool ? "small" : "large") << " pool, stream " << hex(x.stream)
+      << ") needed a new " << bytes(x.segment_bytes) << " segment.\n";
+  if (!x.request_frames.empty()) {
+    out << "  requested at  " << x.request_frames[0] << "\n";
+    for (size_t i = 1; i < x.request_frames.size(); ++i) out << "                " << x.request_frames[i] << "\n";
+  }
+  out << "\nWhy (" << oom_cause_name(x.cause) << "):\n";
+  for (const std::string& reason : x.reasons) out << "  - " << reason << "\n";
+
+  out << "\nMemory at the error:\n";
+  auto line = [&](const std::string& name, uint64_t value, const std::string& note = "") {
+    char text[160];
+    std::snprintf(text, sizeof text, "  %-34s %12s", name.c_str(), bytes(value).c_str());
+    out << text << (note.empty() ? "" : "  " + note) << "\n";
+  };
+  if (x.device_free_bytes) line("device free", *x.device_free_bytes);
+  line("reserved by the allocator", x.reserved_bytes);
+  line("  live (allocated)", x.allocated_bytes, std::to_string(x.allocated_blocks) + " blocks");
+  line("  freed, waiting for other streams", x.pending_free_bytes);
+  line("  free, cached", x.free_bytes, std::to_string(x.free_blocks) + " blocks");
+  line("    usable here (pool and stream)", x.usable_free_bytes,
+       "largest block " + bytes(x.usable_largest_free));
+  line("    on other streams", x.other_stream_free_bytes);
+  line("    in the other pool", x.other_pool_free_bytes);
+  line("    inside split segments", x.inactive_split_bytes, "cannot go back to the device");
+
+  if (!x.holders.empty()) {
+    out << "\nLargest holders of live memory (by allocation stack):\n";
+    for (const OomHolder& h : x.holders) {
+      char head[96];
+      std::snprintf(head, sizeof head, "  %12s in %4llu blocks  ", bytes(h.bytes).c_str(),
+                    static_cast<unsigned long long>(h.blocks));
+      out << head << (h.frames.empty() ? "<no stack recorded>" : h.frames[0]) << "\n";
+      for (size_t i = 1; i < h.frames.size(); ++i)
+        out << std::string(std::char_traits<char>::length(head), ' ') << h.frames[i] << "\n";
+    }
+  }
+
+  if (!x.settings.empty()) {
+    out << "\nWould other settings have avoided it? (the trace replayed on the simulated device)\n";
+    size_t width = 10;
+    for (const OomSetting& s : x.settings) width = std::max(width, s.config.size() + 14);
+    for (const OomSetting& s : x.settings) {
+      std::string label = s.config.empty() ? "defaults" : s.config;
+      if (s.recorded) label += " (recorded)";
+      out << "  " << label << std::string(width - std::min(width, label.size()), ' ')
+          << (s.avoided ? "avoids it" : "out of memory again") << "   peak reserved "
+          << format_bytes(s.peak_reserved_bytes) << "\n";
+    }
+    std::vector<std::string> helping;
+    for (const OomSetting& s : x.settings)
+      if (s.avoided && !s.recorded) helping.push_back(s.config.empty() ? "defaults" : s.config);
+    if (helping.empty()) {
+      out << "  None of these settings avoids it: the program needs less live memory at this "
+             "point (or a larger share of the device).\n";
+    } else {
+      out << "  Try: " << helping.front() << "\n";
+    }
+  }
+  if (!x.settings_note.empty()) out << "\n(" << x.settings_note << ")\n";
+  return out.str();
+}
+
+}  // namespace memsnap

@@ -1,0 +1,86 @@
+// Why an allocation failed, in plain words: the analysis behind `memsnap explain-oom` and the
+// web viewer's OOM view.
+//
+// From a snapshot taken at (or after) an out-of-memory error — memsnap's or PyTorch's; the
+// `oom` trace entry holds the request and the device's free bytes — it works out what the
+// request needed (rounding, pool, segment size), what the allocator held (live, waiting for
+// other streams, cached and where), whether the device was really full or a memory cap
+// refused, whether free memory existed but in the wrong place (fragmentation, other streams,
+// split rules), the stacks holding the most memory, and — by replaying the trace under other
+// settings — which settings would have avoided it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "allocator/result.h"
+#include "snapshot/snapshot.h"
+
+namespace memsnap {
+
+enum class OomCause {
+  kMemoryCap,       // the device had room; a memory fraction cap refused
+  kFragmentation,   // enough free bytes cached for the request, but no block fits it
+  kOtherStreams,    // enough free bytes cached, but on other streams (or waiting for them)
+  kExhaustion,      // live memory plus the request exceed what the device had
+};
+std::string_view oom_cause_name(OomCause cause);
+
+struct OomHolder {  // live memory by the stack that allocated it
+  StackIndex stack = kNoStackIndex;
+  uint64_t bytes = 0;
+  uint64_t blocks = 0;
+  std::vector<std::string> frames;  // labels, innermost first, at most a few
+};
+
+struct OomSetting {  // one replay with other settings
+  std::string config;  // "" = PyTorch's defaults
+  bool avoided = false;     // every recorded allocation succeeded and the OOM did not recur
+  bool recorded = false;    // the recorded settings
+  int64_t peak_reserved_bytes = 0;
+  int64_t segment_allocs = 0;
+};
+
+struct OomExplanation {
+  int64_t device = 0;
+  int64_t time_us = 0;  // since the device's first trace event
+  uint64_t requested_bytes = 0;
+  uint64_t rounded_bytes = 0;
+  uint64_t segment_bytes = 0;  // what a new segment for it would have been
+  bool small_pool = false;
+  uint64_t stream = 0;
+  std::optional<uint64_t> device_free_bytes;  // from the oom entry, when recorded
+  std::vector<std::string> request_frames;    // the failing allocation's stack, innermost first
+
+  uint64_t reserved_bytes = 0;
+  uint64_t allocated_bytes = 0;
+  uint64_t allocated_blocks = 0;
+  uint64_t pending_free_bytes = 0;  // freed, waiting for other streams' work
+  uint64_t free_bytes = 0;          // cached, every pool and stream
+  uint64_t free_blocks = 0;
+  uint64_t usable_free_bytes = 0;   // cached in the request's pool and stream
+  uint64_t usable_largest_free = 0;
+  uint64_t other_stream_free_bytes = 0;  // cached in the request's pool on other streams
+  uint64_t other_pool_free_bytes = 0;    // cached in the other pool
+  uint64_t inactive_split_bytes = 0;     // free bytes in segments that hold live blocks
+  uint64_t blocked_by_split_rules = 0;   // free blocks large enough that max_split_size forbids
+  size_t events_after_oom = 0;           // the state shown is the snapshot's, this much later
+
+  OomCause cause = OomCause::kExhaustion;
+  std::vector<std::string> reasons;  // plain sentences, most important first
+  std::vector<OomHolder> holders;    // largest first
+  std::vector<OomSetting> settings;  // replays; empty when the snapshot has no usable trace
+  std::string settings_note;         // why there are none, or a caveat
+};
+
+// Explains the last `oom` entry (of `device` when given). Fails when there is none.
+Result<OomExplanation> explain_oom(const Snapshot& snapshot, std::optional<int64_t> device = {});
+
+nlohmann::json oom_explanation_to_json(const OomExplanation& explanation);
+std::string oom_explanation_to_text(const OomExplanation& explanation);
+
+}  // namespace memsnap
