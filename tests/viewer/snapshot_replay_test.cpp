@@ -69,6 +69,29 @@ TEST(SnapshotReplay, PyTorchRecordingsAreReproducedExactly) {
   }
 }
 
+TEST(SnapshotReplay, PyTorchRingBufferThatWrappedOverTwoStreamsIsReproduced) {
+  // Recorded on the H100 with max_entries=700 over 120 steps: side stream, record_stream,
+  // empty_cache. The trace begins mid-run, so the start state is rebuilt.
+  const SnapshotReplay replay = replay_recorded(load("pytorch-2.11-h100/streams_wrapped.pickle"));
+  expect_exact(replay, "streams_wrapped");
+  ASSERT_EQ(replay.devices.size(), 1u);
+  EXPECT_EQ(replay.devices[0].start.segments.size(), 10u);
+  EXPECT_EQ(replay.devices[0].start.live_blocks, 20u);
+  EXPECT_GT(replay.devices[0].deferred_frees, 10u);
+  EXPECT_EQ(replay.devices[0].empty_cache_calls, 1u);
+}
+
+TEST(SnapshotReplay, PyTorchTrainingOnMemsnapsAllocatorIsReproduced) {
+  // A transformer trained by PyTorch 2.11 on the H100 through libmemsnap_torch.so, recorded
+  // with C++ stacks (bench/torch_training_compare.py --snapshot): 90,951 events.
+  const SnapshotReplay replay =
+      replay_recorded(load("pytorch-2.11-h100/memsnap_plugin_transformer.msgpack.gz"));
+  expect_exact(replay, "memsnap_plugin_transformer");
+  ASSERT_EQ(replay.devices.size(), 1u);
+  EXPECT_EQ(replay.devices[0].events, 90951u);
+  EXPECT_EQ(replay.devices[0].recorded_segment_allocs.size(), 125u);
+}
+
 TEST(SnapshotReplay, TheRecordedOutOfMemoryErrorHappensAgain) {
   const SnapshotReplay replay = replay_recorded(load("pytorch-2.11-h100/oom_all_stacks.pickle"));
   ASSERT_EQ(replay.devices.size(), 1u);
