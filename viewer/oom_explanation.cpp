@@ -100,17 +100,12 @@ void measure_state(const Snapshot& snapshot, const AllocatorConfig& config, OomE
   for (OomHolder& holder : x.holders) holder.frames = frames_of(snapshot, holder.stack);
 }
 
+// Free memory in the wrong place is named first, since it is what settings can change; a
+// memory cap, when one refused, is said too.
 void diagnose(OomExplanation& x) {
   const std::string pool = x.small_pool ? "small" : "large";
-  if (x.device_free_bytes && *x.device_free_bytes >= x.segment_bytes) {
-    x.cause = OomCause::kMemoryCap;
-    x.reasons.push_back("The device was not full: it had " + bytes(*x.device_free_bytes) +
-                        " free, more than the " + bytes(x.segment_bytes) +
-                        " segment the request needed. A memory cap refused it "
-                        "(torch.cuda.set_per_process_memory_fraction, or memsnap's "
-                        "set_memory_fraction), with " + bytes(x.reserved_bytes) +
-                        " already reserved by the allocator.");
-  } else if (x.usable_free_bytes >= x.rounded_bytes) {
+  const bool capped = x.device_free_bytes && *x.device_free_bytes >= x.segment_bytes;
+  if (x.usable_free_bytes >= x.rounded_bytes) {
     x.cause = OomCause::kFragmentation;
     x.reasons.push_back(bytes(x.usable_free_bytes) + " was cached free in the " + pool +
                         " pool on this stream, more than the request, but no single block fits "
@@ -124,6 +119,8 @@ void diagnose(OomExplanation& x) {
                         " was freed but waiting for other streams' work: a block is only reused "
                         "on the stream it was allocated on, so none of it could serve this "
                         "request on stream " + hex(x.stream) + ".");
+  } else if (capped) {
+    x.cause = OomCause::kMemoryCap;
   } else {
     x.cause = OomCause::kExhaustion;
     const uint64_t available = x.reserved_bytes + x.device_free_bytes.value_or(0);
@@ -137,6 +134,13 @@ void diagnose(OomExplanation& x) {
                                              : "") +
                         ". Free or shrink what the largest holders below keep alive.");
   }
+  if (capped)
+    x.reasons.push_back("The device was not full: it had " + bytes(*x.device_free_bytes) +
+                        " free, more than the " + bytes(x.segment_bytes) +
+                        " segment the request needed. A memory cap refused it "
+                        "(torch.cuda.set_per_process_memory_fraction, or memsnap's "
+                        "set_memory_fraction), with " + bytes(x.reserved_bytes) +
+                        " already reserved by the allocator.");
   if (x.blocked_by_split_rules > 0)
     x.reasons.push_back(bytes(x.blocked_by_split_rules) +
                         " of free blocks were large enough but out of bounds for this request "

@@ -128,20 +128,41 @@ TEST(ExplainOom, ASnapshotWithoutAnOomIsAClearError) {
   EXPECT_NE(x.error().find("no out-of-memory event"), std::string::npos);
 }
 
-TEST(ExplainOom, RecordedPyTorchOomMatchesTheGoldenText) {
+// Recorded with PyTorch 2.11 on the H100 (tests/data/pytorch-2.11-h100/README.md).
+TEST(ExplainOom, RecordedPyTorchOomsMatchTheirGoldenText) {
   const std::string dir = MEMSNAP_TEST_DATA_DIR "/pytorch-2.11-h100/";
-  Result<LoadedSnapshot> loaded = load_snapshot(dir + "oom_all_stacks.pickle");
-  ASSERT_TRUE(loaded.ok()) << loaded.error();
-  const OomExplanation x = explain(loaded->snapshot);
-  std::ifstream golden_file(dir + "oom_all_stacks.explain.txt");
-  std::stringstream golden;
-  golden << golden_file.rdbuf();
-  EXPECT_EQ(oom_explanation_to_text(x), golden.str())
-      << "regenerate with: memsnap explain-oom " << dir << "oom_all_stacks.pickle -o "
-      << dir << "oom_all_stacks.explain.txt (and check the difference is intended)";
-  const nlohmann::json json = oom_explanation_to_json(x);
-  EXPECT_EQ(json["cause"], "memory_cap");
-  EXPECT_EQ(json["requested_bytes"], 200126976);
+  for (const std::string name : {"oom_all_stacks", "frag_oom"}) {
+    Result<LoadedSnapshot> loaded = load_snapshot(dir + name + ".pickle");
+    ASSERT_TRUE(loaded.ok()) << loaded.error();
+    const OomExplanation x = explain(loaded->snapshot);
+    std::ifstream golden_file(dir + name + ".explain.txt");
+    std::stringstream golden;
+    golden << golden_file.rdbuf();
+    EXPECT_EQ(oom_explanation_to_text(x), golden.str())
+        << "regenerate with: memsnap explain-oom " << dir << name << ".pickle -o " << dir << name
+        << ".explain.txt (and check the difference is intended)";
+  }
+}
+
+TEST(ExplainOom, RecordedPyTorchOomsGetTheRightCauseAndAdvice) {
+  const std::string dir = MEMSNAP_TEST_DATA_DIR "/pytorch-2.11-h100/";
+  const OomExplanation capped = explain(load_snapshot(dir + "oom_all_stacks.pickle").value().snapshot);
+  EXPECT_EQ(capped.cause, OomCause::kMemoryCap);
+  EXPECT_EQ(capped.requested_bytes, 200126976u);
+  EXPECT_FALSE(any_setting_avoids(capped));
+  // 24 tensors of 40 MiB cut from one 960 MiB segment, every other one freed, then 100 MiB
+  // under a 1 GiB cap: 480 MiB free, none of it in one piece. Keeping large blocks whole
+  // (max_split_size_mb) lets the replay release the holes and succeed.
+  const OomExplanation fragmented = explain(load_snapshot(dir + "frag_oom.pickle").value().snapshot);
+  EXPECT_EQ(fragmented.cause, OomCause::kFragmentation);
+  EXPECT_EQ(fragmented.usable_free_bytes, 480 * kMiB);
+  EXPECT_EQ(fragmented.usable_largest_free, 40 * kMiB);
+  ASSERT_FALSE(fragmented.settings.empty());
+  EXPECT_TRUE(fragmented.settings[0].recorded);
+  EXPECT_FALSE(fragmented.settings[0].avoided);  // the replay reproduces the OOM
+  EXPECT_EQ(fragmented.settings[1].config, "max_split_size_mb:128");
+  EXPECT_TRUE(fragmented.settings[1].avoided);
+  EXPECT_EQ(oom_explanation_to_json(fragmented)["cause"], "fragmentation");
 }
 
 }  // namespace

@@ -62,7 +62,7 @@ Snapshot without_first_events(Snapshot snapshot, size_t dropped) {
 TEST(SnapshotReplay, PyTorchRecordingsAreReproducedExactly) {
   for (const char* name : {"pytorch-2.11/mlp_train.pickle", "pytorch-2.11/two_streams.pickle",
                            "pytorch-2.11-h100/transformer_s0.pickle.gz",
-                           "pytorch-2.11-h100/oom_all_stacks.pickle"}) {
+                           "pytorch-2.11-h100/oom_all_stacks.pickle", "pytorch-2.11-h100/frag_oom.pickle"}) {
     const SnapshotReplay replay = replay_recorded(load(name));
     expect_exact(replay, name);
     EXPECT_TRUE(replay.devices[0].start.empty()) << name;  // these traces begin at an empty device
