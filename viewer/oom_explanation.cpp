@@ -240,7 +240,9 @@ Result<OomExplanation> explain_oom(const Snapshot& snapshot, std::optional<int64
 
   OomExplanation x;
   x.device = static_cast<int64_t>(d);
-  x.time_us = oom.time_us - trace.front().time_us;
+  // In unsigned arithmetic: a hostile file's times must not overflow.
+  x.time_us = static_cast<int64_t>(static_cast<uint64_t>(oom.time_us) -
+                                   static_cast<uint64_t>(trace.front().time_us));
   x.requested_bytes = oom.size;
   x.rounded_bytes = round_size(std::max<uint64_t>(oom.size, 1), recorded);
   x.small_pool = is_small_request(x.rounded_bytes);

@@ -346,45 +346,47 @@ Result<SnapshotReplay> replay_snapshot(const Snapshot& snapshot,
   return replay;
 }
 
-size_t SnapshotReplay::recorded_segment_allocs() const {
-  size_t n = 0;
-  for (const DeviceReplay& d : devices) n += d.recorded_segment_allocs.size();
+namespace {
+
+template <typename Value>
+int64_t total(const std::vector<DeviceReplay>& devices, Value value) {
+  int64_t n = 0;
+  for (const DeviceReplay& d : devices) n += static_cast<int64_t>(value(d));
   return n;
+}
+
+template <typename Value>
+int64_t largest(const std::vector<DeviceReplay>& devices, Value value) {
+  int64_t n = 0;
+  for (const DeviceReplay& d : devices) n = std::max(n, static_cast<int64_t>(value(d)));
+  return n;
+}
+
+}  // namespace
+
+size_t SnapshotReplay::recorded_segment_allocs() const {
+  return static_cast<size_t>(total(devices, [](const DeviceReplay& d) { return d.recorded_segment_allocs.size(); }));
 }
 size_t SnapshotReplay::replayed_segment_allocs() const {
-  size_t n = 0;
-  for (const DeviceReplay& d : devices) n += d.replayed_segment_allocs.size();
-  return n;
+  return static_cast<size_t>(total(devices, [](const DeviceReplay& d) { return d.replayed_segment_allocs.size(); }));
 }
 size_t SnapshotReplay::matched_segment_allocs() const {
-  size_t n = 0;
-  for (const DeviceReplay& d : devices) n += d.matched_segment_allocs;
-  return n;
+  return static_cast<size_t>(total(devices, [](const DeviceReplay& d) { return d.matched_segment_allocs; }));
 }
 int64_t SnapshotReplay::peak_reserved_bytes() const {
-  int64_t n = 0;
-  for (const DeviceReplay& d : devices) n = std::max(n, d.stats.reserved_bytes[kAggregate].peak);
-  return n;
+  return largest(devices, [](const DeviceReplay& d) { return d.stats.reserved_bytes[kAggregate].peak; });
 }
 int64_t SnapshotReplay::peak_allocated_bytes() const {
-  int64_t n = 0;
-  for (const DeviceReplay& d : devices) n = std::max(n, d.stats.allocated_bytes[kAggregate].peak);
-  return n;
+  return largest(devices, [](const DeviceReplay& d) { return d.stats.allocated_bytes[kAggregate].peak; });
 }
 int64_t SnapshotReplay::device_mallocs() const {
-  int64_t n = 0;
-  for (const DeviceReplay& d : devices) n += d.stats.num_device_alloc;
-  return n;
+  return total(devices, [](const DeviceReplay& d) { return d.stats.num_device_alloc; });
 }
 int64_t SnapshotReplay::num_alloc_retries() const {
-  int64_t n = 0;
-  for (const DeviceReplay& d : devices) n += d.stats.num_alloc_retries;
-  return n;
+  return total(devices, [](const DeviceReplay& d) { return d.stats.num_alloc_retries; });
 }
 int64_t SnapshotReplay::num_ooms() const {
-  int64_t n = 0;
-  for (const DeviceReplay& d : devices) n += d.stats.num_ooms;
-  return n;
+  return total(devices, [](const DeviceReplay& d) { return d.stats.num_ooms; });
 }
 bool SnapshotReplay::consistent() const {
   for (const DeviceReplay& d : devices)

@@ -54,7 +54,9 @@ struct DeviceReplay {
   size_t recorded_ooms = 0;
   size_t reproduced_ooms = 0;     // recorded OOMs that failed in the replay too
   size_t failed_allocs = 0;       // allocations that succeeded when recorded, not replayed
-  size_t unknown_frees = 0;       // frees of blocks neither live at the start nor allocated
+  // Frees of blocks neither live at the start nor allocated in the trace, and allocations at
+  // an address still live: either means the trace lost events.
+  size_t unknown_frees = 0;
   std::vector<uint64_t> recorded_segment_allocs;  // sizes, in order
   std::vector<uint64_t> replayed_segment_allocs;
   size_t matched_segment_allocs = 0;  // same position, same size

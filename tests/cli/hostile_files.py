@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The memsnap CLI on damaged files, as a user would meet them: each sample snapshot cut at
 every byte offset (small files) or at 300 evenly spread offsets, with bytes flipped at random
-(fixed seed), empty, and as absurd lengths. Every run must end with exit status 0 (the damage
+(fixed seed), empty, and as absurd lengths; `replay` and `explain-oom` also run on a quarter
+of the flipped files. Every run must end with exit status 0 (the damage
 left a readable file) or 1 with exactly one line on stderr starting "memsnap: error: " — never
 a crash, a hang (10 s limit) or a multi-line dump.
 
@@ -14,9 +15,9 @@ import sys
 import tempfile
 
 
-def check(memsnap, path, what, problems):
+def check(memsnap, path, what, problems, command="stats"):
     try:
-        run = subprocess.run([memsnap, "stats", path], capture_output=True, timeout=10)
+        run = subprocess.run([memsnap, command, path], capture_output=True, timeout=10)
     except subprocess.TimeoutExpired:
         problems.append(f"{what}: hung")
         return
@@ -53,6 +54,10 @@ def main():
                 open(damaged, "wb").write(mutated)
                 check(memsnap, damaged, f"{name} flip #{flip}", problems)
                 runs += 1
+                if flip % 4 == 0:  # the commands that simulate from what they read
+                    for command in ("replay", "explain-oom"):
+                        check(memsnap, damaged, f"{name} flip #{flip} ({command})", problems, command)
+                        runs += 1
         for what, content in (("empty file", b""), ("one NUL", b"\0"),
                               ("msgpack map of 2^32-1 entries", b"\xdf\xff\xff\xff\xff"),
                               ("msgpack str of 2^32-1 bytes", b"\xdb\xff\xff\xff\xff"),
