@@ -64,6 +64,11 @@ struct SnapshotSegment {
   StackIndex stack = kNoStackIndex;  // of the allocation that made the segment
   std::vector<SnapshotBlock> blocks;
   bool operator==(const SnapshotSegment&) const = default;
+  // Small-pool segment: by its type, or for files without one by size (small segments are
+  // the 2 MiB kSmallBuffer; large ones are bigger).
+  bool is_small_pool() const {
+    return segment_type.empty() ? total_size <= (uint64_t{2} << 20) : segment_type == "small";
+  }
 };
 
 struct TraceEntry {

@@ -33,11 +33,6 @@ std::vector<std::string> frames_of(const Snapshot& snapshot, StackIndex stack) {
   return out;
 }
 
-bool is_small_segment(const SnapshotSegment& segment) {
-  return segment.segment_type.empty() ? segment.total_size <= kSmallBuffer
-                                      : segment.segment_type == "small";
-}
-
 // The last oom entry (of `device` when given): device and index into its trace.
 std::optional<std::pair<size_t, size_t>> find_oom(const Snapshot& snapshot,
                                                   std::optional<int64_t> device) {
@@ -63,7 +58,7 @@ void measure_state(const Snapshot& snapshot, const AllocatorConfig& config, OomE
   for (const SnapshotSegment& segment : snapshot.segments) {
     if (segment.device != x.device) continue;
     x.reserved_bytes += segment.total_size;
-    const bool small = is_small_segment(segment);
+    const bool small = segment.is_small_pool();
     for (const SnapshotBlock& block : segment.blocks) {
       if (block.state == BlockState::kActiveAllocated) {
         x.allocated_bytes += block.size;

@@ -92,8 +92,7 @@ class Reconstruction {
         continue;
       }
       if (first.contains(s.address)) continue;
-      add_segment(s.address, s.total_size, s.stream,
-                  s.segment_type.empty() ? s.total_size <= kSmallBuffer : s.segment_type == "small");
+      add_segment(s.address, s.total_size, s.stream, s.is_small_pool());
     }
   }
 
