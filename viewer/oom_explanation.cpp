@@ -19,12 +19,6 @@ constexpr size_t kFramesPerStack = 4;
 
 std::string bytes(uint64_t value) { return format_bytes(static_cast<int64_t>(value)); }
 
-std::string hex(uint64_t value) {
-  char text[24];
-  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(value));
-  return text;
-}
-
 std::vector<std::string> frames_of(const Snapshot& snapshot, StackIndex stack) {
   std::vector<uint32_t> frames = visible_frames_outermost_first(snapshot, stack, {});
   std::vector<std::string> out;
@@ -113,7 +107,7 @@ void diagnose(OomExplanation& x) {
                         bytes(x.pending_free_bytes) +
                         " was freed but waiting for other streams' work: a block is only reused "
                         "on the stream it was allocated on, so none of it could serve this "
-                        "request on stream " + hex(x.stream) + ".");
+                        "request on stream " + format_hex(x.stream) + ".");
   } else if (capped) {
     x.cause = OomCause::kMemoryCap;
   } else {
@@ -305,7 +299,7 @@ std::string oom_explanation_to_text(const OomExplanation& x) {
   out << "Out of memory on device " << x.device << ", " << when
       << " s into the trace: a request for "
       << bytes(x.requested_bytes) << " (rounded to " << bytes(x.rounded_bytes) << ", "
-      << (x.small_pool ? "small" : "large") << " pool, stream " << hex(x.stream)
+      << (x.small_pool ? "small" : "large") << " pool, stream " << format_hex(x.stream)
       << ") needed a new " << bytes(x.segment_bytes) << " segment.\n";
   if (!x.request_frames.empty()) {
     out << "  requested at  " << x.request_frames[0] << "\n";

@@ -5,18 +5,13 @@
 #include <map>
 #include <unordered_map>
 
+#include "allocator/device_stats.h"
 #include "allocator/policy.h"
 
 namespace memsnap {
 namespace {
 
 constexpr size_t kMaxProblems = 20;
-
-std::string hex(uint64_t value) {
-  char text[24];
-  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(value));
-  return text;
-}
 
 struct LiveBlock {
   uint64_t address = 0;
@@ -87,7 +82,7 @@ class Reconstruction {
         // An expandable segment grows by segment_map events from its base; one mapped
         // before the trace began cannot be rebuilt from the trace.
         if (!first.contains(s.address))
-          problem("expandable segment at " + hex(s.address) +
+          problem("expandable segment at " + format_hex(s.address) +
                   " was mapped before the trace began; its start state cannot be rebuilt");
         continue;
       }
@@ -128,7 +123,7 @@ class Reconstruction {
     for (const LiveBlock& block : live) {
       StartSegment* segment = segment_holding(block.address);
       if (segment == nullptr) {
-        problem("the block at " + hex(block.address) + " was live before the trace began (" +
+        problem("the block at " + format_hex(block.address) + " was live before the trace began (" +
                 (block.size ? "it is live at the end and never allocated in the trace"
                             : "the trace frees it without allocating it") +
                 ") but lies in no segment that existed then");
@@ -148,7 +143,7 @@ class Reconstruction {
       const LiveBlock& block = segment.live[i];
       const uint64_t next = i + 1 < segment.live.size() ? segment.live[i + 1].address : end;
       if (block.address < cursor) {
-        problem("the live blocks at " + hex(block.address) + " and before it overlap");
+        problem("the live blocks at " + format_hex(block.address) + " and before it overlap");
         continue;
       }
       uint64_t size = block.size;
@@ -159,7 +154,7 @@ class Reconstruction {
           size = next - block.address;
       }
       if (size > next - block.address) {
-        problem("the block at " + hex(block.address) + " (" + std::to_string(size) +
+        problem("the block at " + format_hex(block.address) + " (" + std::to_string(size) +
                 " bytes) runs into " + (next == end ? "the end of its segment" : "the next block"));
         continue;
       }
