@@ -13,12 +13,13 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <memory>
-#include "allocator/allocator_mutex.h"
 #include <string>
 #include <vector>
 
 #include "allocator/allocator_config.h"
+#include "allocator/allocator_mutex.h"
 #include "allocator/device_caching_allocator.h"
 #include "allocator/pointer_map.h"
 
@@ -64,7 +65,10 @@ class CachingAllocator {
   const AllocatorConfig& config() const { return config_; }
 
   // Every violated invariant, as readable lines (empty when all hold). Takes each lock in
-  // turn; for tests and debugging, not the hot path.
+  // turn; for tests and debugging, not the hot path. Safe while other threads allocate: the
+  // per-block checks always hold; the count of the pointer directory (several devices) is
+  // compared only when no allocation or free ran during the check, since one in flight has
+  // changed its device but not yet the directory.
   std::vector<std::string> check_invariants() const;
 
  private:
@@ -77,6 +81,20 @@ class CachingAllocator {
     return shards_[(address >> 9) % kShards];
   }
   bool uses_directory() const { return devices_.size() > 1; }
+  // Counts an allocation or free on the directory path from before its device changes until
+  // after the directory does (check_invariants reads the pair).
+  class DirectoryOperation {
+   public:
+    explicit DirectoryOperation(const CachingAllocator& allocator) : allocator_(allocator) {
+      allocator_.directory_ops_started_.fetch_add(1);
+    }
+    ~DirectoryOperation() { allocator_.directory_ops_finished_.fetch_add(1); }
+    DirectoryOperation(const DirectoryOperation&) = delete;
+    DirectoryOperation& operator=(const DirectoryOperation&) = delete;
+
+   private:
+    const CachingAllocator& allocator_;
+  };
   // The device that owns a live pointer (nullptr when none does); with several devices,
   // `forget` also drops it from the directory.
   DeviceCachingAllocator* owner_of(uintptr_t address, bool forget) const;
@@ -85,6 +103,8 @@ class CachingAllocator {
   AllocatorConfig config_;
   std::vector<std::unique_ptr<DeviceCachingAllocator>> devices_;
   mutable std::array<Shard, kShards> shards_;
+  alignas(64) mutable std::atomic<uint64_t> directory_ops_started_{0};
+  alignas(64) mutable std::atomic<uint64_t> directory_ops_finished_{0};
 };
 
 }  // namespace memsnap

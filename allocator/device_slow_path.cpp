@@ -2,6 +2,8 @@
 // device, deferred frees on events, and the out-of-memory report. The order of the recovery
 // steps is DESIGN.md's "When no cached block fits", (a) to (f).
 #include <algorithm>
+#include <cstdio>
+#include <exception>
 
 #include "allocator/device_caching_allocator.h"
 #include "allocator/policy.h"
@@ -20,6 +22,29 @@ class ScopedUnlock {
  private:
   AllocatorLock& lock_;
 };
+
+// True while this thread runs OOM observers. An observer that allocates and runs out of
+// memory itself gets its OutOfMemoryError, but the observers are not run again for it:
+// otherwise an observer that always allocates would recurse until the stack overflows.
+thread_local bool running_oom_observers = false;
+
+// Runs each observer once. Observers are callers' code inside the error path: one that throws
+// is reported on stderr and the others still run, so the caller always gets the original
+// OutOfMemoryError rather than whatever the observer threw.
+void notify_oom_observers(const std::vector<OomObserver>& observers, const OomInfo& info) {
+  if (running_oom_observers) return;
+  running_oom_observers = true;
+  for (const OomObserver& observer : observers) {
+    try {
+      observer(info);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "memsnap: an out-of-memory observer threw: %s\n", e.what());
+    } catch (...) {
+      std::fprintf(stderr, "memsnap: an out-of-memory observer threw a non-standard exception\n");
+    }
+  }
+  running_oom_observers = false;
+}
 
 }  // namespace
 
@@ -242,7 +267,7 @@ void DeviceCachingAllocator::report_out_of_memory(size_t requested_size, size_t 
   if (observer_) observer_->on_oom(device_, info);
   const std::vector<OomObserver> observers = oom_observers_;
   lock.unlock();  // observers may snapshot or free memory through the allocator
-  for (const OomObserver& observer : observers) observer(info);
+  notify_oom_observers(observers, info);
   throw OutOfMemoryError(info);
 }
 

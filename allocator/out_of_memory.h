@@ -36,7 +36,10 @@ class OutOfMemoryError : public std::runtime_error {
 };
 
 // Called once per out-of-memory error, after the allocator's lock has been released (so an
-// observer may take a snapshot or free memory) and before the error is thrown.
+// observer may take a snapshot, allocate or free memory) and before the error is thrown.
+// An out-of-memory error raised inside an observer (by its own allocation) does not run the
+// observers again; an exception an observer throws is reported on stderr and swallowed, so
+// the caller still gets the original error.
 using OomObserver = std::function<void(const OomInfo&)>;
 
 // Called when no cached block fits, before any new segment is reserved; returns true when it

@@ -1,6 +1,8 @@
 // What happens when no cached block fits and the device says no: DESIGN.md's steps (a)-(f),
 // the memory fraction, garbage collection, and the error the program finally sees.
 #include <random>
+#include <stdexcept>
+#include <string>
 
 #include "allocator_harness.h"
 
@@ -81,6 +83,51 @@ TEST(OutOfMemory, ObserversRunOnceWithoutTheLockAndMayUseTheAllocator) {
   EXPECT_THROW(h.alloc(40 * kMiB), OutOfMemoryError);
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(seen.requested_bytes, 40 * kMiB);
+  EXPECT_CONSISTENT(h);
+}
+
+TEST(OutOfMemory, AnObserverThatRunsOutOfMemoryItselfIsNotCalledAgain) {
+  Harness h("", 50 * kMiB);
+  int calls = 0;
+  int nested_errors = 0;
+  h.allocator.add_oom_observer([&](const OomInfo&) {
+    ++calls;
+    // The device is full: this fails too. Without the guard it would call this observer
+    // again, and again, until the stack overflowed.
+    try {
+      h.allocator.deallocate(h.allocator.allocate(45 * kMiB));
+    } catch (const OutOfMemoryError&) {
+      ++nested_errors;
+    }
+  });
+  const uintptr_t held = h.alloc(40 * kMiB);
+  try {
+    h.alloc(30 * kMiB);
+    FAIL() << "expected an out-of-memory error";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_EQ(e.info().requested_bytes, 30 * kMiB);  // the caller's error, not the observer's
+  }
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(nested_errors, 1);
+  EXPECT_EQ(h.stats().num_ooms, 2);
+  h.free(held);
+  EXPECT_THROW(h.alloc(60 * kMiB), OutOfMemoryError);  // observers run again on the next error
+  EXPECT_EQ(calls, 2);
+  EXPECT_CONSISTENT(h);
+}
+
+TEST(OutOfMemory, AThrowingObserverDoesNotHideTheErrorOrTheOtherObservers) {
+  Harness h("", 50 * kMiB);
+  int later_calls = 0;
+  h.allocator.add_oom_observer([](const OomInfo&) { throw std::runtime_error("observer bug"); });
+  h.allocator.add_oom_observer([](const OomInfo&) { throw 42; });
+  h.allocator.add_oom_observer([&](const OomInfo&) { ++later_calls; });
+  ::testing::internal::CaptureStderr();
+  EXPECT_THROW(h.alloc(60 * kMiB), OutOfMemoryError);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("observer threw: observer bug"), std::string::npos) << err;
+  EXPECT_NE(err.find("non-standard exception"), std::string::npos) << err;
+  EXPECT_EQ(later_calls, 1);
   EXPECT_CONSISTENT(h);
 }
 
