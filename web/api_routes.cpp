@@ -170,6 +170,9 @@ void add_view_routes(httplib::Server& server, SnapshotStore& store) {
     options.window_end = params.unsigned_integer("end", 0, UINT64_MAX);
     send(response, timeline_view(s, options, frame_filter(params)), kJson);
   });
+  route("/oom", [](const StoredSnapshot& s, Request request, Response response) {
+    send(response, oom_view(s, RequestParams(request).device()), kJson);
+  });
   route("/trace", [](const StoredSnapshot& s, Request request, Response response) {
     const RequestParams params(request);
     TraceQuery query;

@@ -1,10 +1,13 @@
 #include "web/cached_views.h"
 
+#include <set>
 #include <thread>
 
+#include "viewer/oom_explanation.h"
 #include "viewer/snapshot_stats.h"
 #include "viewer/svg/flamegraph_svg.h"
 #include "viewer/svg/svg_text.h"
+#include "web/api_error.h"
 #include "web/view_json.h"
 
 namespace memsnap::web {
@@ -18,6 +21,15 @@ std::string options_key(const ViewOptions& options) {
 
 FlameTree flame_tree(const Snapshot& snapshot, const std::string& kind, const ViewOptions& options) {
   return kind == "segments" ? segments_flamegraph(snapshot, options) : memory_flamegraph(snapshot, options);
+}
+
+// The devices whose trace holds an out-of-memory error, so the page can offer each.
+std::vector<int64_t> oom_devices(const Snapshot& snapshot) {
+  std::set<int64_t> devices;
+  for (size_t d = 0; d < snapshot.device_traces.size(); ++d)
+    for (const TraceEntry& e : snapshot.device_traces[d])
+      if (e.action == TraceAction::kOom) devices.insert(static_cast<int64_t>(d));
+  return {devices.begin(), devices.end()};
 }
 
 }  // namespace
@@ -65,6 +77,17 @@ Body timeline_view(const StoredSnapshot& s, const TimelineOptions& options, cons
                           std::to_string(filter.keep_all);
   return s.cached(key, [&] {
     return timeline_json(s.loaded.snapshot, compute_timeline(s.loaded.snapshot, options), filter);
+  });
+}
+
+Body oom_view(const StoredSnapshot& s, std::optional<int64_t> device) {
+  // Not cached when there is nothing to explain: the scan that says so is cheap.
+  return s.cached("oom:" + device_key(device), [&] {
+    Result<OomExplanation> explanation = explain_oom(s.loaded.snapshot, device);
+    if (!explanation) throw ApiError(404, explanation.error());
+    nlohmann::json body = oom_explanation_to_json(explanation.value());
+    body["oom_devices"] = oom_devices(s.loaded.snapshot);
+    return json_body(body);
   });
 }
 

@@ -28,6 +28,9 @@ Body flamegraph_view(const StoredSnapshot& s, const std::string& kind, const Vie
 Body flamegraph_svg_view(const StoredSnapshot& s, const std::string& kind, const ViewOptions& options, int width);
 Body segments_view(const StoredSnapshot& s, std::optional<int64_t> device);
 Body timeline_view(const StoredSnapshot& s, const TimelineOptions& options, const FrameFilter& filter);
+// Why the snapshot's last out-of-memory error (on `device`, when given) happened: explain-oom's
+// analysis, with the replays under candidate settings. ApiError 404 when there is none.
+Body oom_view(const StoredSnapshot& s, std::optional<int64_t> device);
 Body compare_view(const StoredSnapshot& before, const StoredSnapshot& after, const ViewOptions& options,
                   double min_share);
 

@@ -4,6 +4,7 @@
 
 #include "server_test_support.h"
 #include "snapshot/snapshot_loader.h"
+#include "viewer/oom_explanation.h"
 #include "viewer/snapshot_stats.h"
 
 namespace memsnap::web::testing {
@@ -233,6 +234,40 @@ TEST_F(ServerApi, DeletedSnapshotsAreGone) {
   get_json("/api/snapshots/1/stats", 404);
   EXPECT_EQ(client.Delete("/api/snapshots/1")->status, 404);
   EXPECT_EQ(get_json("/api/snapshots")["snapshots"].size(), 1u);
+}
+
+// The OOM view is explain-oom's analysis: the same object the CLI prints with --json, plus the
+// devices that hold an error; snapshots without one (or a device without one) are a JSON 404.
+TEST(ServerOom, ExplainsTheRecordedOutOfMemoryErrorAsTheCliDoes) {
+  RunningServer server;
+  const std::string oom_file = data_file("pytorch-2.11-h100/frag_oom.pickle");
+  server.start({oom_file, data_file("pytorch-2.11/mlp_train.pickle")});
+  auto client = server.client();
+  const json list = json::parse(client.Get("/api/snapshots")->body);
+  EXPECT_EQ(list["snapshots"][0]["has_oom"], true);
+  EXPECT_EQ(list["snapshots"][1]["has_oom"], false);
+
+  auto response = client.Get("/api/snapshots/1/oom");
+  ASSERT_TRUE(response);
+  ASSERT_EQ(response->status, 200) << response->body;
+  json answer = json::parse(response->body);
+  EXPECT_EQ(answer["oom_devices"], json::array({0}));
+  auto loaded = load_snapshot(oom_file);
+  ASSERT_TRUE(loaded);
+  auto expected = explain_oom(loaded->snapshot);
+  ASSERT_TRUE(expected);
+  answer.erase("oom_devices");
+  EXPECT_EQ(answer, oom_explanation_to_json(expected.value()));
+  EXPECT_EQ(answer["cause"], "fragmentation");
+  EXPECT_EQ(client.Get("/api/snapshots/1/oom?device=0")->status, 200);
+
+  for (const char* path : {"/api/snapshots/2/oom", "/api/snapshots/1/oom?device=3", "/api/snapshots/9/oom"}) {
+    auto refused = client.Get(path);
+    ASSERT_TRUE(refused) << path;
+    EXPECT_EQ(refused->status, 404) << path;
+    EXPECT_TRUE(json::parse(refused->body).contains("error")) << path;
+  }
+  EXPECT_EQ(client.Get("/api/snapshots/1/oom?device=x")->status, 400);
 }
 
 }  // namespace

@@ -156,6 +156,28 @@ try {
     }
   });
 
+  await step('OOM view: why the recorded error happened, offered only where there is one', async () => {
+    const oomTab = page.locator('.tabs button[data-view="oom"]');
+    assert.ok(await oomTab.isHidden(), 'an OOM tab for a snapshot without an out-of-memory error');
+    const withOom = page.locator('.chip', { hasText: 'frag_oom' });
+    if (await withOom.count() === 0) return;  // not among the snapshots given
+    await withOom.click();
+    await oomTab.waitFor({ state: 'visible' });
+    await oomTab.click();
+    await page.waitForSelector('.oom-headline', { timeout: 60000 });
+    assert.match(await page.locator('.oom-headline').innerText(), /Fragmentation/);
+    assert.match(await page.locator('.oom-reasons').innerText(), /largest/);
+    assert.match(await page.locator('table.oom-settings').innerText(), /max_split_size_mb:128\s+✓ avoids/);
+    assert.equal(await page.locator('.oom-bar .part').count(), 2, 'live and cached usable; the capped device free bytes not drawn');
+    assert.match(await page.locator('main').innerText(), /Not drawn: the device's 77.73 GiB/);
+    await shot('oom');
+    await page.locator('.chip', { hasText: 'mlp_train' }).click();
+    await page.waitForSelector('.empty');  // the view stays, and says there is nothing to explain
+    assert.match(await page.locator('.empty').innerText(), /no out-of-memory error/);
+    await tab('stats');
+    await oomTab.waitFor({ state: 'hidden' });
+  });
+
   await step('keyboard: number keys switch views, arrows move between tabs', async () => {
     await page.locator('body').click({ position: { x: 5, y: 5 } });
     await page.keyboard.press('2');

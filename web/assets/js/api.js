@@ -46,6 +46,7 @@ export const api = {
   block: (id, segment, block) => cachedDetail(`/api/snapshots/${id}/segments/${segment}/blocks/${block}`),
   stack: (id, stack) => cachedDetail(`/api/snapshots/${id}/stacks/${stack}`),
   timeline: (id, params) => request(`/api/snapshots/${id}/timeline${query(params)}`),
+  oom: (id, params) => request(`/api/snapshots/${id}/oom${query(params)}`),
   trace: (id, params) => request(`/api/snapshots/${id}/trace${query(params)}`),
   compare: (before, after, params) => request(`/api/compare${query({ before, after, ...params })}`),
 };

@@ -6,6 +6,7 @@ import { escapeHtml, humanBytes } from './format.js';
 import { hideTooltip, setMessage } from './ui.js';
 import { renderCompare } from './compare_view.js';
 import { renderFlamegraph } from './flamegraph_view.js';
+import { renderOom } from './oom_view.js';
 import { renderSegments } from './segments_view.js';
 import { renderStats } from './stats_view.js';
 import { renderTimeline } from './timeline_view.js';
@@ -13,7 +14,7 @@ import { renderTrace } from './trace_view.js';
 
 const views = {
   stats: renderStats, flamegraph: renderFlamegraph, segments: renderSegments,
-  timeline: renderTimeline, trace: renderTrace, compare: renderCompare,
+  timeline: renderTimeline, trace: renderTrace, compare: renderCompare, oom: renderOom,
 };
 const state = { snapshots: [], selected: null, view: 'stats' };
 let renderCount = 0;
@@ -46,6 +47,8 @@ async function renderView() {
   document.querySelectorAll('.tabs button').forEach(b => b.setAttribute('aria-selected', String(b.dataset.view === state.view)));
   const container = document.getElementById('view');
   const snapshot = state.snapshots.find(s => s.id === state.selected);
+  // The OOM tab is offered only for a snapshot that holds an out-of-memory error.
+  document.querySelector('.tabs button[data-view="oom"]').hidden = !(snapshot?.has_oom || state.view === 'oom');
   const mine = ++renderCount;
   container.replaceChildren();
   if (!snapshot) {
@@ -102,7 +105,7 @@ function setUpEvents() {
     if (tab) { state.view = tab.dataset.view; renderView(); }
   });
   document.querySelector('.tabs').addEventListener('keydown', e => {
-    const tabs = [...document.querySelectorAll('.tabs button')];
+    const tabs = [...document.querySelectorAll('.tabs button:not([hidden])')];
     const index = tabs.indexOf(document.activeElement);
     if (index < 0 || !['ArrowLeft', 'ArrowRight'].includes(e.key)) return;
     const next = tabs[(index + (e.key === 'ArrowRight' ? 1 : tabs.length - 1)) % tabs.length];
