@@ -1,12 +1,12 @@
 #include "history/cfi_unwinder.h"
 
 #include <algorithm>
-#include <cstring>
 #include <memory>
 
 #include "history/stack_capture.h"
 
 #include "history/cfi_rules.h"
+#include "history/raw_stack_read.h"
 #include "history/stack_bounds.h"
 
 namespace memsnap {
@@ -75,7 +75,7 @@ struct WalkMemo {
 
   bool covers(size_t step_limit_wanted) const { return complete || step_limit >= step_limit_wanted; }
   // Whether step `i` of this walk started from `registers` and its words still hold.
-  bool still_holds(size_t i, const Registers& registers) const {
+  MEMSNAP_READS_RAW_STACK bool still_holds(size_t i, const Registers& registers) const {
     if (i >= steps || !(before[i] == registers)) return false;
     uintptr_t differ = 0;
     for (size_t w = first_word[i]; w < word_count; ++w)
@@ -109,12 +109,12 @@ ThreadWalker& thread_walker() {
 
 // Reads a word of the thread's stack at `address` into `value` and remembers it in `memo`;
 // false when it lies outside the stack.
-bool load(const StackBounds& stack, uintptr_t low, uintptr_t address, uintptr_t& value,
-          WalkMemo& memo) {
+MEMSNAP_READS_RAW_STACK bool load(const StackBounds& stack, uintptr_t low, uintptr_t address,
+                                  uintptr_t& value, WalkMemo& memo) {
   if (address < low || address < stack.low || address > stack.high - sizeof(uintptr_t) ||
       address % alignof(uintptr_t) != 0)
     return false;
-  std::memcpy(&value, reinterpret_cast<const void*>(address), sizeof(value));
+  value = *reinterpret_cast<const volatile uintptr_t*>(address);
   memo.words[memo.word_count++] = {address, value};
   return true;
 }

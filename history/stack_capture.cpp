@@ -1,6 +1,7 @@
 #include "history/stack_capture.h"
 
 #include "history/cfi_unwinder.h"
+#include "history/raw_stack_read.h"
 #include "history/stack_bounds.h"
 
 #define UNW_LOCAL_ONLY
@@ -31,8 +32,8 @@ __attribute__((noinline)) size_t capture_stack_libunwind(uintptr_t* frames, size
   return count;
 }
 
-__attribute__((noinline)) size_t capture_stack_frame_pointers(uintptr_t* frames, size_t max_frames,
-                                                              size_t skip) {
+__attribute__((noinline)) MEMSNAP_READS_RAW_STACK size_t
+capture_stack_frame_pointers(uintptr_t* frames, size_t max_frames, size_t skip) {
   const StackBounds stack = thread_stack_bounds();
   // Each frame starts with the caller's frame pointer, then the return address into it.
   auto frame = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
@@ -41,8 +42,8 @@ __attribute__((noinline)) size_t capture_stack_frame_pointers(uintptr_t* frames,
     if (frame < stack.low || frame + 2 * sizeof(uintptr_t) > stack.high ||
         frame % alignof(uintptr_t) != 0)
       break;
-    const uintptr_t caller_frame = reinterpret_cast<const uintptr_t*>(frame)[0];
-    const uintptr_t return_address = reinterpret_cast<const uintptr_t*>(frame)[1];
+    const uintptr_t caller_frame = reinterpret_cast<const volatile uintptr_t*>(frame)[0];
+    const uintptr_t return_address = reinterpret_cast<const volatile uintptr_t*>(frame)[1];
     if (return_address == 0) break;
     if (skip > 0)
       --skip;

@@ -5,9 +5,11 @@
 #include <elfutils/libdwfl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "allocator/device_stats.h"
+#include "history/compile_unit_ranges.h"
 
 namespace memsnap {
 namespace {
@@ -51,6 +53,54 @@ void call_site(Dwarf_Die* inlined, Dwarf_Die* cu, std::string& file, int& line) 
   }
 }
 
+// Descends from `parent` through the DIEs whose ranges hold `pc`, appending each (outermost
+// first). Namespaces and classes have no ranges of their own but hold function definitions.
+bool descend_to(Dwarf_Die* parent, Dwarf_Addr pc, std::vector<Dwarf_Die>& chain, int depth) {
+  Dwarf_Die child;
+  if (depth > 64 || dwarf_child(parent, &child) != 0) return false;
+  do {
+    switch (dwarf_tag(&child)) {
+      case DW_TAG_namespace:
+      case DW_TAG_class_type:
+      case DW_TAG_structure_type:
+      case DW_TAG_union_type:
+        if (descend_to(&child, pc, chain, depth + 1)) return true;
+        break;
+      case DW_TAG_subprogram:
+      case DW_TAG_inlined_subroutine:
+      case DW_TAG_lexical_block:
+        if (dwarf_haspc(&child, pc) == 1) {
+          chain.push_back(child);
+          descend_to(&child, pc, chain, depth + 1);
+          return true;
+        }
+        break;
+      default:
+        break;
+    }
+  } while (dwarf_siblingof(&child, &child) == 0);
+  return false;
+}
+
+// The scopes at module address `pc` in `unit`, innermost first. libdw's dwarf_getscopes
+// (elfutils 0.188) finds none for some clang-built units; then the tree is walked here.
+std::vector<Dwarf_Die> scopes_at(Dwarf_Die* unit, Dwarf_Addr pc) {
+  std::vector<Dwarf_Die> scopes;
+  Dwarf_Die* found = nullptr;
+  const int count = dwarf_getscopes(unit, pc, &found);
+  bool has_function = false;
+  for (int i = 0; i < count; ++i) {
+    scopes.push_back(found[i]);
+    has_function |= dwarf_tag(&found[i]) == DW_TAG_subprogram;
+  }
+  std::free(found);
+  if (has_function) return scopes;
+  scopes.clear();
+  descend_to(unit, pc, scopes, 0);
+  std::reverse(scopes.begin(), scopes.end());
+  return scopes;
+}
+
 }  // namespace
 
 std::string demangle(const char* symbol) {
@@ -77,6 +127,7 @@ Dwfl* Symbolizer::session() {
     dwfl_ = dwfl_begin(&callbacks);
   }
   if (dwfl_ != nullptr && !reported_) {
+    unit_ranges_.clear();  // modules may go away (and their addresses be reused) in a report
     dwfl_report_begin(dwfl_);
     const int status = dwfl_linux_proc_report(dwfl_, getpid());
     dwfl_report_end(dwfl_, nullptr, nullptr);
@@ -110,9 +161,14 @@ std::vector<SourceFrame> Symbolizer::resolve(uintptr_t return_address) {
 
   std::string file;
   int line = 0;
-  if (Dwfl_Line* source = dwfl_module_getsrc(module, pc)) {
-    if (const char* name = dwfl_lineinfo(source, nullptr, &line, nullptr, nullptr, nullptr))
-      file = name;
+  Dwarf_Die unit;
+  Dwarf_Addr bias = 0;
+  const bool has_unit = find_unit(module, pc, &unit, &bias);
+  if (has_unit) {
+    if (Dwarf_Line* source = dwarf_getsrc_die(&unit, pc - bias)) {
+      const char* name = dwarf_linesrc(source, nullptr, nullptr);
+      if (name != nullptr && dwarf_lineno(source, &line) == 0) file = name;
+    }
   }
   if (file.empty()) {
     // No line table: say where in the function (or module) the call was.
@@ -120,24 +176,40 @@ std::vector<SourceFrame> Symbolizer::resolve(uintptr_t return_address) {
     return {{outer_function, "", 0}};
   }
 
+  // A line was found, so the unit was: the scopes at `pc` name the inlined frames.
   std::vector<SourceFrame> frames;
-  Dwarf_Addr bias = 0;
-  if (Dwarf_Die* cu = dwfl_module_addrdie(module, pc, &bias)) {
-    Dwarf_Die* scopes = nullptr;
-    const int count = dwarf_getscopes(cu, pc - bias, &scopes);
-    for (int i = 0; i < count; ++i) {
-      const int tag = dwarf_tag(&scopes[i]);
-      if (tag == DW_TAG_inlined_subroutine) {
-        frames.push_back({die_function_name(&scopes[i]), file, line});
-        call_site(&scopes[i], cu, file, line);
-      } else if (tag == DW_TAG_subprogram) {
-        break;
-      }
+  for (Dwarf_Die& scope : scopes_at(&unit, pc - bias)) {
+    const int tag = dwarf_tag(&scope);
+    if (tag == DW_TAG_inlined_subroutine) {
+      frames.push_back({die_function_name(&scope), file, line});
+      call_site(&scope, &unit, file, line);
+    } else if (tag == DW_TAG_subprogram) {
+      break;
     }
-    std::free(scopes);
   }
   frames.push_back({outer_function, file, line});
   return frames;
+}
+
+bool Symbolizer::find_unit(Dwfl_Module* module, uint64_t pc, void* unit_die, uint64_t* bias) {
+  auto* unit = static_cast<Dwarf_Die*>(unit_die);
+  Dwarf_Addr found_bias = 0;
+  // libdw answers from .debug_aranges; for a unit missing there (clang's) it returns a
+  // neighbouring unit rather than none, so its answer is checked against the unit's ranges.
+  Dwarf_Die* found = dwfl_module_addrdie(module, pc, &found_bias);
+  if (found != nullptr && dwarf_haspc(found, pc - found_bias) == 1) {
+    *unit = *found;
+    *bias = found_bias;
+    return true;
+  }
+  auto [it, inserted] = unit_ranges_.try_emplace(module);
+  if (inserted) {
+    Dwarf_Addr module_bias = 0;
+    Dwarf* dwarf = dwfl_module_getdwarf(module, &module_bias);
+    it->second = std::make_unique<CompileUnitRanges>(dwarf, module_bias);
+  }
+  *bias = it->second->bias();
+  return it->second->find(pc, unit);
 }
 
 std::vector<SourceFrame> Symbolizer::frames_at(uintptr_t return_address) {

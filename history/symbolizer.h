@@ -14,9 +14,12 @@
 
 #include "allocator/allocator_mutex.h"
 
-struct Dwfl;  // elfutils' session type, kept out of this header
+struct Dwfl;  // elfutils' session and module types, kept out of this header
+struct Dwfl_Module;
 
 namespace memsnap {
+
+class CompileUnitRanges;
 
 struct SourceFrame {
   std::string function;  // demangled; "??" when unknown
@@ -38,11 +41,16 @@ class Symbolizer {
  private:
   ::Dwfl* session();
   std::vector<SourceFrame> resolve(uintptr_t address);
+  // The module's compile unit at `pc` (libdw's lookup, else unit_ranges_); false when none.
+  // `unit_die` is a Dwarf_Die*, which this header cannot name (libdw's typedef of an
+  // anonymous struct).
+  bool find_unit(::Dwfl_Module* module, uint64_t pc, void* unit_die, uint64_t* bias);
 
   AllocatorMutex mutex_;
   ::Dwfl* dwfl_ = nullptr;
   bool reported_ = false;
   std::unordered_map<uintptr_t, std::vector<SourceFrame>> cache_;
+  std::unordered_map<const ::Dwfl_Module*, std::unique_ptr<CompileUnitRanges>> unit_ranges_;
 };
 
 // The process-wide symbolizer (its cache lives as long as the process).

@@ -61,7 +61,9 @@ TEST(Symbolizer, ShowsFramesTheCompilerInlined) {
   const std::vector<uintptr_t> frames = call_inlined_code();
   ASSERT_FALSE(frames.empty());
   const auto resolved = memsnap::process_symbolizer().frames_at(frames.front());
-  ASSERT_GE(resolved.size(), 2u) << "no inlined frame at the capture's return address";
+  ASSERT_GE(resolved.size(), 2u) << "no inlined frame at the capture's return address: "
+                                 << resolved[0].function << " " << resolved[0].file << ":"
+                                 << resolved[0].line;
   EXPECT_NE(resolved[0].function.find("capture_in_inlined_code"), std::string::npos)
       << resolved[0].function;
   EXPECT_EQ(resolved[0].line, g_inlined_line);
