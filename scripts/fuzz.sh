@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with clang (ASan + UBSan; build-fuzz/) and runs each for a
-# bounded time from its seed corpus (tests/fuzz/corpus*). Any crash, sanitizer report, leak,
-# timeout or memory blow-up fails the run; the input that did it is kept under
-# build-fuzz/findings/ (add it to the seeds and write a regression test for it).
+# Builds the libFuzzer targets with clang (ASan + UBSan; in build-asan/, shared with
+# scripts/sanitize.sh) and runs each for a bounded time from its seed corpus
+# (tests/fuzz/corpus*). Any crash, sanitizer report, leak, timeout or memory blow-up fails the
+# run; the input that did it is kept under build-asan/findings/ (add it to the seeds and write
+# a regression test for it).
 #   bash scripts/fuzz.sh [SECONDS_PER_TARGET]   (default 20; called by scripts/test.sh)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 seconds=${1:-20}
-build="$root/build-fuzz"
+build="$root/build-asan"
 seeds="$root/tests/fuzz"
 
 # target: seed folders
@@ -20,8 +21,7 @@ declare -A corpora=(
 )
 targets=(snapshot_reader_fuzz snapshot_loader_fuzz config_parser_fuzz trace_parser_fuzz http_request_fuzz)
 
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DMEMSNAP_FUZZ=ON \
-  -DMEMSNAP_BUILD_TESTS=OFF -DMEMSNAP_BUILD_BENCH=OFF -DMEMSNAP_WITH_CUDA=OFF -DMEMSNAP_WERROR=ON >/dev/null
+bash "$root/scripts/configure_asan.sh"
 cmake --build "$build" --parallel "$(nproc)" --target "${targets[@]}"
 
 mkdir -p "$build/findings"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine, builds with warnings as errors, runs every test through CTest, then
-# runs each libFuzzer target for a bounded time.
+# the suite again under AddressSanitizer + UndefinedBehaviorSanitizer and the concurrency tests
+# under ThreadSanitizer (scripts/sanitize.sh), then each libFuzzer target for a bounded time.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_dir=${MEMSNAP_BUILD_DIR:-"$root/build"}
@@ -9,5 +10,6 @@ bash "$root/scripts/setup.sh"
 bash "$root/scripts/setup_e2e.sh" "$build_dir"
 bash "$root/scripts/build.sh" -DMEMSNAP_WERROR=ON -DMEMSNAP_BUILD_TESTS=ON
 ctest --test-dir "$build_dir" --output-on-failure --parallel "$(nproc)"
+bash "$root/scripts/sanitize.sh"
 # Every fuzz target for a bounded time from its seeds; any finding fails (scripts/fuzz.sh).
 bash "$root/scripts/fuzz.sh" "${MEMSNAP_FUZZ_SECONDS:-20}"

@@ -1,8 +1,8 @@
 // libFuzzer target for the msgpack snapshot reader: any input must give a snapshot or a
 // one-line error, never a crash, a hang or unbounded memory. Build with clang:
-//   cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DMEMSNAP_FUZZ=ON
-//   cmake --build build-fuzz --target snapshot_reader_fuzz
-//   build-fuzz/tests/fuzz/snapshot_reader_fuzz -max_total_time=60 tests/fuzz/corpus
+//   bash scripts/configure_asan.sh
+//   cmake --build build-asan --target snapshot_reader_fuzz
+//   build-asan/tests/fuzz/snapshot_reader_fuzz -max_total_time=60 tests/fuzz/corpus
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
