@@ -8,6 +8,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -46,12 +49,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // and starve the views of coverage; DELETE itself is covered by the server tests. Uploads
   // are dropped again after each input for the same reason.
   if (std::string_view(reinterpret_cast<const char*>(data), size).find("DELETE") != std::string_view::npos) return 0;
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(static_cast<uint16_t>(fixture.port));
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) std::abort();
+  // Thousands of connections a second use up the loopback's ephemeral ports while closed
+  // ones wait in TIME_WAIT (more so right after the load tests): each socket closes with a
+  // reset instead (SO_LINGER 0, so it leaves no TIME_WAIT), and a connect that finds no free
+  // port waits and tries again. A refused connection means the server is gone: a finding.
+  int fd = -1;
+  for (int attempt = 0;; ++attempt) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    const linger reset{1, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) break;
+    const int error = errno;
+    ::close(fd);
+    if (error != EADDRNOTAVAIL || attempt == 400) {
+      std::fprintf(stderr, "http_request_fuzz: cannot connect to the server: %s\n", std::strerror(error));
+      std::abort();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
   timeval timeout{3, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
   ::send(fd, data, size, MSG_NOSIGNAL);
