@@ -164,6 +164,12 @@ def main():
     print(f"device mallocs  pytorch {results['pytorch'][0]['device_mallocs']:10d}       memsnap {results['memsnap'][0]['device_mallocs']:10d}")
     print(f"step time       pytorch {step['pytorch'] * 1e3:10.3f} ms    memsnap {step['memsnap'] * 1e3:10.3f} ms"
           f"    memsnap/pytorch {step['memsnap'] / step['pytorch']:.4f}")
+    # Each round's two runs are neighbours in time, so their ratio cancels slow drifts (clocks,
+    # temperature) that the pooled medians above do not.
+    paired = [statistics.median(m["times"][args.warmup:]) / statistics.median(p["times"][args.warmup:])
+              for p, m in zip(results["pytorch"], results["memsnap"])]
+    print(f"per-round memsnap/pytorch: {' '.join(f'{r:.4f}' for r in paired)}   median {statistics.median(paired):.4f}"
+          f"   min {min(paired):.4f}   max {max(paired):.4f}")
     if args.floor:
         print(f"step time       floor   {step['floor'] * 1e3:10.3f} ms (a minimal pluggable allocator: "
               f"PyTorch's pluggable path alone costs {step['floor'] / step['pytorch']:.4f} x PyTorch; "
