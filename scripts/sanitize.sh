@@ -21,7 +21,7 @@ run_gtest_binaries() {
   mkdir -p "$logs"
   # shellcheck disable=SC2086
   if ! printf '%s\n' $binaries | xargs -P "$jobs" -I{} bash -c \
-       '"$0/tests/{}" "${@}" >"$1/{}.log" 2>&1 || { echo "FAILED: {} (see $1/{}.log)"; exit 1; }' \
+       '"$0/tests/{}" "${@:2}" >"$1/{}.log" 2>&1 || { echo "FAILED: {} (see $1/{}.log)"; exit 1; }' \
        "$build" "$logs" "$@"; then
     grep -h -E '^\[  FAILED  \]|ERROR: |SUMMARY: |WARNING: ThreadSanitizer' "$logs"/*.log | head -40 >&2
     return 1
