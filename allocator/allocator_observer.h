@@ -19,6 +19,12 @@ class AllocatorObserver {
   virtual void on_free_completed(int /*device*/, const Block& /*block*/) {}
   virtual void on_segment_alloc(int /*device*/, const Segment& /*segment*/) {}
   virtual void on_segment_free(int /*device*/, const Segment& /*segment*/) {}
+  // Expandable segments: pages [address, address + bytes) of `segment` were mapped (the
+  // allocation that needed them follows) or unmapped.
+  virtual void on_segment_map(int /*device*/, const Segment& /*segment*/, uintptr_t /*address*/,
+                              size_t /*bytes*/) {}
+  virtual void on_segment_unmap(int /*device*/, const Segment& /*segment*/, uintptr_t /*address*/,
+                                size_t /*bytes*/) {}
   virtual void on_oom(int /*device*/, const OomInfo& /*info*/) {}
 };
 

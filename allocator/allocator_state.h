@@ -29,6 +29,9 @@ struct SegmentRecord {
   size_t size = 0;
   StreamId stream = 0;
   bool small_pool = false;
+  // Part of an expandable segment: one record per contiguous run of mapped pages, as
+  // PyTorch reports them.
+  bool expandable = false;
   std::vector<BlockRecord> blocks;  // in address order, tiling the segment
 };
 

@@ -8,6 +8,12 @@
 //   - two free blocks are never neighbours (a freed block merges with free neighbours);
 //   - a pool holds exactly the free blocks of its kind (small/large);
 //   - a block is only reused on the stream it was allocated on.
+//
+// An expandable segment is a range of reserved address space, mostly without memory behind
+// it. Its blocks tile the whole range; the unmapped ones (mapped == false) sit in their
+// pool's unmapped set, never in its free blocks, start and end on page boundaries and never
+// neighbour each other; mapping pages turns unmapped bytes into a free block, unmapping
+// whole free pages turns them back.
 #pragma once
 
 #include <cstddef>
@@ -33,6 +39,9 @@ struct Block {
   Block* prev = nullptr;  // neighbours in the same segment, in address order
   Block* next = nullptr;
   bool allocated = false;
+  bool expandable = false;  // lies in an expandable segment (segment->expandable, kept here
+                            // because the fast path asks on every allocation and free)
+  bool mapped = true;  // false: address space of an expandable segment with no memory yet
   int event_count = 0;                // outstanding events before a pending free completes
   std::vector<StreamId> stream_uses;  // other streams it was used on (record_stream)
   uint64_t gc_count_base = 0;         // pool's search count when it became free (GC age)
@@ -43,7 +52,8 @@ struct Block {
   mutable uint32_t observer_tag = kNoObserverTag;
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
-  bool is_free() const { return !allocated && event_count == 0; }
+  // Free memory, ready for reuse (unmapped address space is not memory).
+  bool is_free() const { return !allocated && event_count == 0 && mapped; }
 };
 
 struct Segment {
@@ -53,6 +63,10 @@ struct Segment {
   StreamId stream = 0;
   bool small_pool = false;
   Block* head = nullptr;  // the block at `address`; stable for the segment's life
+  // Expandable: `size` bytes of address space, mapped `page_size` bytes at a time from
+  // `address`; reserved bytes are only the mapped ones.
+  bool expandable = false;
+  size_t page_size = 0;
 };
 
 }  // namespace memsnap

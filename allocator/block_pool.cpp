@@ -90,6 +90,42 @@ Block* BlockPool::lower_bound(StreamId stream, size_t size) {
   return next == kNoSizeBin ? nullptr : blocks->bins[next].front().block;
 }
 
+Block* BlockPool::next_in_order(const Block* block) const {
+  const StreamBlocks* blocks = find_stream(block->stream);
+  const size_t bin_index = size_bin(block->size);
+  if (blocks == nullptr || bin_index >= blocks->bins.size())
+    throw std::logic_error("block pool: next_in_order of a block the pool does not hold");
+  const Bin& bin = blocks->bins[bin_index];
+  auto it = position_of(bin, block->size, block->address);
+  if (it == bin.end() || it->block != block)
+    throw std::logic_error("block pool: next_in_order of a block the pool does not hold");
+  if (++it != bin.end()) return it->block;
+  const size_t next = blocks->non_empty.next_set(bin_index + 1);
+  return next == kNoSizeBin ? nullptr : blocks->bins[next].front().block;
+}
+
+void BlockPool::insert_unmapped(Block* block) {
+  if (!unmapped_.emplace(std::make_pair(block->stream, block->address), block).second)
+    throw std::logic_error("block pool: unmapped range inserted twice");
+}
+
+void BlockPool::erase_unmapped(Block* block) {
+  auto it = unmapped_.find({block->stream, block->address});
+  if (it == unmapped_.end() || it->second != block)
+    throw std::logic_error("block pool: erasing an unmapped range the pool does not hold");
+  unmapped_.erase(it);
+}
+
+Block* BlockPool::unmapped_at_or_after(StreamId stream, uintptr_t address) const {
+  auto it = unmapped_.lower_bound({stream, address});
+  return it == unmapped_.end() || it->first.first != stream ? nullptr : it->second;
+}
+
+bool BlockPool::holds_unmapped(const Block* block) const {
+  auto it = unmapped_.find({block->stream, block->address});
+  return it != unmapped_.end() && it->second == block;
+}
+
 void BlockPool::append_in_order(const StreamBlocks& blocks, std::vector<Block*>& out) {
   for (size_t bin = blocks.non_empty.next_set(0); bin != kNoSizeBin;
        bin = blocks.non_empty.next_set(bin + 1))

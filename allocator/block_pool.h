@@ -7,10 +7,15 @@
 // short vector sorted by (size, address), with a bitmap of the non-empty bins: insert and
 // erase touch one short vector, and best fit looks in the request's bin and then jumps to
 // the next non-empty one. The order, and so every decision, is the same as the tree's.
+//
+// The pool also keeps the unmapped address space of its expandable segments, in (stream,
+// address) order: expandable segments grow into the lowest-addressed room first. That set
+// changes only when pages are mapped or unmapped, so a plain ordered map serves.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +41,17 @@ class BlockPool {
   // The first block in order at or after (stream, size, 0) when it is on `stream`: the best
   // fit for a request of `size` bytes (before the max_split_size rules), or nullptr.
   Block* lower_bound(StreamId stream, size_t size);
+
+  // The block after `block` (which the pool holds) in pool order on its stream, or nullptr.
+  Block* next_in_order(const Block* block) const;
+
+  // --- unmapped address space of expandable segments ---
+  void insert_unmapped(Block* block);
+  void erase_unmapped(Block* block);
+  // The lowest-addressed unmapped block on `stream` at or above `address`, or nullptr.
+  Block* unmapped_at_or_after(StreamId stream, uintptr_t address) const;
+  size_t unmapped_count() const { return unmapped_.size(); }
+  bool holds_unmapped(const Block* block) const;
 
   // Every block in order, copied out, so a caller may release blocks while walking them.
   std::vector<Block*> ordered_blocks() const;
@@ -79,6 +95,7 @@ class BlockPool {
   std::vector<std::unique_ptr<StreamBlocks>> streams_;  // sorted by stream id
   mutable StreamBlocks* last_stream_ = nullptr;         // most calls repeat the last stream
   uint64_t free_block_searches_ = 0;
+  std::map<std::pair<StreamId, uintptr_t>, Block*> unmapped_;
 };
 
 }  // namespace memsnap

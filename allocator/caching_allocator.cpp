@@ -13,10 +13,13 @@ std::string hex(uintptr_t address) { return format_hex(address); }
 CachingAllocator::CachingAllocator(std::shared_ptr<DeviceBackend> backend, AllocatorConfig config)
     : backend_(std::move(backend)), config_(std::move(config)) {
   if (!backend_) throw std::invalid_argument("CachingAllocator needs a device backend");
-  if (config_.expandable_segments)
-    throw std::invalid_argument(
-        "allocator config: expandable_segments:True is not supported by memsnap yet");
   const int count = backend_->device_count();
+  for (int d = 0; config_.expandable_segments && d < count; ++d)
+    if (!backend_->supports_expandable_segments(d))
+      throw std::invalid_argument("allocator config: expandable_segments:True needs a device that " +
+                                  std::string("can map memory into reserved address space; the ") +
+                                  backend_->name() + " backend's device " + std::to_string(d) +
+                                  " cannot");
   for (int d = 0; d < count; ++d)
     devices_.push_back(std::make_unique<DeviceCachingAllocator>(d, *backend_, config_));
 }

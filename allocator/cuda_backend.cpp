@@ -50,6 +50,7 @@ CudaBackend::CudaBackend() {
   check(cudaGetDeviceCount(&device_count_), "cudaGetDeviceCount");
   if (device_count_ <= 0) throw DeviceError("CUDA: no device found");
   free_events_.resize(static_cast<size_t>(device_count_));
+  vmm_ = std::make_unique<CudaVirtualMemory>(device_count_);
 }
 
 CudaBackend::~CudaBackend() {

@@ -1,4 +1,5 @@
-// The real device: cudaMalloc/cudaFree, cudaMemGetInfo and CUDA events.
+// The real device: cudaMalloc/cudaFree, cudaMemGetInfo and CUDA events; expandable
+// segments through the driver's virtual memory API (cuda_virtual_memory.h).
 //
 // Built only when CMake finds the CUDA toolkit (MEMSNAP_HAVE_CUDA). Events are pooled per
 // device, since creating one costs more than recording it.
@@ -8,6 +9,7 @@
 #include <mutex>
 #include <vector>
 
+#include "allocator/cuda_virtual_memory.h"
 #include "allocator/device_backend.h"
 
 namespace memsnap {
@@ -31,6 +33,20 @@ class CudaBackend final : public DeviceBackend {
   void synchronize_event(EventHandle event) override;
   void release_event(EventHandle event) override;
   StreamId create_stream(int device) override;
+  bool supports_expandable_segments(int device) override { return vmm_->supported(device); }
+  std::optional<uintptr_t> reserve_address_space(int device, size_t bytes) override {
+    return vmm_->reserve(device, bytes);
+  }
+  void release_address_space(int device, uintptr_t address, size_t bytes) override {
+    vmm_->release(device, address, bytes);
+  }
+  bool map_pages(int device, uintptr_t address, size_t bytes, size_t page_size) override {
+    return vmm_->map(device, address, bytes, page_size);
+  }
+  void unmap_pages(int device, uintptr_t address, size_t bytes, size_t page_size,
+                   StreamId stream) override {
+    vmm_->unmap(device, address, bytes, page_size, stream);
+  }
 
  private:
   struct PooledEvent;
@@ -39,6 +55,7 @@ class CudaBackend final : public DeviceBackend {
   std::vector<std::vector<PooledEvent*>> free_events_;  // per device
   std::vector<std::unique_ptr<PooledEvent>> all_events_;
   std::vector<uintptr_t> streams_;  // created here, destroyed with the backend
+  std::unique_ptr<CudaVirtualMemory> vmm_;
 };
 
 }  // namespace memsnap

@@ -5,6 +5,10 @@
 // `CudaBackend` (cudaMalloc & co., built when the CUDA toolkit is found) and
 // `SimulatedBackend` (a deterministic fake device for tests, CI and replay).
 //
+// Expandable segments use a second way to get memory: a range of address space is reserved
+// once, with no memory behind it, and physical pages are mapped into it and unmapped again
+// as the allocator grows and shrinks the segment (the driver's virtual memory API on CUDA).
+//
 // A backend is shared by all of an allocator's devices and is called with the device's
 // allocator lock held (except `reserve` under release_lock_on_cudamalloc), so
 // implementations must be thread-safe across devices.
@@ -55,6 +59,24 @@ class DeviceBackend {
   virtual bool event_completed(EventHandle event) = 0;
   virtual void synchronize_event(EventHandle event) = 0;
   virtual void release_event(EventHandle event) = 0;
+
+  // --- expandable segments ---
+  // Whether `device` can map physical pages into reserved address space.
+  virtual bool supports_expandable_segments(int device) = 0;
+  // Reserves `bytes` of address space (a multiple of the page sizes used) with no memory
+  // behind it; std::nullopt when no such range is left.
+  virtual std::optional<uintptr_t> reserve_address_space(int device, size_t bytes) = 0;
+  // Gives back a range from reserve_address_space; every page in it must be unmapped.
+  virtual void release_address_space(int device, uintptr_t address, size_t bytes) = 0;
+  // Backs [address, address + bytes) with memory, one separately releasable page of
+  // `page_size` bytes at a time (`address` and `bytes` are multiples of it, within a
+  // reserved range, not yet mapped). False, with nothing mapped, when the device is out of
+  // memory (any other failure throws DeviceError).
+  virtual bool map_pages(int device, uintptr_t address, size_t bytes, size_t page_size) = 0;
+  // Returns the pages of [address, address + bytes) to the device, after the work queued on
+  // `stream` (the segment's) has finished with them: unlike cudaFree, unmapping does not wait.
+  virtual void unmap_pages(int device, uintptr_t address, size_t bytes, size_t page_size,
+                           StreamId stream) = 0;
 
   // A new stream for work on `device` (besides stream 0, the default stream). Programs
   // that choose their backend at run time create their streams through it.

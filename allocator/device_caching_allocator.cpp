@@ -26,7 +26,9 @@ DeviceCachingAllocator::~DeviceCachingAllocator() {
         // The device may already be gone at process exit; nothing left to recover.
       }
     }
+  release_expandable_segments_at_exit();
   for (auto& [address, segment] : segments_) {
+    if (segment->expandable) continue;
     try {
       backend_.release(device_, segment->address, segment->size);
     } catch (const DeviceError&) {
@@ -82,6 +84,7 @@ Block* DeviceCachingAllocator::take_free_block(BlockPool& pool, StreamId stream,
                                                size_t rounded_size) {
   if (gc_enabled()) pool.count_search();
   Block* block = pool.lower_bound(stream, rounded_size);
+  if (block != nullptr && block->expandable) block = best_fit_by_expandable_size(pool, block);
   if (block == nullptr || !block_fits_split_rules(block->size, rounded_size, config_))
     return nullptr;
   pool.erase(block);
@@ -95,28 +98,19 @@ Block* DeviceCachingAllocator::finish_allocation(Block* block, size_t rounded_si
   BlockPool& pool = *block->pool;
   const bool small = pool.is_small();
   const bool already_split = block->is_split();
+  // Expandable memory is left out of the split statistics, as in PyTorch.
+  const bool counts_split = !block->expandable;
   if (should_split(block->size, rounded_size, small, config_)) {
-    Block* remaining = new_block();
-    remaining->address = block->address + rounded_size;
-    remaining->size = block->size - rounded_size;
-    remaining->stream = block->stream;
-    remaining->device = block->device;
-    remaining->pool = block->pool;
-    remaining->segment = block->segment;
-    remaining->prev = block;
-    remaining->next = block->next;
-    if (remaining->next) remaining->next->prev = remaining;
-    block->next = remaining;
-    block->size = rounded_size;
+    Block* remaining = split_block_at(block, rounded_size);
     pool.insert(remaining);
-    if (already_split) {
+    if (counts_split && already_split) {
       // An inactive split block shrinks by the bytes now allocated.
       DeviceStats::decrease(stats_.inactive_split_bytes, small, static_cast<int64_t>(rounded_size));
-    } else {
+    } else if (counts_split) {
       DeviceStats::increase(stats_.inactive_split_bytes, small, static_cast<int64_t>(remaining->size));
       DeviceStats::increase(stats_.inactive_split, small, 1);
     }
-  } else if (already_split) {
+  } else if (counts_split && already_split) {
     DeviceStats::decrease(stats_.inactive_split_bytes, small, static_cast<int64_t>(block->size));
     DeviceStats::decrease(stats_.inactive_split, small, 1);
   }
@@ -133,6 +127,26 @@ Block* DeviceCachingAllocator::finish_allocation(Block* block, size_t rounded_si
   if (block->size >= config_.max_split_size) stats_.oversize_allocations.increase(1);
   if (observer_) observer_->on_alloc(device_, *block);
   return block;
+}
+
+// Splits `block` at `offset`, returning the new block for the upper part; both keep the
+// block's segment, stream, pool and mapping. Neither is put in a pool.
+Block* DeviceCachingAllocator::split_block_at(Block* block, size_t offset) {
+  Block* upper = new_block();
+  upper->address = block->address + offset;
+  upper->size = block->size - offset;
+  upper->stream = block->stream;
+  upper->device = block->device;
+  upper->pool = block->pool;
+  upper->segment = block->segment;
+  upper->expandable = block->expandable;
+  upper->mapped = block->mapped;
+  upper->prev = block;
+  upper->next = block->next;
+  if (upper->next) upper->next->prev = upper;
+  block->next = upper;
+  block->size = offset;
+  return upper;
 }
 
 void DeviceCachingAllocator::free(Block* block) {
@@ -160,7 +174,10 @@ void DeviceCachingAllocator::free_block(Block* block) {
   int64_t split_bytes_change = 0;
   block = merge_free_neighbours(block, split_blocks_change, split_bytes_change);
   block->pool->insert(block);
-  if (block->is_split()) {
+  if (block->expandable) {
+    split_blocks_change = 0;  // expandable memory is left out of the split statistics
+    split_bytes_change = 0;
+  } else if (block->is_split()) {
     split_blocks_change += 1;
     split_bytes_change += static_cast<int64_t>(block->size);
   }
@@ -227,18 +244,28 @@ std::vector<SegmentRecord> DeviceCachingAllocator::segment_records() const {
   AllocatorLockGuard lock(mutex_);
   std::vector<SegmentRecord> records;
   records.reserve(segments_.size());
+  // An expandable segment is reported as one segment per run of mapped pages, as PyTorch
+  // does: that is the memory it holds.
   for (const auto& [address, segment] : segments_) {
-    SegmentRecord& record = records.emplace_back();
-    record.device = device_;
-    record.address = segment->address;
-    record.size = segment->size;
-    record.stream = segment->stream;
-    record.small_pool = segment->small_pool;
-    for (const Block* block = segment->head; block != nullptr; block = block->next) {
-      const BlockState state = block->allocated      ? BlockState::kActiveAllocated
-                               : block->event_count ? BlockState::kActivePendingFree
-                                                    : BlockState::kInactive;
-      record.blocks.push_back({block->address, block->size, block->requested_size, state});
+    const Block* block = segment->head;
+    while (block != nullptr) {
+      if (!block->mapped) {
+        block = block->next;
+        continue;
+      }
+      SegmentRecord& record = records.emplace_back();
+      record.device = device_;
+      record.address = block->address;
+      record.stream = segment->stream;
+      record.small_pool = segment->small_pool;
+      record.expandable = segment->expandable;
+      for (; block != nullptr && block->mapped; block = block->next) {
+        const BlockState state = block->allocated      ? BlockState::kActiveAllocated
+                                 : block->event_count ? BlockState::kActivePendingFree
+                                                      : BlockState::kInactive;
+        record.blocks.push_back({block->address, block->size, block->requested_size, state});
+        record.size += block->size;
+      }
     }
   }
   return records;

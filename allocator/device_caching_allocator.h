@@ -7,7 +7,9 @@
 // Freed blocks merge with free neighbours; blocks used on other streams wait for events.
 //
 // Files: device_caching_allocator.cpp holds the fast path (malloc/free and their block
-// bookkeeping), device_slow_path.cpp everything that touches the device or recovers memory.
+// bookkeeping), device_slow_path.cpp everything that touches the device or recovers memory,
+// device_expandable.cpp expandable segments (expandable_segments:True), device_restore.cpp
+// what replay needs to start from a recorded state.
 // Thread-safe: one mutex per device guards all state below it, the map of live allocations
 // included, so allocate and deallocate each take a single lock.
 #pragma once
@@ -58,8 +60,10 @@ class DeviceCachingAllocator {
   // the segment predates what is being watched. Throws std::invalid_argument otherwise.
   std::vector<uintptr_t> restore_segment(const SegmentRecord& layout);
   // Returns the segment at `address` to the device if it is cached whole (one free,
-  // unsplit block); false, changing nothing, otherwise. Replay uses it to release exactly
-  // the segments a recorded run released.
+  // unsplit block); false, changing nothing, otherwise. In an expandable segment `address`
+  // names the start of unmapped pages: the whole free pages of the free block holding it are
+  // unmapped (false when it is not in a free block or the block holds no whole page). Replay
+  // uses it to release exactly the memory a recorded run released.
   bool release_cached_segment(uintptr_t address);
   // Returns the blocks whose pending frees' events have completed to the pools now, rather
   // than at the next allocation (replay: a recorded free_completed happened at this point).
@@ -103,6 +107,7 @@ class DeviceCachingAllocator {
   void free_block(Block* block);
   Block* merge_free_neighbours(Block* block, int64_t& inactive_split_blocks_change,
                                int64_t& inactive_split_bytes_change);
+  Block* split_block_at(Block* block, size_t offset);
   Block* new_block();
   void recycle_block(Block* block);
   bool gc_enabled() const {
@@ -117,7 +122,7 @@ class DeviceCachingAllocator {
                          AllocatorLock& lock);
   bool release_oversize_cached_blocks(BlockPool& pool, StreamId stream, size_t rounded_size);
   void release_all_cached_blocks();
-  void release_unsplit_blocks(BlockPool& pool);
+  void release_cached_blocks(BlockPool& pool);
   void release_segment(Block* head);
   void garbage_collect_cached_blocks();
   void insert_events(Block* block);
@@ -126,6 +131,17 @@ class DeviceCachingAllocator {
   [[noreturn]] void report_out_of_memory(size_t requested_size, size_t rounded_size,
                                          size_t allocation_size, StreamId stream,
                                          AllocatorLock& lock);
+
+  // --- expandable segments (device_expandable.cpp) ---
+  Block* allocate_expandable(BlockPool& pool, StreamId stream, size_t rounded_size);
+  Block* find_expandable_room(BlockPool& pool, StreamId stream, size_t rounded_size);
+  Block* new_expandable_segment(BlockPool& pool, StreamId stream);
+  Block* map_block(Block* unmapped, size_t bytes);
+  Block* unmap_free_pages(Block* block);
+  void release_expandable_segment(Block* whole);
+  Block* best_fit_by_expandable_size(BlockPool& pool, Block* first);
+  void release_expandable_segments_at_exit();
+
   size_t reserved_bytes() const {
     return static_cast<size_t>(stats_.reserved_bytes[kAggregate].current);
   }

@@ -17,6 +17,7 @@ void check_layout(const SegmentRecord& layout) {
     throw std::invalid_argument("restore_segment at " + std::to_string(layout.address) + ": " +
                                 why);
   };
+  if (layout.expandable) fail("an expandable segment's pages cannot be restored this way");
   if (layout.size == 0 || layout.size % kMinBlockSize != 0)
     fail("segment size must be a positive multiple of 512");
   if (layout.blocks.empty()) fail("a segment needs at least one block");
@@ -105,9 +106,22 @@ std::vector<uintptr_t> DeviceCachingAllocator::restore_segment(const SegmentReco
 
 bool DeviceCachingAllocator::release_cached_segment(uintptr_t address) {
   AllocatorLockGuard lock(mutex_);
-  auto found = segments_.find(address);
-  if (found == segments_.end()) return false;
-  Block* head = found->second->head;
+  auto found = segments_.upper_bound(address);
+  if (found == segments_.begin()) return false;
+  --found;
+  const Segment& segment = *found->second;
+  if (segment.expandable) {
+    if (address - segment.address >= segment.size) return false;
+    Block* block = segment.head;
+    while (block != nullptr && address - block->address >= block->size) block = block->next;
+    if (block == nullptr || !block->is_free()) return false;
+    Block* unmapped = unmap_free_pages(block);
+    if (unmapped == nullptr) return false;
+    if (!unmapped->is_split()) release_expandable_segment(unmapped);
+    return true;
+  }
+  if (found->first != address) return false;
+  Block* head = segment.head;
   if (!head->is_free() || head->is_split()) return false;
   release_segment(head);
   return true;

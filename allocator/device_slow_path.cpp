@@ -89,6 +89,7 @@ Block* DeviceCachingAllocator::reserve_segment(BlockPool& pool, StreamId stream,
   const size_t size = segment_size_for(rounded_size, config_);
   if (is_retry) stats_.num_alloc_retries += 1;
   if (memory_fraction_set_ && reserved_bytes() + size > allowed_bytes_) return nullptr;
+  if (config_.expandable_segments) return allocate_expandable(pool, stream, rounded_size);
   std::optional<uintptr_t> address;
   if (config_.release_lock_on_cudamalloc) {
     ScopedUnlock unlocked(lock);
@@ -124,24 +125,28 @@ Block* DeviceCachingAllocator::reserve_segment(BlockPool& pool, StreamId stream,
 
 // (d) Frees cached oversize blocks (>= max_split_size) on the request's pool and stream: the
 // smallest single one that is large enough, else the largest ones until enough is freed.
+// Expandable blocks are never released here (their free pages go back in step (e)).
 bool DeviceCachingAllocator::release_oversize_cached_blocks(BlockPool& pool, StreamId stream,
                                                             size_t rounded_size) {
   if (config_.max_split_size == kNoMaxSplitSize) return false;
   const size_t wanted = std::max(rounded_size, config_.max_split_size);
-  if (Block* fit = pool.lower_bound(stream, wanted)) {
+  Block* fit = pool.lower_bound(stream, wanted);
+  if (fit != nullptr && !fit->expandable) {
     // A split block cannot go back to the device on its own; PyTorch would free it anyway,
     // which corrupts its segment, so memsnap declines instead.
     if (fit->is_split()) return false;
     release_segment(fit);
     return true;
   }
-  // None is large enough alone: release the largest oversize blocks, largest first.
-  const std::vector<Block*> blocks = pool.ordered_blocks(stream);
+  // None is large enough alone (or the one that is, is expandable): release the largest
+  // oversize blocks below it, largest first.
+  std::vector<Block*> blocks = pool.ordered_blocks(stream);
+  if (fit != nullptr) blocks.erase(std::find(blocks.begin(), blocks.end(), fit), blocks.end());
   size_t released = 0;
   for (auto it = blocks.rbegin(); it != blocks.rend() && released < wanted; ++it) {
     Block* block = *it;
     if (block->size < config_.max_split_size) break;
-    if (!block->is_split()) {
+    if (!block->is_split() && !block->expandable) {
       released += block->size;
       release_segment(block);
     }
@@ -149,16 +154,30 @@ bool DeviceCachingAllocator::release_oversize_cached_blocks(BlockPool& pool, Str
   return released >= wanted;
 }
 
-// (e) and empty_cache(): wait for every pending free, then release every unsplit segment.
+// (e) and empty_cache(): wait for every pending free, then release every unsplit segment
+// and unmap the whole free pages of expandable segments.
 void DeviceCachingAllocator::release_all_cached_blocks() {
   synchronize_and_free_events();
-  release_unsplit_blocks(large_blocks_);
-  release_unsplit_blocks(small_blocks_);
+  release_cached_blocks(large_blocks_);
+  release_cached_blocks(small_blocks_);
 }
 
-void DeviceCachingAllocator::release_unsplit_blocks(BlockPool& pool) {
-  for (Block* block : pool.ordered_blocks())
-    if (!block->is_split()) release_segment(block);
+// In pool order, as PyTorch's release_blocks: unsplit segments go back as they are met;
+// expandable blocks are gathered first and unmapped afterwards, and an expandable segment
+// left with nothing mapped releases its address space.
+void DeviceCachingAllocator::release_cached_blocks(BlockPool& pool) {
+  std::vector<Block*> to_unmap;
+  for (Block* block : pool.ordered_blocks()) {
+    if (block->expandable)
+      to_unmap.push_back(block);
+    else if (!block->is_split())
+      release_segment(block);
+  }
+  // Unmapping merges only unmapped blocks, so the free blocks gathered stay valid.
+  for (Block* block : to_unmap) {
+    Block* unmapped = unmap_free_pages(block);
+    if (unmapped != nullptr && !unmapped->is_split()) release_expandable_segment(unmapped);
+  }
 }
 
 // Returns a free, unsplit block's whole segment to the device.
@@ -199,7 +218,7 @@ void DeviceCachingAllocator::garbage_collect_cached_blocks() {
     freed_any = false;
     for (Block* block : large_blocks_.ordered_blocks()) {
       const uint64_t age = large_blocks_.age_of(block);
-      if (!block->is_split() && static_cast<double>(age) >= age_threshold) {
+      if (!block->is_split() && !block->expandable && static_cast<double>(age) >= age_threshold) {
         freed_any = true;
         reclaimed += block->size;
         total_age -= age;

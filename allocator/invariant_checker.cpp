@@ -30,6 +30,25 @@ void compare(std::vector<std::string>& problems, const char* name, const StatArr
   }
 }
 
+// Unmapped address space: whole pages, in its pool's unmapped set, never allocated or
+// waiting, never next to another unmapped range (they merge), only in expandable segments.
+void check_unmapped(std::vector<std::string>& problems, const std::string& at,
+                    const Segment& segment, const Block& block, const Block* previous) {
+  if (!segment.expandable) {
+    problems.push_back(at + ": unmapped, but its segment is not expandable");
+    return;
+  }
+  if ((block.address - segment.address) % segment.page_size != 0 ||
+      block.size % segment.page_size != 0)
+    problems.push_back(at + ": unmapped range not on page boundaries");
+  if (block.allocated || block.event_count != 0)
+    problems.push_back(at + ": unmapped but allocated or waiting for events");
+  if (previous != nullptr && !previous->mapped)
+    problems.push_back(at + ": two adjacent unmapped ranges (missed merge)");
+  if (!block.pool->holds_unmapped(&block))
+    problems.push_back(at + ": unmapped but not in its pool's unmapped set");
+}
+
 }  // namespace
 
 InvariantReport InvariantChecker::check(const DeviceCachingAllocator& allocator) {
@@ -40,14 +59,22 @@ InvariantReport InvariantChecker::check(const DeviceCachingAllocator& allocator)
   Expected expected;
   std::set<const Block*> free_blocks;
   std::map<const Block*, int> pending;  // block -> events expected
+  size_t unmapped_blocks = 0;
 
   for (const auto& [address, segment_ptr] : allocator.segments_) {
     const Segment& segment = *segment_ptr;
     const std::string where = "segment " + std::to_string(address);
     const bool small = segment.small_pool;
-    expected.add(expected.stats.segment, small, 1);
-    expected.add(expected.stats.reserved_bytes, small, static_cast<int64_t>(segment.size));
-    if (segment.size >= config.max_split_size) expected.stats.oversize_segments.increase(1);
+    // An expandable segment counts its mapped bytes as reserved, and is not a "segment" in
+    // the statistics (PyTorch's accounting).
+    if (!segment.expandable) {
+      expected.add(expected.stats.segment, small, 1);
+      expected.add(expected.stats.reserved_bytes, small, static_cast<int64_t>(segment.size));
+      if (segment.size >= config.max_split_size) expected.stats.oversize_segments.increase(1);
+    } else if (segment.page_size == 0 || segment.size % segment.page_size != 0) {
+      problems.push_back(where + ": expandable segment size is not whole pages");
+      continue;
+    }
     if (segment.head == nullptr || segment.head->address != segment.address ||
         segment.head->prev != nullptr) {
       problems.push_back(where + ": head block missing or misplaced");
@@ -72,6 +99,17 @@ InvariantReport InvariantChecker::check(const DeviceCachingAllocator& allocator)
         problems.push_back(at + ": size not a positive multiple of 512");
       if (block->allocated && block->event_count != 0)
         problems.push_back(at + ": allocated with pending events");
+      if (block->expandable != segment.expandable)
+        problems.push_back(at + ": disagrees with its segment on being expandable");
+      if (!block->mapped) {
+        check_unmapped(problems, at, segment, *block, previous);
+        ++unmapped_blocks;
+        cursor += block->size;
+        previous = block;
+        continue;
+      }
+      if (segment.expandable)
+        expected.add(expected.stats.reserved_bytes, small, static_cast<int64_t>(block->size));
       const bool is_free = block->is_free();
       if (is_free && previous != nullptr && previous->is_free())
         problems.push_back(at + ": two adjacent free blocks (missed merge)");
@@ -94,7 +132,7 @@ InvariantReport InvariantChecker::check(const DeviceCachingAllocator& allocator)
         free_blocks.insert(block);
         if (!block->pool->contains(block))
           problems.push_back(at + ": free but not in its pool");
-        if (block->is_split()) {
+        if (block->is_split() && !segment.expandable) {
           expected.add(expected.stats.inactive_split, small, 1);
           expected.add(expected.stats.inactive_split_bytes, small, size);
         }
@@ -116,6 +154,9 @@ InvariantReport InvariantChecker::check(const DeviceCachingAllocator& allocator)
   }
   if (free_blocks.size() != allocator.small_blocks_.size() + allocator.large_blocks_.size())
     problems.push_back("pools and segments disagree on the number of free blocks");
+  if (unmapped_blocks !=
+      allocator.small_blocks_.unmapped_count() + allocator.large_blocks_.unmapped_count())
+    problems.push_back("pools and segments disagree on the number of unmapped ranges");
 
   allocator.live_blocks_.for_each([&](uintptr_t address, const Block* block) {
     if (block->address != address || !block->allocated)

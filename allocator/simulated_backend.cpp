@@ -92,16 +92,21 @@ std::optional<uintptr_t> SimulatedBackend::place(int device, DeviceState& state,
   return std::nullopt;
 }
 
+// Whether a request for `bytes` of memory fails: the device is full, or a test asked for it.
+bool SimulatedBackend::take_failure(int device, DeviceState& d, size_t bytes) {
+  if (bytes == 0 || d.used + bytes > options_.capacity_bytes || bytes > kDeviceSpan) return true;
+  if (d.failures_pending > 0) {
+    --d.failures_pending;
+    return true;
+  }
+  return failure_hook_ && failure_hook_(device, bytes);
+}
+
 std::optional<uintptr_t> SimulatedBackend::reserve(int device, size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   DeviceState& d = state(device);
   ++reserve_calls_;
-  bool fail = bytes == 0 || d.used + bytes > options_.capacity_bytes || bytes > kDeviceSpan;
-  if (!fail && d.failures_pending > 0) {
-    --d.failures_pending;
-    fail = true;
-  }
-  if (!fail && failure_hook_ && failure_hook_(device, bytes)) fail = true;
+  const bool fail = take_failure(device, d, bytes);
   std::optional<uintptr_t> address;
   if (!fail) address = place(device, d, bytes);
   if (!address) {
@@ -123,6 +128,89 @@ void SimulatedBackend::release(int device, uintptr_t address, size_t bytes) {
   d.reserved.erase(it);
   d.used -= bytes;
   return_range(address, bytes);
+}
+
+bool SimulatedBackend::supports_expandable_segments(int device) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  state(device);
+  return options_.supports_expandable_segments;
+}
+
+std::optional<uintptr_t> SimulatedBackend::reserve_address_space(int device, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  DeviceState& d = state(device);
+  if (!options_.supports_expandable_segments)
+    throw DeviceError("simulated backend: this device was set up without expandable segments");
+  if (bytes == 0 || bytes > kDeviceSpan) return std::nullopt;
+  const std::optional<uintptr_t> address = place(device, d, bytes);
+  if (address) d.address_spaces.emplace(*address, bytes);
+  return address;
+}
+
+void SimulatedBackend::release_address_space(int device, uintptr_t address, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  DeviceState& d = state(device);
+  auto it = d.address_spaces.find(address);
+  if (it == d.address_spaces.end() || it->second != bytes)
+    throw DeviceError("simulated backend: release of address space that is not reserved (address " +
+                      std::to_string(address) + ", " + std::to_string(bytes) + " bytes)");
+  auto page = d.mapped_pages.lower_bound(address);
+  if (page != d.mapped_pages.end() && page->first < address + bytes)
+    throw DeviceError("simulated backend: address space released with pages still mapped (" +
+                      std::to_string(page->first) + ")");
+  d.address_spaces.erase(it);
+  return_range(address, bytes);
+}
+
+bool SimulatedBackend::inside_address_space(const DeviceState& d, uintptr_t address,
+                                            size_t bytes) const {
+  auto it = d.address_spaces.upper_bound(address);
+  if (it == d.address_spaces.begin()) return false;
+  --it;
+  return address >= it->first && bytes <= it->second && address - it->first <= it->second - bytes;
+}
+
+bool SimulatedBackend::map_pages(int device, uintptr_t address, size_t bytes, size_t page_size) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  DeviceState& d = state(device);
+  if (page_size == 0 || bytes == 0 || bytes % page_size != 0 ||
+      !inside_address_space(d, address, bytes))
+    throw DeviceError("simulated backend: mapping of pages outside reserved address space (" +
+                      std::to_string(address) + ", " + std::to_string(bytes) + " bytes)");
+  auto next = d.mapped_pages.lower_bound(address);
+  if ((next != d.mapped_pages.end() && next->first < address + bytes) ||
+      (next != d.mapped_pages.begin() && std::prev(next)->first + std::prev(next)->second > address))
+    throw DeviceError("simulated backend: mapping of a page that is already mapped (" +
+                      std::to_string(address) + ")");
+  ++map_calls_;
+  if (take_failure(device, d, bytes)) {
+    ++failed_reserves_;
+    return false;
+  }
+  for (size_t offset = 0; offset < bytes; offset += page_size)
+    d.mapped_pages.emplace_hint(d.mapped_pages.end(), address + offset, page_size);
+  d.used += bytes;
+  return true;
+}
+
+void SimulatedBackend::unmap_pages(int device, uintptr_t address, size_t bytes, size_t page_size,
+                                   StreamId stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  DeviceState& d = state(device);
+  if (page_size == 0 || bytes == 0 || bytes % page_size != 0)
+    throw DeviceError("simulated backend: unmapping a range that is not whole pages");
+  for (size_t offset = 0; offset < bytes; offset += page_size) {
+    auto page = d.mapped_pages.find(address + offset);
+    if (page == d.mapped_pages.end() || page->second != page_size)
+      throw DeviceError("simulated backend: unmapping a page that is not mapped (" +
+                        std::to_string(address + offset) + ")");
+  }
+  ++unmap_calls_;
+  // Unmapping waits for the stream, so everything recorded on it has completed.
+  for (auto& [handle, event] : events_)
+    if (event.stream == stream) event.completed = true;
+  d.mapped_pages.erase(d.mapped_pages.find(address), d.mapped_pages.lower_bound(address + bytes));
+  d.used -= bytes;
 }
 
 DeviceMemoryInfo SimulatedBackend::memory_info(int device) {
@@ -208,6 +296,28 @@ size_t SimulatedBackend::used_bytes(int device) const {
 size_t SimulatedBackend::live_segments(int device) const {
   std::lock_guard<std::mutex> lock(mutex_);
   return state(device).reserved.size();
+}
+
+size_t SimulatedBackend::mapped_bytes(int device) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t bytes = 0;
+  for (const auto& [address, size] : state(device).mapped_pages) bytes += size;
+  return bytes;
+}
+
+size_t SimulatedBackend::address_spaces(int device) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return state(device).address_spaces.size();
+}
+
+uint64_t SimulatedBackend::map_calls() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return map_calls_;
+}
+
+uint64_t SimulatedBackend::unmap_calls() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return unmap_calls_;
 }
 
 size_t SimulatedBackend::live_events() const {

@@ -7,6 +7,12 @@
 // give segments the addresses a recorded run got). Tests control when events complete and
 // can make reservations fail. Releasing a range that is not reserved throws, so a double
 // free in the policy cannot go unnoticed.
+//
+// Expandable segments: address space is reserved like a segment but uses no memory; pages
+// mapped into it count against the capacity as they are mapped. Mapping a page twice,
+// outside reserved space, or unmapping one that is not mapped throws, as does releasing
+// address space with pages still mapped. Fault injection (fail_next_reserves, the failure
+// hook) applies to page mapping too: it is how the device runs out of memory there.
 #pragma once
 
 #include <functional>
@@ -27,6 +33,7 @@ class SimulatedBackend final : public DeviceBackend {
     // When true, an event counts as complete as soon as it is queried; when false it stays
     // pending until complete_events()/complete_all_events() or a synchronize.
     bool events_complete_immediately = true;
+    bool supports_expandable_segments = true;
   };
 
   SimulatedBackend() : SimulatedBackend(Options{}) {}
@@ -39,13 +46,19 @@ class SimulatedBackend final : public DeviceBackend {
   DeviceMemoryInfo memory_info(int device) override;
   EventHandle record_event(int device, StreamId stream) override;
   StreamId create_stream(int device) override;
+  bool supports_expandable_segments(int device) override;
+  std::optional<uintptr_t> reserve_address_space(int device, size_t bytes) override;
+  void release_address_space(int device, uintptr_t address, size_t bytes) override;
+  bool map_pages(int device, uintptr_t address, size_t bytes, size_t page_size) override;
+  void unmap_pages(int device, uintptr_t address, size_t bytes, size_t page_size,
+                   StreamId stream) override;
   bool event_completed(EventHandle event) override;
   void synchronize_event(EventHandle event) override;
   void release_event(EventHandle event) override;
 
   // --- controls for tests and replay ---
-  // The next successful reservation on `device` gets `address` if that range is free
-  // (else the usual placement); 0 clears the wish.
+  // The next successful reservation (of a segment or of address space) on `device` gets
+  // `address` if that range is free (else the usual placement); 0 clears the wish.
   void prefer_address_for_next_reserve(int device, uintptr_t address);
   void fail_next_reserves(int device, int count);
   // Called before each reservation; returning true makes it fail as out of memory.
@@ -57,6 +70,10 @@ class SimulatedBackend final : public DeviceBackend {
   // --- observations ---
   size_t used_bytes(int device) const;
   size_t live_segments(int device) const;
+  size_t mapped_bytes(int device) const;       // pages mapped into address space (in used_bytes)
+  size_t address_spaces(int device) const;     // reserved ranges for expandable segments
+  uint64_t map_calls() const;
+  uint64_t unmap_calls() const;
   size_t live_events() const;
   uint64_t reserve_calls() const;
   uint64_t failed_reserves() const;
@@ -65,6 +82,8 @@ class SimulatedBackend final : public DeviceBackend {
  private:
   struct DeviceState {
     std::map<uintptr_t, size_t> reserved;  // address -> bytes
+    std::map<uintptr_t, size_t> address_spaces;  // address -> bytes, no memory behind them
+    std::map<uintptr_t, size_t> mapped_pages;    // page address -> page size
     size_t used = 0;
     int failures_pending = 0;
     std::optional<uintptr_t> preferred_address;
@@ -77,6 +96,8 @@ class SimulatedBackend final : public DeviceBackend {
   DeviceState& state(int device);
   const DeviceState& state(int device) const;
   std::optional<uintptr_t> place(int device, DeviceState& state, size_t bytes);
+  bool take_failure(int device, DeviceState& state, size_t bytes);
+  bool inside_address_space(const DeviceState& state, uintptr_t address, size_t bytes) const;
   bool take_range(uintptr_t address, size_t bytes);
   void return_range(uintptr_t address, size_t bytes);
 
@@ -92,6 +113,8 @@ class SimulatedBackend final : public DeviceBackend {
   std::function<bool(int, size_t)> failure_hook_;
   uint64_t reserve_calls_ = 0;
   uint64_t failed_reserves_ = 0;
+  uint64_t map_calls_ = 0;
+  uint64_t unmap_calls_ = 0;
 };
 
 }  // namespace memsnap

@@ -211,11 +211,5 @@ TEST(CachingPolicy, DevicesKeepSeparatePoolsAndStatistics) {
   EXPECT_CONSISTENT(h);
 }
 
-TEST(CachingPolicy, ExpandableSegmentsAreRejectedUntilSupported) {
-  auto backend = std::make_shared<SimulatedBackend>();
-  EXPECT_THROW(CachingAllocator(backend, config_from("expandable_segments:True")),
-               std::invalid_argument);
-}
-
 }  // namespace
 }  // namespace memsnap::testing

@@ -10,9 +10,8 @@
 namespace memsnap::testing {
 namespace {
 
-TEST(Concurrency, ThreadsAllocatingAndFreeingConcurrentlyKeepEveryInvariant) {
-  Harness h("max_split_size_mb:64", size_t{4} << 30, /*devices=*/2,
-            /*events_complete_immediately=*/true);
+void allocate_and_free_on_threads(const std::string& config) {
+  Harness h(config, size_t{4} << 30, /*devices=*/2, /*events_complete_immediately=*/true);
   constexpr int kThreads = 6;
   constexpr int kOperationsPerThread = 200000 / kWorkDivisor;
   std::atomic<int64_t> ooms{0};
@@ -67,6 +66,15 @@ TEST(Concurrency, ThreadsAllocatingAndFreeingConcurrentlyKeepEveryInvariant) {
     EXPECT_EQ(h.segments(d), 0);
   }
   EXPECT_EQ(h.backend->live_events(), 0u);
+}
+
+TEST(Concurrency, ThreadsAllocatingAndFreeingConcurrentlyKeepEveryInvariant) {
+  allocate_and_free_on_threads("max_split_size_mb:64");
+}
+
+// Mapping and unmapping pages while other threads allocate, free and empty the cache.
+TEST(Concurrency, ThreadsOnExpandableSegmentsKeepEveryInvariant) {
+  allocate_and_free_on_threads("expandable_segments:True");
 }
 
 TEST(Concurrency, ReleaseLockOnDeviceMallocStaysConsistent) {

@@ -72,6 +72,62 @@ TEST_F(CudaAllocator, ImpossibleRequestRaisesOutOfMemoryWithDeviceFigures) {
   allocator.deallocate(ok);
 }
 
+// expandable_segments:True through the driver's virtual memory API: the pages mapped hold
+// real memory, a segment grows in place, and emptying the cache gives the pages back.
+TEST_F(CudaAllocator, ExpandableSegmentsGrowInPlaceAndGiveWholePagesBack) {
+  if (!backend_->supports_expandable_segments(0))
+    GTEST_SKIP() << "this device or driver cannot map memory into reserved address space";
+  constexpr size_t kMiB = 1 << 20;
+  CachingAllocator allocator(backend_, parse_allocator_config("expandable_segments:True").value());
+  auto* a = static_cast<char*>(allocator.allocate(3 * kMiB));
+  auto* b = static_cast<char*>(allocator.allocate(30 * kMiB));
+  auto* c = static_cast<char*>(allocator.allocate(300 * kMiB));
+  EXPECT_EQ(b, a + 3 * kMiB);  // the same range grows: PyTorch's layout
+  EXPECT_EQ(c, a + 33 * kMiB);
+  ASSERT_EQ(cudaMemset(a, 0x11, 333 * kMiB), cudaSuccess);  // across every mapped page
+  unsigned char byte = 0;
+  ASSERT_EQ(cudaMemcpy(&byte, c + 300 * kMiB - 1, 1, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(byte, 0x11);
+  DeviceStats stats = allocator.device_stats(0);
+  EXPECT_EQ(stats.reserved_bytes[kAggregate].current, static_cast<int64_t>(340 * kMiB));
+  EXPECT_EQ(stats.num_device_alloc, 3);
+  EXPECT_TRUE(allocator.check_invariants().empty());
+
+  const size_t free_before = backend_->memory_info(0).free_bytes;
+  allocator.deallocate(b);
+  allocator.deallocate(c);
+  allocator.empty_cache();  // pages [20, 340) MiB lie wholly in the free bytes
+  EXPECT_EQ(allocator.device_stats(0).reserved_bytes[kAggregate].current,
+            static_cast<int64_t>(20 * kMiB));
+  EXPECT_GE(backend_->memory_info(0).free_bytes, free_before + 300 * kMiB);  // really returned
+  auto* d = static_cast<char*>(allocator.allocate(100 * kMiB));
+  EXPECT_EQ(d, a + 3 * kMiB);  // grows over the free bytes and remaps pages after them
+  ASSERT_EQ(cudaMemset(d, 0x22, 100 * kMiB), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  allocator.deallocate(d);
+  allocator.deallocate(a);
+  EXPECT_TRUE(allocator.check_invariants().empty());
+  allocator.empty_cache();
+  EXPECT_EQ(allocator.device_stats(0).reserved_bytes[kAggregate].current, 0);
+}
+
+TEST_F(CudaAllocator, ExpandableSegmentsRunOutOfMemoryCleanly) {
+  if (!backend_->supports_expandable_segments(0))
+    GTEST_SKIP() << "this device or driver cannot map memory into reserved address space";
+  CachingAllocator allocator(backend_, parse_allocator_config("expandable_segments:True").value());
+  const size_t total = backend_->memory_info(0).total_bytes;
+  const size_t free_before = backend_->memory_info(0).free_bytes;
+  EXPECT_THROW(allocator.allocate(total + total / 16), OutOfMemoryError);
+  EXPECT_EQ(allocator.device_stats(0).num_ooms, 1);
+  EXPECT_EQ(allocator.device_stats(0).reserved_bytes[kAggregate].current, 0);
+  // Pages created before the device ran out were released again.
+  EXPECT_GE(backend_->memory_info(0).free_bytes + (64 << 20), free_before);
+  void* ok = allocator.allocate(1 << 20);
+  ASSERT_EQ(cudaMemset(ok, 0, 1 << 20), cudaSuccess);
+  allocator.deallocate(ok);
+  EXPECT_TRUE(allocator.check_invariants().empty());
+}
+
 TEST_F(CudaAllocator, MemoryFractionCapsReservationsOnTheDevice) {
   CachingAllocator allocator(backend_);
   allocator.set_memory_fraction(0.01, 0);  // ~800 MB of an 80 GB card

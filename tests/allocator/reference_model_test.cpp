@@ -1,10 +1,12 @@
-// A million random operations, each checked against the naive reference allocator (same
-// addresses, same statistics) and by the invariant checker.
+// A million random operations, each checked against a naive reference allocator (same
+// addresses, same statistics) and by the invariant checker: reference_allocator.h for the
+// usual segments, reference_expandable.h for expandable_segments:True.
 #include <random>
 
 #include "tests/test_scale.h"
 #include "allocator_harness.h"
 #include "reference_allocator.h"
+#include "reference_expandable.h"
 
 namespace memsnap::testing {
 namespace {
@@ -28,12 +30,12 @@ size_t random_size(std::mt19937_64& rng) {
   return log_uniform(23, 27);                       // up to 256 MiB
 }
 
-TEST_P(ReferenceModel, AgreesOnEveryAddressAndStatistic) {
-  const Workload workload = GetParam();
+template <typename Reference>
+void agree_on_every_address_and_statistic(const Workload& workload) {
   constexpr size_t kCapacity = size_t{1} << 30;
   constexpr int kOperations = 250000 / kWorkDivisor;
   Harness h(workload.config, kCapacity);
-  ReferenceAllocator reference(config_from(workload.config), kCapacity);
+  Reference reference(config_from(workload.config), kCapacity);
   std::mt19937_64 rng(workload.seed);
   std::vector<uintptr_t> live;
   int ooms = 0;
@@ -74,17 +76,28 @@ TEST_P(ReferenceModel, AgreesOnEveryAddressAndStatistic) {
     ASSERT_EQ(stats.inactive_split_bytes[kAggregate].current, totals.inactive_split_bytes)
         << "step " << step;
     ASSERT_EQ(stats.num_alloc_retries, totals.retries) << "step " << step;
+    ASSERT_EQ(static_cast<int64_t>(h.backend->used_bytes(0)), stats.reserved_bytes[kAggregate].current)
+        << "step " << step << ": the device and the statistics disagree on reserved memory";
     const auto problems = h.allocator.check_invariants();
     ASSERT_TRUE(problems.empty()) << "step " << step << ": " << ::testing::PrintToString(problems);
   }
   EXPECT_GT(ooms, 0) << "the workload should exercise the out-of-memory path";
   EXPECT_GT(h.stats().num_alloc_retries, 0);
   EXPECT_GT(h.stats().num_device_free, 0);
-  RecordProperty("ooms", ooms);
+  ::testing::Test::RecordProperty("ooms", ooms);
+}
+
+TEST_P(ReferenceModel, AgreesOnEveryAddressAndStatistic) {
+  const Workload workload = GetParam();
+  if (config_from(workload.config).expandable_segments)
+    agree_on_every_address_and_statistic<ReferenceExpandable>(workload);
+  else
+    agree_on_every_address_and_statistic<ReferenceAllocator>(workload);
 }
 
 std::string workload_name(const ::testing::TestParamInfo<Workload>& param) {
-  const char* names[] = {"Defaults", "MaxSplitSize", "PowerTwoDivisions", "NonSplitRounding"};
+  const char* names[] = {"Defaults", "MaxSplitSize", "PowerTwoDivisions", "NonSplitRounding",
+                         "ExpandableSegments", "ExpandableWithMaxSplitSize"};
   return names[param.index];
 }
 
@@ -92,7 +105,9 @@ INSTANTIATE_TEST_SUITE_P(
     Configs, ReferenceModel,
     ::testing::Values(Workload{"", 1}, Workload{"max_split_size_mb:40", 2},
                       Workload{"roundup_power2_divisions:[1:4,16:8,>:2]", 3},
-                      Workload{"max_split_size_mb:64,max_non_split_rounding_mb:30", 4}),
+                      Workload{"max_split_size_mb:64,max_non_split_rounding_mb:30", 4},
+                      Workload{"expandable_segments:True", 5},
+                      Workload{"expandable_segments:True,max_split_size_mb:40", 6}),
     workload_name);
 
 }  // namespace
