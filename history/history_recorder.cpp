@@ -172,9 +172,32 @@ void HistoryRecorder::on_segment_free(int device, const Segment& segment) {
          capture(*record));
 }
 
-void HistoryRecorder::on_oom(int device, const OomInfo& info) {
-  DeviceRecord* record = record_at(device, HistoryLevel::kAll);
+void HistoryRecorder::on_segment_map(int device, const Segment& segment, uintptr_t address,
+                                     size_t bytes) {
+  DeviceRecord* record = record_at(device, HistoryLevel::kState);
   if (record == nullptr) return;
+  // As for a new segment, the allocation that needed these pages follows on this thread.
+  record->segment_stack = capture(*record);
+  if (record->settings.level >= HistoryLevel::kAll)
+    push(*record, TraceAction::kSegmentMap, address, bytes, segment.stream, record->segment_stack);
+}
+
+void HistoryRecorder::on_segment_unmap(int device, const Segment& segment, uintptr_t address,
+                                       size_t bytes) {
+  DeviceRecord* record = record_at(device, HistoryLevel::kState);
+  if (record == nullptr) return;
+  record->last_allocations.forget(address, bytes);  // unmapped bytes keep no history
+  if (record->settings.level >= HistoryLevel::kAll)
+    push(*record, TraceAction::kSegmentUnmap, address, bytes, segment.stream, capture(*record));
+}
+
+void HistoryRecorder::on_oom(int device, const OomInfo& info) {
+  DeviceRecord* record = record_at(device, HistoryLevel::kState);
+  if (record == nullptr) return;
+  // Pages mapped for this request before it failed serve no allocation: their stack must not
+  // be handed to the next one.
+  record->segment_stack = kNoStack;
+  if (record->settings.level < HistoryLevel::kAll) return;
   // Like PyTorch, the address of an oom entry holds the device's free bytes at the time
   // (what explain-oom and replay need), and `size` the request.
   push(*record, TraceAction::kOom, info.device_free_bytes, info.requested_bytes, info.stream,

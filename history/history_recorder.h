@@ -112,6 +112,9 @@ class HistoryRecorder final : public AllocatorObserver {
   void on_free_completed(int device, const Block& block) override;
   void on_segment_alloc(int device, const Segment& segment) override;
   void on_segment_free(int device, const Segment& segment) override;
+  void on_segment_map(int device, const Segment& segment, uintptr_t address, size_t bytes) override;
+  void on_segment_unmap(int device, const Segment& segment, uintptr_t address,
+                        size_t bytes) override;
   void on_oom(int device, const OomInfo& info) override;
 
  private:
