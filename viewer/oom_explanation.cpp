@@ -169,6 +169,7 @@ void replay_settings(const Snapshot& snapshot, const AllocatorConfig& recorded, 
   }
   add("roundup_power2_divisions:4");
   if (recorded.max_split_size == kNoMaxSplitSize) add("max_split_size_mb:128,roundup_power2_divisions:4");
+  add("expandable_segments:True");
   for (const auto& [text, is_recorded] : candidates) {
     Result<AllocatorConfig> config = parse_allocator_config(text);
     if (!config) continue;
@@ -197,8 +198,6 @@ void replay_settings(const Snapshot& snapshot, const AllocatorConfig& recorded, 
       x.settings.push_back(setting);
     }
   }
-  if (x.settings_note.empty())
-    x.settings_note = "expandable_segments:True is not simulated yet";
 }
 
 }  // namespace
@@ -243,10 +242,7 @@ Result<OomExplanation> explain_oom(const Snapshot& snapshot, std::optional<int64
     if (trace[i].action != TraceAction::kSnapshot) ++x.events_after_oom;
   measure_state(snapshot, recorded, x);
   diagnose(x);
-  if (recorded.expandable_segments)
-    x.settings_note = "the run used expandable_segments:True, which the simulator does not model yet";
-  else
-    replay_settings(snapshot, recorded, x);
+  replay_settings(snapshot, recorded, x);
   return x;
 }
 

@@ -1,6 +1,7 @@
 #include "viewer/snapshot_replay.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -37,12 +38,25 @@ bool erase_one(std::unordered_multiset<uint64_t>& set, uint64_t value) {
 
 class SegmentWatcher final : public AllocatorObserver {
  public:
-  void on_segment_alloc(int, const Segment& segment) override { sizes.push_back(segment.size); }
+  void on_segment_alloc(int, const Segment& segment) override {
+    sizes.push_back(segment.size);
+    addresses.push_back(segment.address);
+  }
   void on_segment_free(int, const Segment& segment) override {
     released.insert(segment.address);
     ++frees;
   }
+  // Expandable segments: a mapping is a device allocation, an unmapping a release.
+  void on_segment_map(int, const Segment&, uintptr_t address, size_t bytes) override {
+    sizes.push_back(bytes);
+    addresses.push_back(address);
+  }
+  void on_segment_unmap(int, const Segment&, uintptr_t address, size_t) override {
+    released.insert(address);
+    ++frees;
+  }
   std::vector<uint64_t> sizes;
+  std::vector<uint64_t> addresses;
   std::unordered_multiset<uint64_t> released;  // not yet matched with the trace's
   size_t frees = 0;
 };
@@ -146,7 +160,7 @@ class DeviceReplayer {
     }
     allocator.set_observer(nullptr);
     out_.stats = allocator.device_stats(0);
-    out_.replayed_segment_allocs = std::move(watcher_.sizes);
+    out_.replayed_segment_allocs = watcher_.sizes;  // a copy: the final comparison still pairs them
     out_.replayed_segment_frees = watcher_.frees;
     compare_segment_allocs();
     compare_final_state(allocator.device(0).segment_records());
@@ -247,6 +261,34 @@ class DeviceReplayer {
   // recovers further by itself if it must. Releases followed by anything else are the
   // program's empty_cache, which releases everything cached.
   void segment_released(const TraceEntry& e) {
+    TraceEntry released = e;
+    if (e.action == TraceAction::kSegmentUnmap) released.address = to_replay_address(e.address);
+    release_as_recorded(released);
+  }
+
+  // An expandable segment's address space may lie elsewhere in the replay than it did in the
+  // recording (its size follows the device's memory, which a snapshot may not record, so the
+  // recorded place can be taken). Pages keep their offsets, so a recorded address translates
+  // by the offset between the recorded and the replayed mapping of the nearest page mapped at
+  // or below it; mappings are paired in order while their sizes agree.
+  uint64_t to_replay_address(uint64_t recorded) {
+    const size_t paired = std::min({recorded_segment_addresses_.size(), watcher_.addresses.size(),
+                                    watcher_.sizes.size()});
+    for (; paired_mappings_ < paired; ++paired_mappings_) {
+      const size_t i = paired_mappings_;
+      if (out_.recorded_segment_allocs[i] != watcher_.sizes[i]) {
+        paired_mappings_ = SIZE_MAX;  // out of step: no more pairs can be trusted
+        break;
+      }
+      address_offsets_[recorded_segment_addresses_[i]] =
+          watcher_.addresses[i] - recorded_segment_addresses_[i];
+    }
+    auto it = address_offsets_.upper_bound(recorded);
+    if (it == address_offsets_.begin()) return recorded;
+    return recorded + std::prev(it)->second;
+  }
+
+  void release_as_recorded(const TraceEntry& e) {
     if (erase_one(watcher_.released, e.address)) return;
     size_t next = index_ + 1;
     while (next < trace_.size() && is_segment_shrink(trace_[next].action)) ++next;
@@ -287,18 +329,20 @@ class DeviceReplayer {
   }
 
   void compare_final_state(const std::vector<SegmentRecord>& replayed) {
+    out_.final_segments_replayed = replayed.size();
     std::map<uint64_t, const SegmentRecord*> by_address;
     for (const SegmentRecord& r : replayed) by_address[r.address] = &r;
     for (const SnapshotSegment* s : final_segments_) {
       ++out_.final_segments_recorded;
-      auto it = by_address.find(s->address);
+      const uint64_t offset = s->is_expandable ? to_replay_address(s->address) - s->address : 0;
+      auto it = by_address.find(s->address + offset);
       if (it == by_address.end()) continue;
       const SegmentRecord& r = *it->second;
       bool same = r.size == s->total_size && r.blocks.size() == s->blocks.size();
       for (size_t i = 0; same && i < r.blocks.size(); ++i) {
         const BlockRecord& a = r.blocks[i];
         const SnapshotBlock& b = s->blocks[i];
-        same = a.address == b.address && a.size == b.size &&
+        same = a.address == b.address + offset && a.size == b.size &&
                (a.state == BlockState::kInactive) == (b.state == BlockState::kInactive);
       }
       if (same) ++out_.final_segments_matched;
@@ -313,6 +357,8 @@ class DeviceReplayer {
   CachingAllocator* allocator_ = nullptr;
   SegmentWatcher watcher_;
   std::vector<uint64_t> recorded_segment_addresses_;
+  std::map<uint64_t, uint64_t> address_offsets_;  // recorded mapping -> replay's minus it
+  size_t paired_mappings_ = 0;
   bool has_free_completed_ = false;
   size_t index_ = 0;
   std::unordered_map<uint64_t, void*> live_;         // recorded address -> replay's block

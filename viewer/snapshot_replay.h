@@ -12,7 +12,9 @@
 //     between allocations, i.e. the program called empty_cache): empty_cache;
 //   - oom: the failed request is tried again (it should fail again).
 // Under the recorded settings the replay must reproduce the recorded segment allocations,
-// same sizes in the same order; `matched_segment_allocs` counts positions that agree.
+// same sizes in the same order; `matched_segment_allocs` counts positions that agree. With
+// expandable segments, the page mappings (segment_map) are the segment allocations and the
+// unmappings (segment_unmap) the releases, as in PyTorch's num_device_alloc/free.
 #pragma once
 
 #include <cstdint>
@@ -71,6 +73,7 @@ struct DeviceReplay {
   // settings every segment should match (address, size, and each block's address, size and
   // whether it is free).
   size_t final_segments_recorded = 0;
+  size_t final_segments_replayed = 0;  // an expandable segment counts once per mapped run
   size_t final_segments_matched = 0;
   DeviceStats stats;
   std::vector<std::string> invariant_problems;

@@ -66,6 +66,7 @@ nlohmann::json device_json(const DeviceReplay& d) {
        fragmentation(s.reserved_bytes[kAggregate].peak, s.allocated_bytes[kAggregate].peak)},
       {"final_segments_recorded", d.final_segments_recorded},
       {"final_segments_matched", d.final_segments_matched},
+      {"final_segments_replayed", d.final_segments_replayed},
       {"invariant_problems", d.invariant_problems},
   };
 }
@@ -119,7 +120,7 @@ void device_text(std::ostringstream& out, const DeviceReplay& d) {
   row(out, "final reserved", bytes(d.recorded_final_reserved),
       format_bytes(s.reserved_bytes[kAggregate].current));
   row(out, "final segments", std::to_string(d.final_segments_recorded),
-      std::to_string(s.segment[kAggregate].current),
+      std::to_string(d.final_segments_replayed),
       std::to_string(d.final_segments_matched) + " identical to the snapshot's, block for block");
   row(out, "out-of-memory errors", std::to_string(d.recorded_ooms),
       std::to_string(d.reproduced_ooms + d.failed_allocs),

@@ -76,19 +76,47 @@ class Reconstruction {
       if (e.action == TraceAction::kSegmentFree)
         add_segment(e.address, e.size, e.stream, e.size <= kSmallBuffer);
     }
+    check_expandable_pages_start_unmapped();
     for (const SnapshotSegment& s : snapshot_.segments) {
-      if (!on_device(s)) continue;
-      if (s.is_expandable) {
-        // An expandable segment grows by segment_map events from its base; one mapped
-        // before the trace began cannot be rebuilt from the trace.
-        if (!first.contains(s.address))
-          problem("expandable segment at " + format_hex(s.address) +
-                  " was mapped before the trace began; its start state cannot be rebuilt");
-        continue;
-      }
+      if (!on_device(s) || s.is_expandable) continue;
       if (first.contains(s.address)) continue;
       add_segment(s.address, s.total_size, s.stream, s.is_small_pool());
     }
+  }
+
+  // Expandable segments are replayed from nothing mapped: the pages mapped at the end, less
+  // those the trace maps, plus those it unmaps (walking it backwards), must be none.
+  void check_expandable_pages_start_unmapped() {
+    std::map<uint64_t, uint64_t> mapped;  // start -> end, disjoint
+    auto remove = [&](uint64_t start, uint64_t end) {
+      if (start >= end) return;  // empty, or a hostile size that wraps
+      auto it = mapped.upper_bound(start);
+      if (it != mapped.begin()) --it;
+      while (it != mapped.end() && it->first < end) {
+        const auto [a, b] = *it;
+        it = mapped.erase(it);
+        if (b <= start) continue;
+        if (a < start) mapped.emplace(a, start);
+        if (b > end) mapped.emplace(end, b);
+      }
+    };
+    auto add = [&](uint64_t start, uint64_t end) {
+      if (start >= end) return;
+      remove(start, end);
+      mapped.emplace(start, end);
+    };
+    for (const SnapshotSegment& s : snapshot_.segments)
+      if (on_device(s) && s.is_expandable) add(s.address, s.address + s.total_size);
+    for (auto e = trace_->rbegin(); e != trace_->rend(); ++e) {
+      if (e->action == TraceAction::kSegmentMap) remove(e->address, e->address + e->size);
+      if (e->action == TraceAction::kSegmentUnmap) add(e->address, e->address + e->size);
+    }
+    if (mapped.empty()) return;
+    uint64_t bytes = 0;
+    for (const auto& [start, end] : mapped) bytes += end - start;
+    problem(std::to_string(bytes) + " bytes of expandable-segment pages (from " +
+            format_hex(mapped.begin()->first) +
+            ") were mapped before the trace began; the replay starts them unmapped");
   }
 
   StartSegment* segment_holding(uint64_t address) {

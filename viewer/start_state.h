@@ -9,7 +9,9 @@
 //     end with no alloc in the trace, was live at the start;
 //   - everything else in the starting segments was free.
 // The sizes of blocks that were freed in the trace are their rounded requests, widened to
-// the gap that follows when the split rules would not have cut that gap off. Anything the
+// the gap that follows when the split rules would not have cut that gap off. Expandable
+// segments are replayed from nothing mapped; pages mapped before the trace began are
+// reported, not rebuilt. Anything the
 // trace and the final state disagree on is reported, never guessed around.
 #pragma once
 

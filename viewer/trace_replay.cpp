@@ -17,6 +17,12 @@ class SegmentRecorder final : public AllocatorObserver {
     events.push_back(current_event);
   }
   void on_segment_free(int, const Segment&) override { ++frees; }
+  // Expandable segments grow by mapped pages: each mapping is a device allocation.
+  void on_segment_map(int, const Segment&, uintptr_t, size_t bytes) override {
+    sizes.push_back(bytes);
+    events.push_back(current_event);
+  }
+  void on_segment_unmap(int, const Segment&, uintptr_t, size_t) override { ++frees; }
   size_t current_event = 0;  // index of the trace event being replayed
   std::vector<size_t> sizes;
   std::vector<size_t> events;

@@ -133,12 +133,12 @@ struct Recording {
   std::unique_ptr<CachingAllocator> allocator;
   std::unique_ptr<HistoryRecorder> recorder;
 
-  explicit Recording(size_t max_entries) {
+  explicit Recording(size_t max_entries, const std::string& config = "") {
     SimulatedBackend::Options options;
     options.capacity_bytes = size_t{8} << 30;
     options.events_complete_immediately = false;
     backend = std::make_shared<SimulatedBackend>(options);
-    allocator = std::make_unique<CachingAllocator>(backend);
+    allocator = std::make_unique<CachingAllocator>(backend, parse_allocator_config(config).value());
     recorder = std::make_unique<HistoryRecorder>(*allocator);
     recorder->configure({HistoryLevel::kAll, max_entries, false});
   }
@@ -197,6 +197,59 @@ TEST(SnapshotReplay, AWrappedTraceRingIsReplayedFromTheReconstructedState) {
     EXPECT_FALSE(replay.devices[0].start.empty()) << what;
     EXPECT_GT(replay.devices[0].start.live_blocks, 0u) << what;
   }
+}
+
+TEST(SnapshotReplay, PyTorchExpandableSegmentsAreReproducedExactly) {
+  for (const char* name : {"pytorch-2.11-h100/expandable_streams.pickle",
+                           "pytorch-2.11-h100/expandable_frag.pickle",
+                           "pytorch-2.11-h100/transformer_expandable.msgpack.gz"}) {
+    const SnapshotReplay replay = replay_recorded(load(name));
+    expect_exact(replay, name);
+    EXPECT_EQ(replay.config, "expandable_segments:True") << name;
+    EXPECT_GT(replay.devices[0].recorded_segment_allocs.size(), 1u) << name;
+    EXPECT_EQ(replay.devices[0].replayed_segment_frees, replay.devices[0].recorded_segment_frees)
+        << name;
+  }
+  const SnapshotReplay replay = replay_recorded(load("pytorch-2.11/expandable_segments.pickle"));
+  expect_exact(replay, "expandable_segments");
+  EXPECT_EQ(replay.config, "expandable_segments:True");
+  const DeviceReplay& d = replay.devices[0];
+  EXPECT_EQ(d.recorded_segment_allocs,
+            (std::vector<uint64_t>{20 * kMiB, 20 * kMiB, 300 * kMiB, 100 * kMiB}));
+  EXPECT_EQ(d.final_segments_replayed, 1u);  // one run of mapped pages, block for block
+  EXPECT_EQ(d.stats.reserved_bytes[kAggregate].peak, static_cast<int64_t>(440 * kMiB));
+}
+
+TEST(SnapshotReplay, MemsnapRecordingWithExpandableSegmentsIsReproduced) {
+  Recording recording(1'000'000, "expandable_segments:True");
+  const Snapshot snapshot = recording.run(60);
+  size_t maps = 0, unmaps = 0;
+  for (const TraceEntry& e : snapshot.device_traces[0]) {
+    maps += e.action == TraceAction::kSegmentMap;
+    unmaps += e.action == TraceAction::kSegmentUnmap;
+    EXPECT_NE(e.action, TraceAction::kSegmentAlloc);
+  }
+  EXPECT_GT(maps, 5u);
+  EXPECT_GT(unmaps, 2u);  // the program's empty_cache unmaps free pages
+  for (const SnapshotSegment& s : snapshot.segments) EXPECT_TRUE(s.is_expandable);
+  const SnapshotReplay replay = replay_recorded(snapshot);
+  expect_exact(replay, "memsnap recording with expandable segments");
+  EXPECT_EQ(replay.devices[0].replayed_segment_frees, unmaps);
+  EXPECT_GT(replay.devices[0].empty_cache_calls, 0u);
+  // The same run under the usual segments reserves differently: the comparison is real.
+  SnapshotReplayOptions usual;
+  const SnapshotReplay other = replay_snapshot(snapshot, usual).value();
+  EXPECT_NE(other.devices[0].replayed_segment_allocs, replay.devices[0].replayed_segment_allocs);
+}
+
+TEST(SnapshotReplay, ExpandablePagesMappedBeforeTheTraceBeganAreReported) {
+  Recording recording(300, "expandable_segments:True");
+  const SnapshotReplay replay = replay_recorded(recording.run(80));
+  EXPECT_FALSE(replay.consistent());
+  ASSERT_FALSE(replay.devices[0].start.problems.empty());
+  EXPECT_NE(replay.devices[0].start.problems[0].find("mapped before the trace began"),
+            std::string::npos)
+      << replay.devices[0].start.problems[0];
 }
 
 TEST(SnapshotReplay, ALostEventIsReportedNotSilentlySimulated) {

@@ -46,8 +46,6 @@ AllocatorConfig parse_config(const std::string& text) {
 
 void replay_text_trace(const Options& options) {
   const AllocatorConfig config = parse_config(options.config);
-  if (config.expandable_segments)
-    throw CommandError("replay: expandable_segments:True is not supported by memsnap yet");
   if (!options.compare_configs.empty())
     throw CommandError("--compare-configs needs a snapshot (a text trace has no recorded settings)");
   Result<AllocationTrace> trace = read_allocation_trace(options.file);
