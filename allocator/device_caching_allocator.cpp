@@ -129,6 +129,16 @@ Block* DeviceCachingAllocator::finish_allocation(Block* block, size_t rounded_si
   return block;
 }
 
+// Merges the block after `block` into it (the lower address survives, so a segment's head
+// block never changes); the caller has taken both out of their pools.
+void DeviceCachingAllocator::absorb_next(Block* block) {
+  Block* next = block->next;
+  block->size += next->size;
+  block->next = next->next;
+  if (block->next) block->next->prev = block;
+  recycle_block(next);
+}
+
 // Splits `block` at `offset`, returning the new block for the upper part; both keep the
 // block's segment, stream, pool and mapping. Neither is put in a pool.
 Block* DeviceCachingAllocator::split_block_at(Block* block, size_t offset) {
@@ -199,20 +209,14 @@ Block* DeviceCachingAllocator::merge_free_neighbours(Block* block, int64_t& spli
     pool.erase(prev);
     split_blocks_change -= 1;
     split_bytes_change -= static_cast<int64_t>(prev->size);
-    prev->size += block->size;
-    prev->next = block->next;
-    if (prev->next) prev->next->prev = prev;
-    recycle_block(block);
+    absorb_next(prev);
     block = prev;
   }
   if (Block* next = block->next; next != nullptr && next->is_free()) {
     pool.erase(next);
     split_blocks_change -= 1;
     split_bytes_change -= static_cast<int64_t>(next->size);
-    block->size += next->size;
-    block->next = next->next;
-    if (block->next) block->next->prev = block;
-    recycle_block(next);
+    absorb_next(block);
   }
   return block;
 }

@@ -108,6 +108,7 @@ class DeviceCachingAllocator {
   Block* merge_free_neighbours(Block* block, int64_t& inactive_split_blocks_change,
                                int64_t& inactive_split_bytes_change);
   Block* split_block_at(Block* block, size_t offset);
+  void absorb_next(Block* block);
   Block* new_block();
   void recycle_block(Block* block);
   bool gc_enabled() const {

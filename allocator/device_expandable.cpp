@@ -147,18 +147,12 @@ Block* DeviceCachingAllocator::unmap_free_pages(Block* block) {
   middle->mapped = false;
   if (Block* prev = middle->prev; prev != nullptr && !prev->mapped) {
     pool.erase_unmapped(prev);
-    prev->size += middle->size;
-    prev->next = middle->next;
-    if (prev->next) prev->next->prev = prev;
-    recycle_block(middle);
+    absorb_next(prev);
     middle = prev;
   }
   if (Block* next = middle->next; next != nullptr && !next->mapped) {
     pool.erase_unmapped(next);
-    middle->size += next->size;
-    middle->next = next->next;
-    if (middle->next) middle->next->prev = middle;
-    recycle_block(next);
+    absorb_next(middle);
   }
   pool.insert_unmapped(middle);
   DeviceStats::decrease(stats_.reserved_bytes, pool.is_small(), static_cast<int64_t>(bytes));

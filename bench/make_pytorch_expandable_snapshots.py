@@ -2,6 +2,7 @@
 Recorded on a GPU, one process per case (the setting is read when CUDA starts):
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 bench/make_pytorch_expandable_snapshots.py OUT streams|frag"""
 import sys, torch
+from make_pytorch_test_snapshots import frag_oom  # the same program, run under this setting
 out, case = sys.argv[1], sys.argv[2]
 MiB = 1 << 20
 
@@ -38,20 +39,7 @@ def streams():
 
 def frag():
     # frag_oom.pickle's program (fragmentation under a 1 GiB cap) with expandable segments:
-    # memsnap's explain-oom predicts this setting avoids the error.
-    torch.cuda.memory._record_memory_history(max_entries=100000, stacks="python")
-    total = torch.cuda.get_device_properties(0).total_memory
-    torch.cuda.set_per_process_memory_fraction(1.0 * (1 << 30) / total)
-    big = torch.empty(960 * MiB, dtype=torch.uint8, device="cuda")
-    del big
-    keep = [torch.empty(40 * MiB, dtype=torch.uint8, device="cuda") for _ in range(24)]
-    for i in range(0, 24, 2):
-        keep[i] = None
-    try:
-        x = torch.empty(100 * MiB, dtype=torch.uint8, device="cuda")
-        print("frag with expandable segments: no OOM; reserved", torch.cuda.memory_reserved() >> 20, "MiB")
-    except torch.OutOfMemoryError as e:
-        print("frag with expandable segments: OOM", str(e)[:200])
-    torch.cuda.memory._dump_snapshot(out + "/expandable_frag.pickle")
+    # memsnap's explain-oom on frag_oom.pickle predicts this setting avoids the error.
+    frag_oom(out + "/expandable_frag.pickle")
 
 {"streams": streams, "frag": frag}[case]()

@@ -2,7 +2,6 @@
 on a GPU:  python3 bench/make_pytorch_test_snapshots.py OUT_FOLDER
 """
 import sys, torch
-out = sys.argv[1]
 MiB = 1 << 20
 
 def frag_oom(path):
@@ -18,6 +17,7 @@ def frag_oom(path):
         keep[i] = None
     try:
         x = torch.empty(100 * MiB, dtype=torch.uint8, device="cuda")
+        print("frag: no OOM; reserved", torch.cuda.memory_reserved() >> 20, "MiB")
     except torch.OutOfMemoryError as e:
         print("frag OOM:", str(e)[:300])
     torch.cuda.memory._dump_snapshot(path)
@@ -50,6 +50,8 @@ def streams_wrapped(path):
     torch.cuda.memory._dump_snapshot(path)
     torch.cuda.memory._record_memory_history(enabled=None)
 
-frag_oom(out + "/frag_oom.pickle")
-streams_wrapped(out + "/streams_wrapped.pickle")
-print("ok")
+if __name__ == "__main__":
+    out = sys.argv[1]
+    frag_oom(out + "/frag_oom.pickle")
+    streams_wrapped(out + "/streams_wrapped.pickle")
+    print("ok")
