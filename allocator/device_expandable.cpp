@@ -48,6 +48,9 @@ Block* DeviceCachingAllocator::allocate_expandable(BlockPool& pool, StreamId str
   }
   while (candidate->size < rounded_size) {
     Block* unmapped = candidate->next;
+    // The room found is contiguous, so unmapped bytes follow; the end of the address space
+    // is only reached by a request larger than it, which no device can map.
+    if (unmapped == nullptr || unmapped->mapped) return nullptr;
     candidate = map_block(unmapped, std::min(rounded_size - candidate->size, unmapped->size));
     if (candidate == nullptr) return nullptr;  // pages mapped so far stay cached
   }
