@@ -121,6 +121,8 @@ class DeviceCachingAllocator {
   bool run_free_memory_callbacks(AllocatorLock& lock);
   Block* reserve_segment(BlockPool& pool, StreamId stream, size_t rounded_size, bool is_retry,
                          AllocatorLock& lock);
+  Block* add_segment(BlockPool& pool, StreamId stream, uintptr_t address, size_t size,
+                     size_t page_size);
   bool release_oversize_cached_blocks(BlockPool& pool, StreamId stream, size_t rounded_size);
   void release_all_cached_blocks();
   void release_cached_blocks(BlockPool& pool);

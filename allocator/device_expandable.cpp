@@ -79,25 +79,7 @@ Block* DeviceCachingAllocator::new_expandable_segment(BlockPool& pool, StreamId 
   const size_t bytes = address_space_bytes(backend_.memory_info(device_).total_bytes, page);
   const std::optional<uintptr_t> address = backend_.reserve_address_space(device_, bytes);
   if (!address) return nullptr;
-  auto segment = std::make_unique<Segment>();
-  segment->device = device_;
-  segment->address = *address;
-  segment->size = bytes;
-  segment->stream = stream;
-  segment->small_pool = pool.is_small();
-  segment->expandable = true;
-  segment->page_size = page;
-  Block* block = new_block();
-  block->address = *address;
-  block->size = bytes;
-  block->stream = stream;
-  block->device = device_;
-  block->pool = &pool;
-  block->segment = segment.get();
-  block->expandable = true;
-  block->mapped = false;
-  segment->head = block;
-  segments_.emplace(*address, std::move(segment));
+  Block* block = add_segment(pool, stream, *address, bytes, page);
   pool.insert_unmapped(block);
   return block;
 }

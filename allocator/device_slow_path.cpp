@@ -99,27 +99,39 @@ Block* DeviceCachingAllocator::reserve_segment(BlockPool& pool, StreamId stream,
   }
   if (!address) return nullptr;
 
-  auto segment = std::make_unique<Segment>();
-  segment->device = device_;
-  segment->address = *address;
-  segment->size = size;
-  segment->stream = stream;
-  segment->small_pool = pool.is_small();
-  Block* block = new_block();
-  block->address = *address;
-  block->size = size;
-  block->stream = stream;
-  block->device = device_;
-  block->pool = &pool;
-  block->segment = segment.get();
-  segment->head = block;
-  const Segment& added = *segments_.emplace(*address, std::move(segment)).first->second;
-
+  Block* block = add_segment(pool, stream, *address, size, /*page_size=*/0);
+  const Segment& added = *block->segment;
   DeviceStats::increase(stats_.segment, pool.is_small(), 1);
   DeviceStats::increase(stats_.reserved_bytes, pool.is_small(), static_cast<int64_t>(size));
   if (size >= config_.max_split_size) stats_.oversize_segments.increase(1);
   stats_.num_device_alloc += 1;
   if (observer_) observer_->on_segment_alloc(device_, added);
+  return block;
+}
+
+// Records a segment the device just gave, covered by one block (not yet in any pool); a
+// page size makes it expandable, with nothing mapped yet.
+Block* DeviceCachingAllocator::add_segment(BlockPool& pool, StreamId stream, uintptr_t address,
+                                           size_t size, size_t page_size) {
+  auto segment = std::make_unique<Segment>();
+  segment->device = device_;
+  segment->address = address;
+  segment->size = size;
+  segment->stream = stream;
+  segment->small_pool = pool.is_small();
+  segment->expandable = page_size != 0;
+  segment->page_size = page_size;
+  Block* block = new_block();
+  block->address = address;
+  block->size = size;
+  block->stream = stream;
+  block->device = device_;
+  block->pool = &pool;
+  block->segment = segment.get();
+  block->expandable = segment->expandable;
+  block->mapped = !segment->expandable;
+  segment->head = block;
+  segments_.emplace(address, std::move(segment));
   return block;
 }
 
