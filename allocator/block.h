@@ -50,6 +50,10 @@ struct Block {
   // resets it on every allocation, so a tag never outlives the allocation it was set for.
   static constexpr uint32_t kNoObserverTag = ~uint32_t{0};
   mutable uint32_t observer_tag = kNoObserverTag;
+  // A guess an observer may keep with the block across allocations (history: where the
+  // block's last allocation sits in its tables). Never read or reset by the allocator; an
+  // observer must check it before trusting it, since blocks are recycled.
+  mutable uint32_t observer_hint = 0;
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
   // Free memory, ready for reuse (unmapped address space is not memory).
@@ -67,6 +71,7 @@ struct Segment {
   // `address`; reserved bytes are only the mapped ones.
   bool expandable = false;
   size_t page_size = 0;
+  mutable uint32_t observer_hint = 0;  // as Block::observer_hint
 };
 
 }  // namespace memsnap

@@ -1,4 +1,5 @@
 // memsnap_bench replay FILE.trace [--backend sim|cuda] [--passes N] [--json]
+//                      [--only off|nostack|cpp_stacks|fp_stacks]
 //
 // Replays an allocation trace through memsnap's caching allocator the way
 // ../shared/bench/torch_cca_replay.cpp replays it through PyTorch's: one cold pass that fills
@@ -80,7 +81,8 @@ double replay_ns_per_event(CachingAllocator& allocator, const AllocationTrace& t
 
 int usage() {
   std::fprintf(stderr,
-               "usage: memsnap_bench replay FILE.trace [--backend sim|cuda] [--passes N] [--json]\n");
+               "usage: memsnap_bench replay FILE.trace [--backend sim|cuda] [--passes N] [--json]\n"
+               "                            [--only off|nostack|cpp_stacks|fp_stacks]\n");
   return 2;
 }
 
@@ -96,14 +98,21 @@ int main(int argc, char** argv) {
   std::string backend_name = "sim";
   int passes = 5;
   bool json = false;
+  // Times one mode alone (the others print as 0), for a profiler's view of that mode.
+  std::string only;
   for (int i = 3; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--backend" && i + 1 < argc) backend_name = argv[++i];
     else if (arg == "--passes" && i + 1 < argc) passes = std::atoi(argv[++i]);
     else if (arg == "--json") json = true;
+    else if (arg == "--only" && i + 1 < argc) only = argv[++i];
     else return usage();
   }
   if (passes < 1 || passes > 100000) return usage();
+  if (!only.empty() && only != "off" && only != "nostack" && only != "cpp_stacks" &&
+      only != "fp_stacks")
+    return usage();
+  const auto timed = [&](const char* mode) { return only.empty() || only == mode; };
 
   auto trace = memsnap::read_allocation_trace(path);
   if (!trace) {
@@ -138,19 +147,22 @@ int main(int argc, char** argv) {
 
   replay_ns_per_event(allocator, trace.value(), streams, 1);  // cold pass fills the cache
   const memsnap::DeviceStats cold = allocator.device_stats(0);
-  const double off = replay_ns_per_event(allocator, trace.value(), streams, passes);
+  const auto measure = [&](const char* mode) {
+    return timed(mode) ? replay_ns_per_event(allocator, trace.value(), streams, passes) : 0.0;
+  };
+  const double off = measure("off");
   // As torch_cca_replay: history of every event (alloc, frees, segments) in a 100,000-entry
   // trace, first without stacks, then with C++ stacks.
   memsnap::HistoryRecorder recorder(allocator);
   recorder.configure({memsnap::HistoryLevel::kAll, 100000, /*cpp_stacks=*/false});
-  const double nostack = replay_ns_per_event(allocator, trace.value(), streams, passes);
+  const double nostack = measure("nostack");
   recorder.configure({memsnap::HistoryLevel::kAll, 100000, /*cpp_stacks=*/true});
-  const double cpp_stacks = replay_ns_per_event(allocator, trace.value(), streams, passes);
+  const double cpp_stacks = measure("cpp_stacks");
   // memsnap only: the same with stacks walked by frame pointer (this binary and memsnap are
   // built with them).
   recorder.configure({memsnap::HistoryLevel::kAll, 100000, true,
                       memsnap::StackUnwinder::kFramePointers});
-  const double fp_stacks = replay_ns_per_event(allocator, trace.value(), streams, passes);
+  const double fp_stacks = measure("fp_stacks");
   recorder.configure({});
   if (!allocator.check_invariants().empty()) {
     std::fprintf(stderr, "memsnap_bench: error: allocator invariants violated\n");

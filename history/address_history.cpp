@@ -15,28 +15,36 @@ uintptr_t end_of(uintptr_t address, size_t size) {
 
 }  // namespace
 
-AddressHistory::SegmentEntries& AddressHistory::segment_for(uintptr_t address, size_t size) {
-  if (last_used_ < segments_.size() && segments_[last_used_].address == address) {
-    SegmentEntries& segment = segments_[last_used_];
-    segment.size = size;  // the allocator's word: expandable segments grow and shrink
-    return segment;
+AddressHistory::SegmentEntries& AddressHistory::segment_for(uintptr_t address, size_t size,
+                                                             uint32_t& hint) {
+  SegmentEntries* segment = nullptr;
+  if (hint < segments_.size() && segments_[hint].address == address) {
+    segment = &segments_[hint];
+  } else {
+    auto it = std::lower_bound(segments_.begin(), segments_.end(), address,
+                               [](const SegmentEntries& s, uintptr_t a) { return s.address < a; });
+    if (it == segments_.end() || it->address != address) it = segments_.insert(it, {address, size, {}});
+    hint = static_cast<uint32_t>(it - segments_.begin());
+    segment = &*it;
   }
-  auto it = std::lower_bound(segments_.begin(), segments_.end(), address,
-                             [](const SegmentEntries& s, uintptr_t a) { return s.address < a; });
-  if (it == segments_.end() || it->address != address) it = segments_.insert(it, {address, size, {}});
-  it->size = size;
-  last_used_ = static_cast<size_t>(it - segments_.begin());
-  return *it;
+  segment->size = size;  // the allocator's word: expandable segments grow and shrink
+  return *segment;
 }
 
-void AddressHistory::record(uintptr_t segment_address, size_t segment_size, const Entry& entry) {
-  std::vector<Entry>& entries = segment_for(segment_address, segment_size).entries;
-  auto it = std::lower_bound(entries.begin(), entries.end(), entry.address,
-                             [](const Entry& e, uintptr_t a) { return e.address < a; });
-  if (it != entries.end() && it->address == entry.address && it->block_size == entry.block_size) {
-    *it = entry;  // the common case: the same block reused whole
+void AddressHistory::record(uintptr_t segment_address, size_t segment_size, const Entry& entry,
+                            Place place) {
+  std::vector<Entry>& entries = segment_for(segment_address, segment_size, place.segment).entries;
+  if (place.entry < entries.size() && entries[place.entry].address == entry.address &&
+      entries[place.entry].block_size == entry.block_size) {
+    entries[place.entry] = entry;  // the common case: the same block reused whole
     return;
   }
+  // The hint found the address but another size (the block was split or merged since), or
+  // nothing: search.
+  auto it = place.entry < entries.size() && entries[place.entry].address == entry.address
+                ? entries.begin() + place.entry
+                : std::lower_bound(entries.begin(), entries.end(), entry.address,
+                                   [](const Entry& e, uintptr_t a) { return e.address < a; });
   auto first = it;
   if (first != entries.begin() && std::prev(first)->address + std::prev(first)->block_size > entry.address)
     --first;
@@ -44,11 +52,12 @@ void AddressHistory::record(uintptr_t segment_address, size_t segment_size, cons
   auto last = it;
   while (last != entries.end() && last->address < end) ++last;
   if (first == last) {
-    entries.insert(first, entry);
+    first = entries.insert(first, entry);
   } else {
     *first = entry;
     entries.erase(first + 1, last);
   }
+  place.entry = static_cast<uint32_t>(first - entries.begin());
 }
 
 void AddressHistory::forget(uintptr_t address, size_t size) {
@@ -65,7 +74,6 @@ void AddressHistory::forget(uintptr_t address, size_t size) {
       });
     ++segment;
   }
-  last_used_ = 0;
 }
 
 std::vector<AddressHistory::Entry> AddressHistory::within(uintptr_t address, size_t size) const {

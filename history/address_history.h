@@ -4,9 +4,10 @@
 // Entries never overlap: a new allocation replaces every entry its bytes touch, so a free
 // block that merged two neighbours still shows both of their last allocations until
 // something new lands on them (PyTorch's rule). Entries are kept per segment, in flat
-// vectors sorted by address: an allocation looks up its segment (usually the one used last)
-// and binary-searches a few contiguous entries, where an ordered map walked a dozen tree
-// nodes on every event. Not thread-safe; the recorder calls it under the device's lock.
+// vectors sorted by address: an allocation finds its segment and its entry where it found
+// them the last time (Place), or binary-searches for them, where an ordered map walked a
+// dozen tree nodes on every event. Not thread-safe; the recorder calls it under the
+// device's lock.
 #pragma once
 
 #include <cstddef>
@@ -28,8 +29,21 @@ class AddressHistory {
     Ticks ticks = 0;
   };
 
+  // Where the entries of a segment, and one entry in them, were last found: a guess the
+  // caller keeps (in the allocator's block and segment) and record() checks before use.
+  // Right, it turns the common case (a block reused whole) into two probes instead of two
+  // binary searches; wrong or stale, it costs nothing but the searches.
+  struct Place {
+    uint32_t& segment;
+    uint32_t& entry;
+  };
+
   // `entry` now lives in its bytes of the segment at [segment_address, + segment_size).
-  void record(uintptr_t segment_address, size_t segment_size, const Entry& entry);
+  void record(uintptr_t segment_address, size_t segment_size, const Entry& entry, Place place);
+  void record(uintptr_t segment_address, size_t segment_size, const Entry& entry) {
+    uint32_t segment_hint = 0, entry_hint = 0;
+    record(segment_address, segment_size, entry, {segment_hint, entry_hint});
+  }
   // Drops entries that overlap [address, address + size), and segments wholly inside it.
   void forget(uintptr_t address, size_t size);
   // Entries that start within [address, address + size), in address order.
@@ -46,10 +60,9 @@ class AddressHistory {
     size_t size = 0;
     std::vector<Entry> entries;  // sorted by address, never overlapping
   };
-  SegmentEntries& segment_for(uintptr_t address, size_t size);
+  SegmentEntries& segment_for(uintptr_t address, size_t size, uint32_t& hint);
 
   std::vector<SegmentEntries> segments_;  // sorted by address
-  size_t last_used_ = 0;                  // index of the segment the last record went to
 };
 
 }  // namespace memsnap

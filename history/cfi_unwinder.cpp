@@ -72,20 +72,47 @@ struct WalkMemo {
   bool complete = false;  // ended by itself: nothing beyond `steps` to find
   uint64_t rules_generation = ~uint64_t{0};
   uint64_t last_used = 0;
+  // The caller's note on the frames this walk gave, cut with `note_skip` and `note_max`
+  // (another cut is other frames: the note starts over).
+  StackNote note;
+  size_t note_skip = 0;
+  size_t note_max = 0;
 
+  StackNote* note_for(size_t skip, size_t max_frames) {
+    if (note_skip != skip || note_max != max_frames) {
+      note = StackNote{};
+      note_skip = skip;
+      note_max = max_frames;
+    }
+    return &note;
+  }
+
+  // The bits in which a remembered stack word differs from the stack now.
+  MEMSNAP_READS_RAW_STACK static uintptr_t changed(const Word& word) {
+    return *reinterpret_cast<const volatile uintptr_t*>(word.address) ^ word.value;
+  }
   bool covers(size_t step_limit_wanted) const { return complete || step_limit >= step_limit_wanted; }
   // Whether step `i` of this walk started from `registers` and its words still hold.
+  // (Four words at a time into four accumulators: the loads are independent, and a repeated
+  // call path spends most of its walk here.)
   MEMSNAP_READS_RAW_STACK bool still_holds(size_t i, const Registers& registers) const {
     if (i >= steps || !(before[i] == registers)) return false;
-    uintptr_t differ = 0;
-    for (size_t w = first_word[i]; w < word_count; ++w)
-      differ |= *reinterpret_cast<const volatile uintptr_t*>(words[w].address) ^ words[w].value;
-    return differ == 0;
+    uintptr_t differ0 = 0, differ1 = 0, differ2 = 0, differ3 = 0;
+    size_t w = first_word[i];
+    for (; w + 4 <= word_count; w += 4) {
+      differ0 |= changed(words[w]);
+      differ1 |= changed(words[w + 1]);
+      differ2 |= changed(words[w + 2]);
+      differ3 |= changed(words[w + 3]);
+    }
+    for (; w < word_count; ++w) differ0 |= changed(words[w]);
+    return (differ0 | differ1 | differ2 | differ3) == 0;
   }
 };
 
 struct ThreadWalker {
   static constexpr size_t kMemos = 4;
+  const StackBounds stack = thread_stack_bounds();
   RuleCache rules;
   WalkMemo storage[kMemos + 1];
   WalkMemo* memos[kMemos] = {&storage[0], &storage[1], &storage[2], &storage[3]};
@@ -129,6 +156,13 @@ class FrameSink {
     else if (count_ < max_)
       frames_[count_++] = pc;
   }
+  void add_all(const uintptr_t* pcs, size_t count) {
+    const size_t skipped = std::min(skip_, count);
+    skip_ -= skipped;
+    const size_t taken = std::min(count - skipped, max_ - count_);
+    std::copy_n(pcs + skipped, taken, frames_ + count_);
+    count_ += taken;
+  }
   size_t count() const { return count_; }
 
  private:
@@ -141,27 +175,32 @@ class FrameSink {
 }  // namespace
 
 __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max_frames,
-                                                   size_t skip) {
+                                                   size_t skip, StackNote** note) {
+  if (note != nullptr) *note = nullptr;
 #if defined(__x86_64__)
   WalkMemo::Registers registers;
   // This function's own registers at one instruction: the walk starts from its frame.
   asm volatile("lea 0(%%rip), %0\n\tmov %%rsp, %1\n\tmov %%rbp, %2"
                : "=r"(registers.pc), "=r"(registers.sp), "=r"(registers.bp));
-  const StackBounds stack = thread_stack_bounds();
+  ThreadWalker& walker = thread_walker();
+  const StackBounds& stack = walker.stack;
   if (stack.high == 0 || registers.sp < stack.low || registers.sp >= stack.high)
     return kUnsupportedStack;
-  ThreadWalker& walker = thread_walker();
   const size_t step_limit = std::min(skip + std::min(max_frames, kMaxStackDepth), WalkMemo::kMaxSteps);
   const uint64_t generation = walker.rules.generation();
   FrameSink sink(frames, max_frames, skip);
   WalkMemo& memo = *walker.scratch;
   memo.steps = memo.word_count = 0;
   memo.last_used = ++walker.clock;
+  memo.note = StackNote{};
   auto finish = [&](bool complete) {
     memo.complete = complete;
     memo.step_limit = step_limit;
     memo.rules_generation = generation;
-    if (walker.rules.generation() == generation) walker.keep_scratch();
+    if (walker.rules.generation() == generation) {
+      walker.keep_scratch();  // swaps pointers: `memo` is still this walk
+      if (note != nullptr) *note = memo.note_for(skip, max_frames);
+    }
     return sink.count();
   };
 
@@ -174,8 +213,11 @@ __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max
       // The rest of this walk is the earlier one's.
       earlier->last_used = walker.clock;
       const size_t end = std::min(earlier->steps, step_limit);
-      for (size_t j = i; j < end; ++j) sink.add(earlier->produced[j]);
-      if (i == 0) return sink.count();  // the same walk again: nothing new to remember
+      sink.add_all(earlier->produced + i, end - i);
+      if (i == 0) {  // the same walk again: nothing new to remember
+        if (note != nullptr) *note = earlier->note_for(skip, max_frames);
+        return sink.count();
+      }
       // A new walk that joins a known one: remember it whole.
       const size_t word_shift = earlier->first_word[i];
       for (size_t j = i; j < earlier->steps; ++j) {

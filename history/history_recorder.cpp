@@ -89,19 +89,19 @@ void HistoryRecorder::clear(std::optional<int> device) {
   }
 }
 
-HistoryRecorder::DeviceRecord* HistoryRecorder::record_at(int device, HistoryLevel at_least) const {
-  if (device < 0 || device >= device_count()) return nullptr;
-  DeviceRecord* record = devices_[static_cast<size_t>(device)].get();
-  return record->settings.level >= at_least ? record : nullptr;
-}
-
 StackId HistoryRecorder::capture(DeviceRecord& record) {
   if (!record.settings.cpp_stacks) return kNoStack;
   uintptr_t frames[kMaxStackDepth];
-  const size_t count = record.settings.unwinder == StackUnwinder::kFramePointers
-                           ? capture_stack_frame_pointers(frames, kMaxStackDepth, kCaptureSkip)
-                           : capture_stack(frames, kMaxStackDepth, kCaptureSkip);
-  return record.stacks.intern(frames, count);
+  if (record.settings.unwinder == StackUnwinder::kFramePointers)
+    return record.stacks.intern(
+        frames, capture_stack_frame_pointers(frames, kMaxStackDepth, kCaptureSkip));
+  // A call path walked before comes with the id it was interned as in this table.
+  StackNote* note = nullptr;
+  const size_t count = capture_stack(frames, kMaxStackDepth, kCaptureSkip, &note);
+  if (note != nullptr && note->owner == record.stacks.key()) return note->value;
+  const StackId id = record.stacks.intern(frames, count);
+  if (note != nullptr && id != kNoStack) *note = {record.stacks.key(), id};
+  return id;
 }
 
 void HistoryRecorder::push(DeviceRecord& record, TraceAction action, uintptr_t address,
@@ -118,7 +118,8 @@ void HistoryRecorder::on_alloc(int device, const Block& block) {
   block.observer_tag = stack;
   const Ticks now = now_ticks();
   record->last_allocations.record(block.segment->address, block.segment->size,
-                                  {block.address, block.size, block.requested_size, stack, now});
+                                  {block.address, block.size, block.requested_size, stack, now},
+                                  {block.segment->observer_hint, block.observer_hint});
   if (record->settings.level >= HistoryLevel::kAlloc)
     record->trace.push({TraceAction::kAlloc, block.address, block.requested_size, block.stream, now, stack});
 }

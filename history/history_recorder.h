@@ -134,7 +134,11 @@ class HistoryRecorder final : public AllocatorObserver {
   };
 
   // The device's record when its level is at least `at_least`; for hooks, which hold the lock.
-  DeviceRecord* record_at(int device, HistoryLevel at_least) const;
+  DeviceRecord* record_at(int device, HistoryLevel at_least) const {
+    if (device < 0 || device >= device_count()) return nullptr;
+    DeviceRecord* record = devices_[static_cast<size_t>(device)].get();
+    return record->settings.level >= at_least ? record : nullptr;
+  }
   // Runs `fn(record)` under device `device`'s allocator lock.
   template <typename Fn>
   decltype(auto) locked(int device, Fn&& fn) const;

@@ -12,9 +12,9 @@
 namespace memsnap {
 
 __attribute__((noinline)) size_t capture_stack(uintptr_t* frames, size_t max_frames,
-                                               size_t skip) {
+                                               size_t skip, StackNote** note) {
   // +1: this function's own frame.
-  const size_t count = capture_stack_cfi(frames, max_frames, skip + 1);
+  const size_t count = capture_stack_cfi(frames, max_frames, skip + 1, note);
   if (count != kUnsupportedStack) return count;
   return capture_stack_libunwind(frames, max_frames, skip + 1);
 }

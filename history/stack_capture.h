@@ -20,9 +20,23 @@ inline constexpr size_t kMaxStackDepth = 64;
 //     are). Elsewhere frames go missing; the walk never reads outside the thread's stack.
 enum class StackUnwinder : uint8_t { kDwarf, kFramePointers };
 
+// What a caller may remember about the frames a walk gave it, kept by the DWARF walker with
+// its memory of that walk: when the same walk comes again, so does the note, and the caller
+// can skip the work it did on those frames before (history keeps the stack's interned id
+// here, so a repeated call path is not hashed and compared again). `owner` says whose note
+// it is; 0 means none yet.
+struct StackNote {
+  uint64_t owner = 0;
+  uint32_t value = 0;
+};
+
 // Writes up to `max_frames` return addresses, innermost first, leaving out `skip` frames
 // above the caller (the caller's own frame is always left out). Returns how many it wrote.
-size_t capture_stack(uintptr_t* frames, size_t max_frames, size_t skip = 0);
+// With `note`, sets *note to the note kept for exactly these frames, or to nullptr when the
+// walk is not remembered (libunwind's fallback). The note stays valid until the calling
+// thread's next capture.
+size_t capture_stack(uintptr_t* frames, size_t max_frames, size_t skip = 0,
+                     StackNote** note = nullptr);
 size_t capture_stack_frame_pointers(uintptr_t* frames, size_t max_frames, size_t skip = 0);
 // libunwind's walk alone: the fallback of capture_stack, and its reference in tests.
 size_t capture_stack_libunwind(uintptr_t* frames, size_t max_frames, size_t skip = 0);

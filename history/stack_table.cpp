@@ -1,20 +1,37 @@
 #include "history/stack_table.h"
 
 #include <algorithm>
+#include <atomic>
 
 namespace memsnap {
 namespace {
 
+// Four independent lanes, mixed at the end: a single chain of multiplies, one per frame,
+// made the hash of a 14-frame stack take longer than the rest of interning.
 uint64_t hash_frames(const uintptr_t* frames, size_t count) {
-  uint64_t hash = 0x9E3779B97F4A7C15ull ^ count;
-  for (size_t i = 0; i < count; ++i) {
-    hash ^= frames[i] + 0x9E3779B97F4A7C15ull + (hash << 6) + (hash >> 2);
-    hash *= 0xff51afd7ed558ccdull;
-  }
+  constexpr uint64_t kMultiplier = 0x9E3779B97F4A7C15ull;
+  uint64_t lanes[4] = {count, 0x243F6A8885A308D3ull, 0x13198A2E03707344ull, 0xA4093822299F31D0ull};
+  size_t i = 0;
+  for (; i + 4 <= count; i += 4)
+    for (size_t lane = 0; lane < 4; ++lane)
+      lanes[lane] = (lanes[lane] ^ frames[i + lane]) * kMultiplier;
+  for (size_t lane = 0; i < count; ++i, ++lane) lanes[lane] = (lanes[lane] ^ frames[i]) * kMultiplier;
+  uint64_t hash = lanes[0] ^ (lanes[1] >> 17 | lanes[1] << 47) ^ (lanes[2] >> 31 | lanes[2] << 33) ^
+                  (lanes[3] >> 43 | lanes[3] << 21);
+  // murmur3's finalizer: every bit of the input reaches the low bits the index uses.
+  hash ^= hash >> 33;
+  hash *= 0xff51afd7ed558ccdull;
+  hash ^= hash >> 33;
+  hash *= 0xc4ceb9fe1a85ec53ull;
   return hash ^ (hash >> 33);
 }
 
 }  // namespace
+
+uint64_t StackTable::next_key() {
+  static std::atomic<uint64_t> last{0};
+  return last.fetch_add(1, std::memory_order_relaxed) + 1;
+}
 
 bool StackTable::same(const Span& span, const uintptr_t* frames, size_t count) const {
   return span.count == count && std::equal(frames, frames + count, frames_.begin() +
@@ -65,6 +82,7 @@ void StackTable::clear() {
   frames_.clear();
   spans_.clear();
   index_.clear();
+  key_ = next_key();
 }
 
 }  // namespace memsnap

@@ -4,6 +4,10 @@
 // stops taking new stacks (intern returns kNoStack) rather than grow without limit.
 // Not thread-safe: the recorder keeps one table per device, guarded by the device's
 // allocator lock its hooks already hold, so interning takes no lock of its own.
+//
+// `key()` names the table's contents: unique in the process, and new after clear(). A caller
+// that remembers "this path is id N of table K" (the stack walker's memo, stack_capture.h)
+// can skip intern while the key is unchanged, and can never hand an id to the wrong table.
 #pragma once
 
 #include <cstddef>
@@ -26,6 +30,7 @@ class StackTable {
   std::vector<uintptr_t> frames(StackId id) const;
   size_t size() const;
   void clear();
+  uint64_t key() const { return key_; }
 
  private:
   struct Span {
@@ -42,7 +47,10 @@ class StackTable {
     StackId id = kNoStack;
   };
 
+  static uint64_t next_key();
+
   const size_t max_frames_;
+  uint64_t key_ = next_key();
   std::vector<uintptr_t> frames_;  // every stack's frames, back to back
   std::vector<Span> spans_;        // by id
   std::vector<Slot> index_;  // size a power of two

@@ -5,7 +5,6 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
-#include <x86intrin.h>
 #endif
 
 namespace memsnap {
@@ -19,14 +18,6 @@ bool cpu_has_invariant_tsc() {
   return (edx & (1u << 8)) != 0;  // "TscInvariant": constant rate, runs in every C-state
 #else
   return false;
-#endif
-}
-
-uint64_t read_tsc() {
-#if defined(__x86_64__)
-  return __rdtsc();
-#else
-  return steady_ns();
 #endif
 }
 

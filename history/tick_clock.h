@@ -15,8 +15,15 @@ namespace memsnap {
 
 namespace tick_clock_detail {
 bool cpu_has_invariant_tsc();
-uint64_t read_tsc();
 uint64_t steady_ns();
+// Inline: a call around one instruction read on every recorded event is measurable.
+inline uint64_t read_tsc() {
+#if defined(__x86_64__)
+  return __builtin_ia32_rdtsc();
+#else
+  return steady_ns();
+#endif
+}
 // Decided on first use (a function-local static, so a static initializer in another file
 // that records an event cannot see it undecided).
 inline bool use_tsc() {

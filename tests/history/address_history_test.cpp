@@ -111,4 +111,37 @@ TEST(AddressHistory, MatchesTheReferenceOnRandomWork) {
   }
 }
 
+// The places the allocator keeps for the recorder (Block/Segment::observer_hint) are guesses:
+// right, stale, or garbage, the result must be the rule's.
+TEST(AddressHistory, PlaceHintsRightStaleOrWrongNeverChangeTheResult) {
+  std::mt19937_64 random(11);
+  AddressHistory history;
+  ReferenceHistory reference;
+  constexpr uintptr_t kSegments[] = {0x100000, 0x300000, 0x200000};
+  constexpr size_t kSegmentSize = 64 * 512;
+  uint32_t segment_hints[3] = {0, 0, 0};
+  uint32_t block_hints[3][64] = {};  // one per block start, as blocks carry them
+  for (int step = 0; step < 20000; ++step) {
+    const size_t s = random() % 3;
+    if (random() % 300 == 0) {
+      history.forget(kSegments[s], kSegmentSize);
+      reference.forget(kSegments[s], kSegmentSize);
+      continue;
+    }
+    const size_t first = random() % 64;
+    const size_t blocks = 1 + random() % std::min<size_t>(8, 64 - first);
+    if (random() % 10 == 0) block_hints[s][first] = static_cast<uint32_t>(random() % 80);
+    if (random() % 50 == 0) segment_hints[s] = static_cast<uint32_t>(random() % 5);
+    const Entry entry{kSegments[s] + first * 512, blocks * 512, blocks * 512 - 7,
+                      static_cast<memsnap::StackId>(step), static_cast<memsnap::Ticks>(step)};
+    history.record(kSegments[s], kSegmentSize, entry, {segment_hints[s], block_hints[s][first]});
+    reference.record(entry);
+    if (step % 89 == 0) {
+      for (uintptr_t segment : kSegments)
+        expect_same(history.within(segment, kSegmentSize), reference.within(segment, kSegmentSize));
+      if (HasFailure()) return;
+    }
+  }
+}
+
 }  // namespace address_history_test

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <vector>
+
 #include "history/cfi_rules.h"
 #include "history/stack_capture.h"
 #include "tests/history/cfi_test_frames.h"
@@ -53,6 +56,54 @@ TEST(CfiUnwinder, GivesUpAtASignalFrameAndCaptureStackFallsBack) {
   }
   uintptr_t frames[memsnap::kMaxStackDepth];
   EXPECT_GT(memsnap::capture_stack(frames, memsnap::kMaxStackDepth), 3u);
+}
+
+// A walk and the note kept with it, from one of two callers of one function.
+struct NotedWalk {
+  std::vector<uintptr_t> frames;
+  memsnap::StackNote* note = nullptr;
+};
+volatile int g_noted_sink = 0;
+
+__attribute__((noinline)) NotedWalk walk_noted(size_t skip) {
+  NotedWalk walk;
+  walk.frames.resize(memsnap::kMaxStackDepth);
+  const size_t count = memsnap::capture_stack_cfi(walk.frames.data(), walk.frames.size(), skip, &walk.note);
+  walk.frames.resize(count == memsnap::kUnsupportedStack ? 0 : count);
+  g_noted_sink = g_noted_sink + 1;
+  return walk;
+}
+__attribute__((noinline)) NotedWalk noted_via_first(size_t skip) {
+  NotedWalk walk = walk_noted(skip);
+  g_noted_sink = g_noted_sink + 1;
+  return walk;
+}
+__attribute__((noinline)) NotedWalk noted_via_second(size_t skip) {
+  NotedWalk walk = walk_noted(skip);
+  g_noted_sink = g_noted_sink + 2;
+  return walk;
+}
+
+TEST(CfiUnwinder, NotesComeBackOnlyWithTheFramesTheyWereWrittenFor) {
+  constexpr uint64_t kOwner = 42;
+  std::map<std::vector<uintptr_t>, uint32_t> value_of;  // what each frame list was noted as
+  int hits = 0;
+  for (int i = 0; i < 600; ++i) {
+    SCOPED_TRACE(i);
+    const size_t skip = (i / 7) % 2;  // another cut of the same walk is other frames
+    const NotedWalk walk = i % 3 == 0 ? noted_via_first(skip) : noted_via_second(skip);
+    ASSERT_FALSE(walk.frames.empty());
+    ASSERT_NE(walk.note, nullptr);
+    const auto known = value_of.try_emplace(walk.frames, static_cast<uint32_t>(value_of.size() + 1)).first;
+    if (walk.note->owner == kOwner) {
+      ++hits;
+      ASSERT_EQ(walk.note->value, known->second);
+    } else {
+      *walk.note = {kOwner, known->second};
+    }
+  }
+  EXPECT_EQ(value_of.size(), 4u);  // two callers, two cuts
+  EXPECT_GT(hits, 400);            // and repeated walks do bring their notes back
 }
 
 TEST(CfiRules, AddressesOutsideAnyModuleHaveNoRule) {

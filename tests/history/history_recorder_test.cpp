@@ -100,6 +100,35 @@ TEST(HistoryRecorder, AllocationStackNamesTheCaller) {
   s.allocator.deallocate(p);
 }
 
+// One thread, one call path, two recorders whose tables give it different ids: the id a walk
+// remembers for one table must never be handed to the other.
+TEST(HistoryRecorder, ARepeatedPathGetsEachTablesOwnId) {
+  Recording first;
+  Recording second;
+  // Warm caches first: a block taken from the cache is one path, a new segment another.
+  first.allocator.deallocate(allocate_parameters(first.allocator));
+  second.allocator.deallocate(allocate_parameters(second.allocator));
+  first.record(HistoryLevel::kAlloc);
+  second.record(HistoryLevel::kAlloc);
+  second.allocator.deallocate(second.allocator.allocate(4096));  // another path takes id 0 there
+  for (int i = 0; i < 40; ++i) {  // one call site for both: the same path
+    memsnap::CachingAllocator& allocator = (i % 2 == 0 ? first : second).allocator;
+    allocator.deallocate(allocate_parameters(allocator));
+  }
+  const auto first_trace = first.recorder.trace(0);
+  const auto second_trace = second.recorder.trace(0);
+  ASSERT_EQ(first_trace.size(), 20u);
+  ASSERT_EQ(second_trace.size(), 21u);
+  const std::vector<uintptr_t> path = first.recorder.stack_frames(0, first_trace[0].stack);
+  ASSERT_FALSE(path.empty());
+  EXPECT_NE(first_trace[0].stack, second_trace[1].stack);
+  for (const auto& event : first_trace) EXPECT_EQ(first.recorder.stack_frames(0, event.stack), path);
+  for (size_t i = 1; i < second_trace.size(); ++i)
+    EXPECT_EQ(second.recorder.stack_frames(0, second_trace[i].stack), path) << i;
+  EXPECT_EQ(first.recorder.stack_count(0), 1u);
+  EXPECT_EQ(second.recorder.stack_count(0), 2u);
+}
+
 TEST(HistoryRecorder, FreeCompletionsCarryTheAllocationsStackEvenWhenDeferred) {
   Recording s;
   s.record(HistoryLevel::kAll);

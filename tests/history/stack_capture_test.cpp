@@ -100,6 +100,20 @@ TEST(StackTable, InternsEachPathOnceAndStopsAtItsBound) {
   EXPECT_TRUE(table.frames(memsnap::kNoStack).empty());
 }
 
+TEST(StackTable, KeyNamesOneTablesContentsUntilCleared) {
+  memsnap::StackTable first;
+  memsnap::StackTable second;
+  EXPECT_NE(first.key(), 0u);
+  EXPECT_NE(first.key(), second.key());
+  const uint64_t before = first.key();
+  const uintptr_t a[] = {1, 2, 3};
+  first.intern(a, 3);
+  EXPECT_EQ(first.key(), before);  // interning adds, it changes no id
+  first.clear();
+  EXPECT_NE(first.key(), before);
+  EXPECT_NE(first.key(), second.key());
+}
+
 }  // namespace stack_capture_test
 
 namespace stack_capture_test {
