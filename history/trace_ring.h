@@ -19,13 +19,21 @@
 namespace memsnap {
 
 struct RecordedEvent {
-  TraceAction action = TraceAction::kAlloc;
+  RecordedEvent() = default;
+  RecordedEvent(TraceAction action_, uintptr_t address_, size_t size_, StreamId stream_,
+                Ticks ticks_, StackId stack_)
+      : address(address_), size(size_), stream(stream_), ticks(ticks_), stack(stack_), action(action_) {}
+
+  // The one-byte action last: 40 bytes an entry rather than 48, and a recording program
+  // writes one or two entries per event into a ring that does not fit in cache.
   uintptr_t address = 0;
   size_t size = 0;  // requested bytes for allocations, segment bytes for segment events
   StreamId stream = 0;
   Ticks ticks = 0;  // tick_clock.h; the recorder converts to microseconds when read
   StackId stack = kNoStack;
+  TraceAction action = TraceAction::kAlloc;
 };
+static_assert(sizeof(RecordedEvent) == 40, "trace entries stay packed");
 
 class TraceRing {
  public:
