@@ -40,6 +40,7 @@ class AddressHistory {
 
   // `entry` now lives in its bytes of the segment at [segment_address, + segment_size).
   void record(uintptr_t segment_address, size_t segment_size, const Entry& entry, Place place);
+  // Without a kept place (tests, one-off records): always searches.
   void record(uintptr_t segment_address, size_t segment_size, const Entry& entry) {
     uint32_t segment_hint = 0, entry_hint = 0;
     record(segment_address, segment_size, entry, {segment_hint, entry_hint});
