@@ -19,7 +19,7 @@
 #include "allocator/caching_allocator.h"
 #include "allocator/simulated_backend.h"
 #include "history/history_recorder.h"
-#include "viewer/allocation_trace.h"
+#include "replay/allocation_trace.h"
 #ifdef MEMSNAP_HAVE_CUDA
 #include <cuda_runtime.h>
 

@@ -5,7 +5,7 @@ Reads a PyTorch snapshot pickle (torch.cuda.memory._dump_snapshot, recorded with
 takes the sizes of its segment_alloc events in order, replays the trace of the same snapshot
 through `memsnap replay --json` with the same allocator settings, and compares the two lists.
 
-  bench/segment_parity.py --memsnap build/viewer/memsnap SNAP.pickle TRACE [--config STR]
+  bench/segment_parity.py --memsnap build/cli/memsnap SNAP.pickle TRACE [--config STR]
 
 Exit status 0 when count, sizes and order agree, 1 otherwise. Stdlib only: a snapshot pickle
 holds plain dicts and lists, so no torch import is needed.

@@ -3,7 +3,7 @@
 run: each command runs interleaved (memsnap, python, memsnap, ...) for --rounds rounds; the
 medians, their ratio and each side's peak memory (max RSS) are printed.
 
-    python3 bench/viewer_bench.py --memsnap build/viewer/memsnap --memory-viz _memory_viz.py \
+    python3 bench/viewer_bench.py --memsnap build/cli/memsnap --memory-viz _memory_viz.py \
         --flamegraph-pl flamegraph.pl SNAPSHOT.pickle
 
 _memory_viz.py needs flamegraph.pl for `memory` and `segments`; it looks for it in

@@ -21,7 +21,7 @@ echo "== memsnap-demo --oom (runs out of memory on purpose; the OOM hook writes 
 "$build_dir/demo/memsnap-demo" --oom --out "$build_dir/demo-output/oom.msgpack"
 echo
 views="$build_dir/demo-output"
-memsnap="$build_dir/viewer/memsnap"
+memsnap="$build_dir/cli/memsnap"
 echo "== memsnap stats $snapshot"
 "$memsnap" stats "$snapshot"
 "$memsnap" flamegraph "$snapshot" -o "$views/demo-flamegraph.svg"
@@ -35,7 +35,7 @@ ls -1 "$views"/*.svg
 echo
 trace="$root/tests/data/mlp_train.trace"
 echo "== memsnap replay $trace"
-"$build_dir/viewer/memsnap" replay "$trace"
+"$memsnap" replay "$trace"
 echo
 if [[ "${MEMSNAP_DEMO_SERVE:-0}" == 1 ]]; then
   echo "== memsnap serve (Ctrl-C to stop)"

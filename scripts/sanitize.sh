@@ -38,7 +38,7 @@ cmake --build "$root/build-asan" --parallel "$jobs"
 export ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:abort_on_error=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 run_gtest_binaries "$root/build-asan" \
-  "memsnap_allocator_tests memsnap_history_tests memsnap_snapshot_tests memsnap_viewer_tests memsnap_web_tests"
+  "memsnap_allocator_tests memsnap_history_tests memsnap_snapshot_tests memsnap_replay_tests memsnap_viewer_tests memsnap_web_tests"
 # Every test that is not one of GoogleTest's (their names start with a lower-case folder:
 # cli., web., viewer., history., readme.); the damaged-file runs on a quarter of their inputs.
 MEMSNAP_HOSTILE_SHARE=0.25 ctest --test-dir "$root/build-asan" --output-on-failure --parallel "$jobs" -R '^[a-z]'

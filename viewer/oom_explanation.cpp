@@ -8,8 +8,8 @@
 #include "allocator/device_stats.h"
 #include "allocator/policy.h"
 #include "viewer/frame_labels.h"
-#include "viewer/recorded_config.h"
-#include "viewer/snapshot_replay.h"
+#include "replay/recorded_config.h"
+#include "replay/snapshot_replay.h"
 
 namespace memsnap {
 namespace {

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "viewer/allocation_trace.h"
+#include "replay/allocation_trace.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto trace = memsnap::parse_allocation_trace(std::string_view(reinterpret_cast<const char*>(data), size));

@@ -1,0 +1,46 @@
+// memsnap: the command-line viewer. Every command reads its input, writes to -o or stdout,
+// and on bad input prints one line (`memsnap: error: ...`) and exits with status 1 (2 for
+// a malformed command line).
+#include <iostream>
+#include <vector>
+
+#include "allocator/out_of_memory.h"
+#include "cli/command.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"memsnap: understand GPU memory (allocator replay, snapshots, views)", "memsnap"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "memsnap 0.1.0");
+  std::vector<memsnap::cli::CommandRunner> commands = {
+      memsnap::cli::add_replay_command(app),
+      memsnap::cli::add_explain_oom_command(app),
+      memsnap::cli::add_stats_command(app),
+      memsnap::cli::add_flamegraph_command(app),
+      memsnap::cli::add_folded_command(app),
+      memsnap::cli::add_compare_command(app),
+      memsnap::cli::add_segments_command(app),
+      memsnap::cli::add_timeline_command(app),
+      memsnap::cli::add_trace_command(app),
+      memsnap::cli::add_convert_command(app),
+      memsnap::cli::add_serve_command(app),
+  };
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    // --help and --version arrive as "errors" with status 0; real usage errors get the same
+    // one-line shape as every other error, with status 2 as is usual for bad usage.
+    if (error.get_exit_code() == 0) return app.exit(error);
+    std::cerr << "memsnap: error: " << error.what() << " (see memsnap --help)\n";
+    return 2;
+  }
+  try {
+    for (auto& run : commands) run();
+  } catch (const memsnap::cli::CommandError& error) {
+    std::cerr << "memsnap: error: " << error.what() << "\n";
+    return 1;
+  } catch (const std::exception& error) {
+    std::cerr << "memsnap: error: " << error.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

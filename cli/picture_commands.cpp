@@ -1,0 +1,81 @@
+// memsnap segments FILE -o OUT.svg
+// memsnap timeline FILE -o OUT.svg
+#include "cli/command.h"
+
+#include <memory>
+
+#include "cli/snapshot_input.h"
+#include "viewer/svg/segments_svg.h"
+#include "viewer/svg/timeline_svg.h"
+#include "viewer/timeline.h"
+
+namespace memsnap::cli {
+CommandRunner add_segments_command(CLI::App& app) {
+  struct Options {
+    std::string file, output;
+    std::optional<int64_t> device;
+    int width = 1200;
+    bool all_frames = false;
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* command = app.add_subcommand(
+      "segments",
+      "Draw every segment as a tower of its blocks (lowest address at the bottom, coloured by "
+      "state) as an interactive SVG: see how allocations pack into segments and where free "
+      "space is stranded. Hover a block for its stack.");
+  command->add_option("FILE", options->file, "snapshot file")->required();
+  command->add_option("-o,--output", options->output, "SVG file to write (default: stdout)");
+  command->add_option("--device", options->device, "only this device");
+  command->add_option("--width", options->width, "image width in pixels (400-10000)")->check(CLI::Range(400, 10000));
+  command->add_flag("--all-frames", options->all_frames, "keep every frame in stacks");
+  return [command, options] {
+    if (!command->parsed()) return;
+    const LoadedSnapshot input = load_input(options->file);
+    svg::SegmentsOptions render;
+    render.title = "Segments: " + file_base_name(options->file);
+    render.width = options->width;
+    render.device = options->device;
+    render.frames.keep_all = options->all_frames;
+    write_output(options->output, svg::render_segments(input.snapshot, render));
+  };
+}
+
+CommandRunner add_timeline_command(CLI::App& app) {
+  struct Options {
+    std::string file, output;
+    std::optional<int64_t> device;
+    int width = 1200;
+    size_t bands = 150;
+    bool all_frames = false;
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* command = app.add_subcommand(
+      "timeline",
+      "Draw active memory over time from the snapshot's trace, stacked by allocation (the "
+      "largest get their own band and label, the rest merge), as an interactive SVG.");
+  command->add_option("FILE", options->file, "snapshot file")->required();
+  command->add_option("-o,--output", options->output, "SVG file to write (default: stdout)");
+  command->add_option("--device", options->device, "device to draw (default: the one with the longest trace)");
+  command->add_option("--bands", options->bands, "allocations drawn on their own (1-2000, default 150)")
+      ->check(CLI::Range(1, 2000));
+  command->add_option("--width", options->width, "image width in pixels (400-10000)")->check(CLI::Range(400, 10000));
+  command->add_flag("--all-frames", options->all_frames, "keep every frame in stacks");
+  return [command, options] {
+    if (!command->parsed()) return;
+    const LoadedSnapshot input = load_input(options->file);
+    if (options->device && (*options->device < 0 ||
+                            static_cast<size_t>(*options->device) >= input.snapshot.device_traces.size()))
+      throw CommandError(options->file + ": no trace for device " + std::to_string(*options->device));
+    TimelineOptions timeline_options;
+    timeline_options.device = options->device;
+    timeline_options.max_bands = options->bands;
+    const Timeline timeline = compute_timeline(input.snapshot, timeline_options);
+    svg::TimelineSvgOptions render;
+    render.title = "Active memory timeline: " + file_base_name(options->file);
+    render.width = options->width;
+    render.frames.keep_all = options->all_frames;
+    write_output(options->output, svg::render_timeline(input.snapshot, timeline, render));
+  };
+}
+
+}  // namespace memsnap::cli

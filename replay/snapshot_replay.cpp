@@ -1,0 +1,443 @@
+#include "replay/snapshot_replay.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "allocator/allocator_observer.h"
+#include "allocator/caching_allocator.h"
+#include "allocator/policy.h"
+#include "allocator/simulated_backend.h"
+#include "replay/recorded_config.h"
+
+namespace memsnap {
+namespace {
+
+// Streams no program uses: each deferred free waits on its own, completed at its
+// free_completed event.
+constexpr StreamId kFirstDeferredStream = StreamId{1} << 63;
+constexpr size_t kDefaultCapacity = size_t{80} << 30;
+
+bool is_segment_growth(TraceAction action) {
+  return action == TraceAction::kSegmentAlloc || action == TraceAction::kSegmentMap;
+}
+bool is_segment_shrink(TraceAction action) {
+  return action == TraceAction::kSegmentFree || action == TraceAction::kSegmentUnmap;
+}
+
+bool erase_one(std::unordered_multiset<uint64_t>& set, uint64_t value) {
+  auto it = set.find(value);
+  if (it == set.end()) return false;
+  set.erase(it);
+  return true;
+}
+
+class SegmentWatcher final : public AllocatorObserver {
+ public:
+  void on_segment_alloc(int, const Segment& segment) override {
+    sizes.push_back(segment.size);
+    addresses.push_back(segment.address);
+  }
+  void on_segment_free(int, const Segment& segment) override {
+    released.insert(segment.address);
+    ++frees;
+  }
+  // Expandable segments: a mapping is a device allocation, an unmapping a release.
+  void on_segment_map(int, const Segment&, uintptr_t address, size_t bytes) override {
+    sizes.push_back(bytes);
+    addresses.push_back(address);
+  }
+  void on_segment_unmap(int, const Segment&, uintptr_t address, size_t) override {
+    released.insert(address);
+    ++frees;
+  }
+  std::vector<uint64_t> sizes;
+  std::vector<uint64_t> addresses;
+  std::unordered_multiset<uint64_t> released;  // not yet matched with the trace's
+  size_t frees = 0;
+};
+
+// Reserved bytes as the recording had them at each event, from the start state and the
+// segment events: the peak, and what the allocator could have had at the first OOM.
+struct RecordedReserve {
+  uint64_t peak = 0;
+  std::optional<uint64_t> capacity_at_oom;
+  bool capped = false;  // the device had room at the OOM: a memory cap refused the request
+};
+
+RecordedReserve recorded_reserve(const std::vector<TraceEntry>& trace, const StartState& start,
+                                 const AllocatorConfig& recorded) {
+  RecordedReserve out;
+  int64_t reserved = static_cast<int64_t>(start.reserved_bytes);
+  out.peak = start.reserved_bytes;
+  for (const TraceEntry& e : trace) {
+    if (is_segment_growth(e.action)) reserved += static_cast<int64_t>(e.size);
+    if (is_segment_shrink(e.action)) reserved -= static_cast<int64_t>(e.size);
+    const auto now = static_cast<uint64_t>(std::max<int64_t>(reserved, 0));
+    out.peak = std::max(out.peak, now);
+    // An oom entry's address is the device's free bytes then (PyTorch's and memsnap's).
+    if (e.action == TraceAction::kOom && e.address > 0 && !out.capacity_at_oom) {
+      const size_t needed = segment_size_for(round_size(std::max<uint64_t>(e.size, 1), recorded),
+                                             recorded);
+      out.capped = e.address >= needed;
+      // Under a cap, all that is known is that it was at least the peak so far and below
+      // what the request needed on top of the reserved bytes; the replay takes the lower
+      // bound, so other settings are not credited with room the recording may not have had.
+      out.capacity_at_oom = out.capped ? std::max(out.peak, now) : now + e.address;
+    }
+  }
+  return out;
+}
+
+class DeviceReplayer {
+ public:
+  DeviceReplayer(const Snapshot& snapshot, int device, const SnapshotReplayOptions& options,
+                 const AllocatorConfig& recorded)
+      : trace_(snapshot.device_traces[static_cast<size_t>(device)]), options_(options) {
+    out_.device = device;
+    out_.start = reconstruct_start_state(snapshot, device, recorded);
+    for (const SnapshotSegment& s : snapshot.segments) {
+      if (s.device != device) continue;
+      out_.recorded_final_reserved += s.total_size;
+      final_segments_.push_back(&s);
+    }
+    const RecordedReserve reserve = recorded_reserve(trace_, out_.start, recorded);
+    out_.recorded_peak_reserved = reserve.peak;
+    size_t capacity = kDefaultCapacity;
+    out_.capacity_source = "default";
+    if (options.capacity_bytes) {
+      capacity = *options.capacity_bytes;
+      out_.capacity_source = "given";
+    } else if (reserve.capacity_at_oom) {
+      capacity = *reserve.capacity_at_oom;
+      out_.capacity_source = reserve.capped ? "memory cap at the recorded OOM"
+                                            : "reserved + device free at the recorded OOM";
+    } else {
+      for (const DeviceInfo& info : snapshot.devices)
+        if (info.index == device && info.total_memory > 0) {
+          capacity = info.total_memory;
+          out_.capacity_source = "recorded device";
+        }
+      capacity = std::max<size_t>(capacity, reserve.peak);
+    }
+    out_.capacity_bytes = capacity;
+    for (const TraceEntry& e : trace_) {
+      if (is_segment_growth(e.action)) {
+        out_.recorded_segment_allocs.push_back(e.size);
+        recorded_segment_addresses_.push_back(e.address);
+      }
+      if (is_segment_shrink(e.action)) ++out_.recorded_segment_frees;
+      has_free_completed_ = has_free_completed_ || e.action == TraceAction::kFreeCompleted;
+    }
+  }
+
+  DeviceReplay run() {
+    SimulatedBackend::Options device;
+    device.capacity_bytes = out_.capacity_bytes;
+    device.events_complete_immediately = false;  // deferred frees complete when the trace says
+    backend_ = std::make_shared<SimulatedBackend>(device);
+    CachingAllocator allocator(backend_, options_.config);
+    allocator_ = &allocator;
+    restore_start_state();
+    allocator.set_observer(&watcher_);
+    for (index_ = 0; index_ < trace_.size(); ++index_) {
+      const TraceEntry& e = trace_[index_];
+      ++out_.events;
+      switch (e.action) {
+        case TraceAction::kAlloc: alloc(e); break;
+        case TraceAction::kFreeRequested: free_requested(e); break;
+        case TraceAction::kFreeCompleted: free_completed(e); break;
+        case TraceAction::kSegmentFree:
+        case TraceAction::kSegmentUnmap: segment_released(e); break;
+        case TraceAction::kOom: oom(e); break;
+        default: break;  // segment_alloc/map: the replay reserves for itself; snapshot
+      }
+      if (!is_segment_shrink(e.action)) watcher_.released.clear();
+    }
+    allocator.set_observer(nullptr);
+    out_.stats = allocator.device_stats(0);
+    out_.replayed_segment_allocs = watcher_.sizes;  // a copy: the final comparison still pairs them
+    out_.replayed_segment_frees = watcher_.frees;
+    compare_segment_allocs();
+    compare_final_state(allocator.device(0).segment_records());
+    if (options_.check_invariants) out_.invariant_problems = allocator.check_invariants();
+    allocator_ = nullptr;
+    return std::move(out_);
+  }
+
+ private:
+  void restore_start_state() {
+    for (SegmentRecord segment : out_.start.segments) {
+      segment.device = 0;
+      backend_->prefer_address_for_next_reserve(0, segment.address);
+      try {
+        for (void* ptr : allocator_->restore_segment(segment))
+          live_[reinterpret_cast<uintptr_t>(ptr)] = ptr;
+      } catch (const std::invalid_argument& error) {
+        out_.start.problems.push_back(std::string("could not restore a starting segment: ") +
+                                      error.what());
+      }
+    }
+    backend_->prefer_address_for_next_reserve(0, 0);
+  }
+
+  void alloc(const TraceEntry& e) {
+    ++out_.allocs;
+    // The recorded run's next new segment got this address; offer it to the replay's.
+    const size_t next_segment = watcher_.sizes.size();
+    if (next_segment < recorded_segment_addresses_.size())
+      backend_->prefer_address_for_next_reserve(0, recorded_segment_addresses_[next_segment]);
+    void* ptr = nullptr;
+    try {
+      ptr = allocator_->allocate(std::max<uint64_t>(e.size, 1), 0, e.stream);
+    } catch (const OutOfMemoryError&) {
+      ++out_.failed_allocs;
+      failed_.insert(e.address);
+    }
+    backend_->prefer_address_for_next_reserve(0, 0);
+    if (ptr == nullptr) return;
+    auto [it, fresh] = live_.try_emplace(e.address, ptr);
+    if (!fresh) {
+      // Allocated twice without a free between: the trace lost events. The older block
+      // stays allocated, as it would have leaked.
+      ++out_.unknown_frees;
+      it->second = ptr;
+    }
+  }
+
+  bool completes_next(const TraceEntry& e) const {
+    if (index_ + 1 >= trace_.size()) return false;
+    const TraceEntry& next = trace_[index_ + 1];
+    return next.action == TraceAction::kFreeCompleted && next.address == e.address;
+  }
+
+  void free_requested(const TraceEntry& e) {
+    auto it = live_.find(e.address);
+    if (it == live_.end()) {
+      if (!erase_one(failed_, e.address)) ++out_.unknown_frees;
+      return;
+    }
+    void* ptr = it->second;
+    live_.erase(it);
+    ++out_.frees;
+    if (completes_next(e) || !has_free_completed_) {
+      allocator_->deallocate(ptr);
+      if (completes_next(e)) ++index_, ++out_.events;  // its free_completed is this free
+      return;
+    }
+    // Completed later: the recording's block waited for another stream's work.
+    const StreamId stream = next_deferred_stream_++;
+    allocator_->record_stream(ptr, stream);
+    allocator_->deallocate(ptr);
+    deferred_[e.address] = stream;
+    ++out_.deferred_frees;
+  }
+
+  void free_completed(const TraceEntry& e) {
+    if (auto it = deferred_.find(e.address); it != deferred_.end()) {
+      backend_->complete_events(it->second);
+      allocator_->device(0).collect_completed_frees();  // reusable from here on, as recorded
+      deferred_.erase(it);
+      return;
+    }
+    if (auto it = live_.find(e.address); it != live_.end()) {
+      // Freed before the trace began, completed in it.
+      allocator_->deallocate(it->second);
+      live_.erase(it);
+      ++out_.frees;
+      return;
+    }
+    if (!erase_one(failed_, e.address)) ++out_.unknown_frees;
+  }
+
+  // A release the replay made itself is matched. A run of releases right before a new
+  // segment or an oom may be that allocation's own recovery or the program's empty_cache
+  // just before it; either way the recorded run let go of exactly these segments, so the
+  // replay releases the same ones (when it holds them whole), and the allocation that follows
+  // recovers further by itself if it must. Releases followed by anything else are the
+  // program's empty_cache, which releases everything cached.
+  void segment_released(const TraceEntry& e) {
+    TraceEntry released = e;
+    if (e.action == TraceAction::kSegmentUnmap) released.address = to_replay_address(e.address);
+    release_as_recorded(released);
+  }
+
+  // An expandable segment's address space may lie elsewhere in the replay than it did in the
+  // recording (its size follows the device's memory, which a snapshot may not record, so the
+  // recorded place can be taken). Pages keep their offsets, so a recorded address translates
+  // by the offset between the recorded and the replayed mapping of the nearest page mapped at
+  // or below it; mappings are paired in order while their sizes agree.
+  uint64_t to_replay_address(uint64_t recorded) {
+    const size_t paired = std::min({recorded_segment_addresses_.size(), watcher_.addresses.size(),
+                                    watcher_.sizes.size()});
+    for (; paired_mappings_ < paired; ++paired_mappings_) {
+      const size_t i = paired_mappings_;
+      if (out_.recorded_segment_allocs[i] != watcher_.sizes[i]) {
+        paired_mappings_ = SIZE_MAX;  // out of step: no more pairs can be trusted
+        break;
+      }
+      address_offsets_[recorded_segment_addresses_[i]] =
+          watcher_.addresses[i] - recorded_segment_addresses_[i];
+    }
+    auto it = address_offsets_.upper_bound(recorded);
+    if (it == address_offsets_.begin()) return recorded;
+    return recorded + std::prev(it)->second;
+  }
+
+  void release_as_recorded(const TraceEntry& e) {
+    if (erase_one(watcher_.released, e.address)) return;
+    size_t next = index_ + 1;
+    while (next < trace_.size() && is_segment_shrink(trace_[next].action)) ++next;
+    if (next < trace_.size() && (is_segment_growth(trace_[next].action) ||
+                                 trace_[next].action == TraceAction::kOom)) {
+      if (allocator_->release_cached_segment(0, reinterpret_cast<void*>(e.address)))
+        erase_one(watcher_.released, e.address);
+      return;
+    }
+    allocator_->empty_cache();
+    ++out_.empty_cache_calls;
+    erase_one(watcher_.released, e.address);
+  }
+
+  void oom(const TraceEntry& e) {
+    ++out_.recorded_ooms;
+    try {
+      void* ptr = allocator_->allocate(std::max<uint64_t>(e.size, 1), 0, e.stream);
+      allocator_->deallocate(ptr);  // the recorded program never got it
+    } catch (const OutOfMemoryError&) {
+      ++out_.reproduced_ooms;
+    }
+  }
+
+  void compare_segment_allocs() {
+    const auto& recorded = out_.recorded_segment_allocs;
+    const auto& replayed = out_.replayed_segment_allocs;
+    const size_t common = std::min(recorded.size(), replayed.size());
+    for (size_t i = 0; i < common; ++i) {
+      if (recorded[i] == replayed[i]) {
+        ++out_.matched_segment_allocs;
+      } else if (out_.first_segment_mismatch < 0) {
+        out_.first_segment_mismatch = static_cast<int64_t>(i);
+      }
+    }
+    if (out_.first_segment_mismatch < 0 && recorded.size() != replayed.size())
+      out_.first_segment_mismatch = static_cast<int64_t>(common);
+  }
+
+  void compare_final_state(const std::vector<SegmentRecord>& replayed) {
+    out_.final_segments_replayed = replayed.size();
+    std::map<uint64_t, const SegmentRecord*> by_address;
+    for (const SegmentRecord& r : replayed) by_address[r.address] = &r;
+    for (const SnapshotSegment* s : final_segments_) {
+      ++out_.final_segments_recorded;
+      const uint64_t offset = s->is_expandable ? to_replay_address(s->address) - s->address : 0;
+      auto it = by_address.find(s->address + offset);
+      if (it == by_address.end()) continue;
+      const SegmentRecord& r = *it->second;
+      bool same = r.size == s->total_size && r.blocks.size() == s->blocks.size();
+      for (size_t i = 0; same && i < r.blocks.size(); ++i) {
+        const BlockRecord& a = r.blocks[i];
+        const SnapshotBlock& b = s->blocks[i];
+        same = a.address == b.address + offset && a.size == b.size &&
+               (a.state == BlockState::kInactive) == (b.state == BlockState::kInactive);
+      }
+      if (same) ++out_.final_segments_matched;
+    }
+  }
+
+  const std::vector<TraceEntry>& trace_;
+  const SnapshotReplayOptions& options_;
+  std::vector<const SnapshotSegment*> final_segments_;
+  DeviceReplay out_;
+  std::shared_ptr<SimulatedBackend> backend_;
+  CachingAllocator* allocator_ = nullptr;
+  SegmentWatcher watcher_;
+  std::vector<uint64_t> recorded_segment_addresses_;
+  std::map<uint64_t, uint64_t> address_offsets_;  // recorded mapping -> replay's minus it
+  size_t paired_mappings_ = 0;
+  bool has_free_completed_ = false;
+  size_t index_ = 0;
+  std::unordered_map<uint64_t, void*> live_;         // recorded address -> replay's block
+  std::unordered_map<uint64_t, StreamId> deferred_;  // recorded address -> its wait stream
+  std::unordered_multiset<uint64_t> failed_;            // allocations the replay could not make
+  StreamId next_deferred_stream_ = kFirstDeferredStream;
+};
+
+}  // namespace
+
+Result<SnapshotReplay> replay_snapshot(const Snapshot& snapshot,
+                                       const SnapshotReplayOptions& options) {
+  SnapshotReplay replay;
+  replay.config = to_config_string(options.config);
+  // The recorded run's rounding and split rules size the blocks live at the start.
+  const Result<AllocatorConfig> recorded = recorded_allocator_config(snapshot);
+  const AllocatorConfig start_rules = recorded ? recorded.value() : AllocatorConfig{};
+  replay.recorded_settings = recorded && recorded.value() == options.config;
+  try {
+    for (size_t d = 0; d < snapshot.device_traces.size(); ++d) {
+      if (snapshot.device_traces[d].empty()) continue;
+      replay.devices.push_back(
+          DeviceReplayer(snapshot, static_cast<int>(d), options, start_rules).run());
+    }
+  } catch (const std::invalid_argument& error) {  // settings the allocator cannot honour
+    return Result<SnapshotReplay>::failure(std::string("replay: ") + error.what());
+  }
+  if (replay.devices.empty())
+    return Result<SnapshotReplay>::failure(
+        "replay: the snapshot has no trace to replay (record history at level 'all')");
+  return replay;
+}
+
+namespace {
+
+template <typename Value>
+int64_t total(const std::vector<DeviceReplay>& devices, Value value) {
+  int64_t n = 0;
+  for (const DeviceReplay& d : devices) n += static_cast<int64_t>(value(d));
+  return n;
+}
+
+template <typename Value>
+int64_t largest(const std::vector<DeviceReplay>& devices, Value value) {
+  int64_t n = 0;
+  for (const DeviceReplay& d : devices) n = std::max(n, static_cast<int64_t>(value(d)));
+  return n;
+}
+
+}  // namespace
+
+size_t SnapshotReplay::recorded_segment_allocs() const {
+  return static_cast<size_t>(total(devices, [](const DeviceReplay& d) { return d.recorded_segment_allocs.size(); }));
+}
+size_t SnapshotReplay::replayed_segment_allocs() const {
+  return static_cast<size_t>(total(devices, [](const DeviceReplay& d) { return d.replayed_segment_allocs.size(); }));
+}
+size_t SnapshotReplay::matched_segment_allocs() const {
+  return static_cast<size_t>(total(devices, [](const DeviceReplay& d) { return d.matched_segment_allocs; }));
+}
+int64_t SnapshotReplay::peak_reserved_bytes() const {
+  return largest(devices, [](const DeviceReplay& d) { return d.stats.reserved_bytes[kAggregate].peak; });
+}
+int64_t SnapshotReplay::peak_allocated_bytes() const {
+  return largest(devices, [](const DeviceReplay& d) { return d.stats.allocated_bytes[kAggregate].peak; });
+}
+int64_t SnapshotReplay::device_mallocs() const {
+  return total(devices, [](const DeviceReplay& d) { return d.stats.num_device_alloc; });
+}
+int64_t SnapshotReplay::num_alloc_retries() const {
+  return total(devices, [](const DeviceReplay& d) { return d.stats.num_alloc_retries; });
+}
+int64_t SnapshotReplay::num_ooms() const {
+  return total(devices, [](const DeviceReplay& d) { return d.stats.num_ooms; });
+}
+bool SnapshotReplay::consistent() const {
+  for (const DeviceReplay& d : devices)
+    if (!d.start.problems.empty() || d.unknown_frees > 0) return false;
+  return true;
+}
+
+}  // namespace memsnap

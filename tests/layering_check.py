@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""Fails when a source file includes a layer above its own.
+
+The folders are the layers (DESIGN.md, "Components"): allocator -> history -> snapshot ->
+replay -> viewer -> web -> cli, with demo, torch_plugin, python and bench as users of the
+libraries. Each folder may include itself and what ALLOWED lists for it; a project include is
+any `#include "folder/..."` whose folder is one of the layers.
+Usage: layering_check.py SOURCE_ROOT"""
+import pathlib
+import re
+import sys
+
+ALLOWED = {
+    "allocator": set(),
+    "history": {"allocator"},
+    "snapshot": {"allocator", "history"},
+    "replay": {"allocator", "snapshot"},
+    "viewer": {"allocator", "snapshot", "replay"},
+    "web": {"allocator", "snapshot", "replay", "viewer"},
+    "cli": {"allocator", "snapshot", "replay", "viewer", "web"},
+    "demo": {"allocator", "history", "snapshot"},
+    "torch_plugin": {"allocator", "history", "snapshot"},
+    "python": {"allocator", "history", "snapshot"},
+    "bench": {"allocator", "history", "snapshot", "replay"},
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/', re.MULTILINE)
+
+
+def main() -> int:
+    root = pathlib.Path(sys.argv[1])
+    problems = []
+    checked = 0
+    for folder, allowed in ALLOWED.items():
+        for path in sorted((root / folder).rglob("*")):
+            if path.suffix not in {".h", ".cpp", ".cu"}:
+                continue
+            checked += 1
+            for included in INCLUDE.findall(path.read_text(errors="replace")):
+                if included in ALLOWED and included != folder and included not in allowed:
+                    problems.append(f"{path.relative_to(root)} includes {included}/ "
+                                    f"(a {folder}/ file may include {sorted(allowed) or 'no other layer'})")
+    for problem in problems:
+        print(problem)
+    if checked == 0:
+        print(f"no sources found under {root}")
+        return 1
+    print(f"{checked} files checked, {len(problems)} includes against the layering")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
