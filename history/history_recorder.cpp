@@ -55,6 +55,8 @@ decltype(auto) HistoryRecorder::locked(int device, Fn&& fn) const {
 void HistoryRecorder::configure(const HistorySettings& settings, std::optional<int> device) {
   if (device && (*device < 0 || *device >= device_count()))
     throw std::out_of_range("history: no device " + std::to_string(*device));
+  // The walk's fallback is loaded here, not at the first capture under the allocator's lock.
+  if (settings.cpp_stacks) prepare_stack_capture();
   for (int d = 0; d < device_count(); ++d) {
     if (device && *device != d) continue;
     locked(d, [&](DeviceRecord& record) {

@@ -39,6 +39,14 @@ size_t capture_stack(uintptr_t* frames, size_t max_frames, size_t skip = 0,
                      StackNote** note = nullptr);
 size_t capture_stack_frame_pointers(uintptr_t* frames, size_t max_frames, size_t skip = 0);
 // libunwind's walk alone: the fallback of capture_stack, and its reference in tests.
+// libunwind is loaded at run time, privately (see stack_capture.cpp); without it the walk is
+// libgcc's _Unwind_Backtrace.
 size_t capture_stack_libunwind(uintptr_t* frames, size_t max_frames, size_t skip = 0);
+// Loads the fallback walker; call outside any lock a dynamic loader might wait on (the
+// recorder calls it when stacks are turned on). Later calls cost nothing.
+void prepare_stack_capture();
+// libgcc's walk, what the fallback uses where libunwind is missing.
+size_t capture_stack_libgcc(uintptr_t* frames, size_t max_frames, size_t skip = 0);
+bool stack_fallback_is_libunwind();
 
 }  // namespace memsnap

@@ -7,7 +7,7 @@ packages=(
   cmake ninja-build g++ pkg-config python3
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libmsgpack-cxx-dev
-  libunwind-dev libdw-dev zlib1g-dev
+  libunwind8 libdw-dev zlib1g-dev python3-dev
   libcpp-httplib-dev   # memsnap serve
   chromium wrk         # the web UI's browser tests and load test
   clang                # libFuzzer targets (scripts/fuzz.sh)

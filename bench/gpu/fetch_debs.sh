@@ -8,7 +8,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 
 packages=(
-  libdw-dev libdw1 libelf-dev libelf1 libunwind-dev libunwind8
+  libdw-dev libdw1 libelf-dev libelf1 libunwind8
   libcpp-httplib-dev libcpp-httplib0.11 libbrotli-dev libbrotli1 libssl-dev
   libcli11-dev nlohmann-json3-dev libmsgpack-cxx-dev
   zlib1g-dev liblzma-dev libzstd-dev libbz2-dev

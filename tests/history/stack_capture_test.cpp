@@ -1,6 +1,8 @@
 // Stacks are captured as addresses and turned into the caller's own name, file and line.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -139,6 +141,45 @@ TEST(StackCapture, FramePointerWalkFindsTheSameCallers) {
   // Bounded by the buffer, whatever the chain holds.
   uintptr_t one[1];
   EXPECT_LE(memsnap::capture_stack_frame_pointers(one, 1), 1u);
+}
+
+}  // namespace stack_capture_test
+
+namespace stack_capture_test {
+
+__attribute__((noinline)) std::vector<uintptr_t> walk_with(bool libunwind) {
+  std::vector<uintptr_t> frames(memsnap::kMaxStackDepth);
+  frames.resize(libunwind ? memsnap::capture_stack_libunwind(frames.data(), frames.size())
+                          : memsnap::capture_stack_libgcc(frames.data(), frames.size()));
+  asm volatile("" ::: "memory");
+  return frames;
+}
+
+TEST(StackCapture, LibgccWalkReportsTheFramesLibunwindReports) {
+  ASSERT_TRUE(memsnap::stack_fallback_is_libunwind()) << "libunwind.so.8 is not installed";
+  std::vector<uintptr_t> by_libunwind;
+  std::vector<uintptr_t> by_libgcc;
+  // The same call site for both, so every frame but the innermost returns to the same place.
+  for (bool libunwind : {true, false}) (libunwind ? by_libunwind : by_libgcc) = walk_with(libunwind);
+  ASSERT_GE(by_libunwind.size(), 3u);
+  ASSERT_EQ(by_libgcc.size(), by_libunwind.size());
+  for (size_t i = 1; i < by_libunwind.size(); ++i) EXPECT_EQ(by_libgcc[i], by_libunwind[i]) << i;
+}
+
+// libunwind also defines the C++ exception ABI; were it linked, a process that loaded its C++
+// runtime first (Python with PyTorch) could mix two unwinders in one throw and abort. It is
+// loaded privately: nothing of it is visible to the rest of the process.
+TEST(StackCapture, LibunwindStaysOutOfTheProcesssExceptionMachinery) {
+  ASSERT_TRUE(memsnap::stack_fallback_is_libunwind());
+  std::vector<uintptr_t> frames(memsnap::kMaxStackDepth);
+  ASSERT_GT(memsnap::capture_stack_libunwind(frames.data(), frames.size()), 0u);
+  EXPECT_EQ(dlsym(RTLD_DEFAULT, "unw_backtrace"), nullptr);
+  void* raise = dlsym(RTLD_DEFAULT, "_Unwind_RaiseException");
+  ASSERT_NE(raise, nullptr);
+  Dl_info info{};
+  ASSERT_NE(dladdr(raise, &info), 0);
+  EXPECT_NE(std::string(info.dli_fname).find("libgcc_s"), std::string::npos) << info.dli_fname;
+  EXPECT_THROW(throw std::runtime_error("crosses memsnap's frames"), std::runtime_error);
 }
 
 }  // namespace stack_capture_test
