@@ -91,7 +91,9 @@ void HistoryRecorder::clear(std::optional<int> device) {
   }
 }
 
-StackId HistoryRecorder::capture(DeviceRecord& record) {
+StackId HistoryRecorder::capture(DeviceRecord& record) const {
+  if (record.settings.interpreter_stacks && interpreter_ != nullptr)
+    return capture_with_interpreter(record);
   if (!record.settings.cpp_stacks) return kNoStack;
   uintptr_t frames[kMaxStackDepth];
   if (record.settings.unwinder == StackUnwinder::kFramePointers)
@@ -106,8 +108,23 @@ StackId HistoryRecorder::capture(DeviceRecord& record) {
   return id;
 }
 
+// C++ frames first, then the interpreter's tokens: one interned stack. The walker's note
+// (the id of a repeated C++ path) cannot be used here, since the same C++ path runs under
+// many interpreter stacks.
+StackId HistoryRecorder::capture_with_interpreter(DeviceRecord& record) const {
+  uintptr_t frames[kMaxStackDepth + kMaxInterpreterTokens];
+  size_t count = 0;
+  if (record.settings.cpp_stacks)
+    count = record.settings.unwinder == StackUnwinder::kFramePointers
+                ? capture_stack_frame_pointers(frames, kMaxStackDepth, kCaptureSkip)
+                : capture_stack(frames, kMaxStackDepth, kCaptureSkip);
+  count += interpreter_->capture(frames + count, kMaxInterpreterTokens);
+  return record.stacks.intern(frames, count);
+}
+
 void HistoryRecorder::push(DeviceRecord& record, TraceAction action, uintptr_t address,
                            size_t size, StreamId stream, StackId stack) {
+  if (skips(record, action)) return;
   record.trace.push({action, address, size, stream, now_ticks(), stack});
 }
 
@@ -122,7 +139,7 @@ void HistoryRecorder::on_alloc(int device, const Block& block) {
   record->last_allocations.record(block.segment->address, block.segment->size,
                                   {block.address, block.size, block.requested_size, stack, now},
                                   {block.segment->observer_hint, block.observer_hint});
-  if (record->settings.level >= HistoryLevel::kAlloc)
+  if (record->settings.level >= HistoryLevel::kAlloc && !skips(*record, TraceAction::kAlloc))
     record->trace.push({TraceAction::kAlloc, block.address, block.requested_size, block.stream, now, stack});
 }
 
@@ -133,6 +150,7 @@ void HistoryRecorder::on_free_requested(int device, const Block& block) {
   record->last_freed_address = block.stream_uses.empty() ? block.address : 0;
   record->last_freed_ticks = now_ticks();
   record->last_freed_allocation_stack = block.observer_tag;
+  if (skips(*record, TraceAction::kFreeRequested)) return;
   record->trace.push({TraceAction::kFreeRequested, block.address, block.requested_size,
                       block.stream, record->last_freed_ticks, capture(*record)});
 }
@@ -151,6 +169,7 @@ void HistoryRecorder::on_free_completed(int device, const Block& block) {
     ticks = now_ticks();
     stack = block.observer_tag;
   }
+  if (skips(*record, TraceAction::kFreeCompleted)) return;
   record->trace.push({TraceAction::kFreeCompleted, block.address, block.requested_size,
                       block.stream, ticks, stack});
 }

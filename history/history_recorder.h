@@ -25,6 +25,7 @@
 
 #include "allocator/allocator_observer.h"
 #include "history/address_history.h"
+#include "history/interpreter_frames.h"
 #include "history/stack_capture.h"
 #include "history/stack_table.h"
 #include "history/tick_clock.h"
@@ -46,6 +47,10 @@ struct HistorySettings {
   size_t max_entries = 100000;  // trace entries kept per device
   bool cpp_stacks = true;       // capture C++ stacks (else entries carry no stack)
   StackUnwinder unwinder = StackUnwinder::kDwarf;
+  // Capture the interpreter's frames too (set_interpreter_frames names the source).
+  bool interpreter_stacks = false;
+  // Trace actions not to record (bit 1 << TraceAction), as PyTorch's skip_actions.
+  uint32_t skipped_actions = 0;
 };
 
 // The allocation that last occupied a stretch of a segment.
@@ -91,6 +96,12 @@ class HistoryRecorder final : public AllocatorObserver {
   // Forgets the trace, annotations and the history of freed memory (live allocations keep
   // theirs, so snapshots still say who holds what). Takes each device's allocator lock.
   void clear(std::optional<int> device = std::nullopt);
+
+  // The source of interpreter frames for settings with interpreter_stacks. Set it once,
+  // before any device records them; it must outlive the recorder (snapshots resolve its
+  // tokens).
+  void set_interpreter_frames(InterpreterFrames* source) { interpreter_ = source; }
+  InterpreterFrames* interpreter_frames() const { return interpreter_; }
 
   void annotate(std::string name, bool start, std::optional<int> device = std::nullopt);
   void record_snapshot_taken(int device);
@@ -142,12 +153,17 @@ class HistoryRecorder final : public AllocatorObserver {
   // Runs `fn(record)` under device `device`'s allocator lock.
   template <typename Fn>
   decltype(auto) locked(int device, Fn&& fn) const;
-  static StackId capture(DeviceRecord& record);
+  StackId capture(DeviceRecord& record) const;
+  static bool skips(const DeviceRecord& record, TraceAction action) {
+    return (record.settings.skipped_actions >> static_cast<unsigned>(action)) & 1u;
+  }
+  StackId capture_with_interpreter(DeviceRecord& record) const;
   static void push(DeviceRecord& record, TraceAction action, uintptr_t address, size_t size,
                    StreamId stream, StackId stack);
 
   CachingAllocator& allocator_;
   std::vector<std::unique_ptr<DeviceRecord>> devices_;
+  InterpreterFrames* interpreter_ = nullptr;
 };
 
 // Names a phase of the program for as long as it lives: START when made, END when destroyed.

@@ -32,16 +32,46 @@ class StackTables {
   }
 
  private:
-  std::vector<uint32_t> symbolize(const std::vector<uintptr_t>& addresses) {
+  // C++ frames with the interpreter's frames in call order: each run of the interpreter's
+  // evaluation loop takes the place of the C++ frame of that loop (the i-th such frame,
+  // innermost first, holds the i-th run). Runs the C++ walk did not reach (it stops at
+  // kMaxStackDepth) follow, outermost last.
+  std::vector<uint32_t> symbolize(const std::vector<uintptr_t>& words) {
+    std::vector<std::vector<uintptr_t>> runs;
+    std::vector<uintptr_t> run;
+    for (uintptr_t word : words) {
+      if (!is_interpreter_token(word)) continue;
+      if (is_interpreter_frame(word)) {
+        run.push_back(word);
+      } else {
+        runs.push_back(std::move(run));
+        run.clear();
+      }
+    }
+    if (!run.empty()) runs.push_back(std::move(run));
+    InterpreterFrames* interpreter = recorder_->interpreter_frames();
+    if (interpreter == nullptr) runs.clear();
+
     std::vector<uint32_t> frames;
+    size_t next_run = 0;
+    const auto emit_run = [&] {
+      for (uintptr_t token : runs[next_run]) frames.push_back(intern_frame(interpreter->resolve(token)));
+      ++next_run;
+    };
     bool in_memsnap = true;  // innermost frames belong to the allocator and recorder
-    for (uintptr_t address : addresses) {
+    for (uintptr_t address : words) {
+      if (is_interpreter_token(address)) continue;
       for (SourceFrame& frame : process_symbolizer().frames_at(address)) {
         if (in_memsnap && frame.function.rfind("memsnap::", 0) == 0) continue;
         in_memsnap = false;
+        if (next_run < runs.size() && interpreter->is_evaluation_loop(frame.function)) {
+          emit_run();
+          continue;
+        }
         frames.push_back(intern_frame(std::move(frame)));
       }
     }
+    while (next_run < runs.size()) emit_run();
     return frames;
   }
 
