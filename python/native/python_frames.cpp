@@ -1,0 +1,220 @@
+#include "python/native/python_frames.h"
+
+#include <Python.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
+#define MEMSNAP_PYTHON_FRAMES 1
+// The frame layout is internal to CPython: its own header describes this very interpreter.
+#define Py_BUILD_CORE 1
+#include "internal/pycore_frame.h"
+#undef Py_BUILD_CORE
+#else
+#define MEMSNAP_PYTHON_FRAMES 0
+#endif
+
+#include "python/native/code_locations.h"
+
+namespace memsnap::python {
+namespace {
+
+// Token payload: the code's id above, the instruction's index (2-byte units) below.
+constexpr unsigned kInstructionBits = 24;
+constexpr uint64_t kInstructionMask = (uint64_t{1} << kInstructionBits) - 1;
+constexpr uint32_t kMaxCodes = 1u << 20;  // beyond this, frames resolve to "<more code>"
+constexpr size_t kMaxFramesWalked = 4096;  // a corrupt chain ends the walk, not the program
+
+std::atomic<uint64_t> next_serial{1};
+
+#if MEMSNAP_PYTHON_FRAMES
+
+// What identifies a code object beyond its address: its immutable fields' identities.
+struct Fingerprint {
+  const void* filename = nullptr;
+  const void* name = nullptr;
+  const void* line_table = nullptr;
+  int first_line = 0;
+  bool operator==(const Fingerprint&) const = default;
+};
+
+Fingerprint fingerprint_of(const PyCodeObject* code) {
+  return {code->co_filename, code->co_name, code->co_linetable, code->co_firstlineno};
+}
+
+// A str's text as UTF-8, read from its storage (no allocation by Python, no lock): strings
+// are immutable and the code object holding them is alive while its frame runs.
+std::string utf8_of(PyObject* text) {
+  if (text == nullptr || !PyUnicode_Check(text) || !PyUnicode_IS_COMPACT(text)) return "?";
+  const Py_ssize_t length = PyUnicode_GET_LENGTH(text);
+  const void* data = PyUnicode_DATA(text);
+  if (PyUnicode_IS_ASCII(text)) return std::string(static_cast<const char*>(data), static_cast<size_t>(length));
+  const int kind = PyUnicode_KIND(text);
+  std::string out;
+  out.reserve(static_cast<size_t>(length) + 8);
+  for (Py_ssize_t i = 0; i < length; ++i) {
+    const Py_UCS4 c = PyUnicode_READ(kind, data, i);
+    if (c < 0x80) {
+      out += static_cast<char>(c);
+    } else if (c < 0x800) {
+      out += static_cast<char>(0xC0 | (c >> 6));
+      out += static_cast<char>(0x80 | (c & 0x3F));
+    } else if (c < 0x10000) {
+      out += static_cast<char>(0xE0 | (c >> 12));
+      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (c & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (c >> 18));
+      out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (c & 0x3F));
+    }
+  }
+  return out;
+}
+
+#endif  // MEMSNAP_PYTHON_FRAMES
+
+struct CodeInfo {
+  std::string name;
+  std::string file;
+  int first_line = 0;
+  std::string line_table;
+};
+
+}  // namespace
+
+struct PythonFrames::Table {
+#if MEMSNAP_PYTHON_FRAMES
+  struct Known {
+    Fingerprint fingerprint;
+    uint32_t id;
+  };
+#endif
+  mutable std::mutex mutex;
+  std::vector<CodeInfo> codes;  // by id
+#if MEMSNAP_PYTHON_FRAMES
+  std::unordered_map<const void*, Known> by_address;
+#endif
+};
+
+bool frames_supported() { return MEMSNAP_PYTHON_FRAMES != 0; }
+
+std::string frames_unsupported_reason() {
+  if (frames_supported()) return "";
+  return std::string("memsnap reads Python frames on CPython 3.11 and 3.12; this build is for ") +
+         PY_VERSION;
+}
+
+PythonFrames::PythonFrames() : table_(std::make_unique<Table>()), serial_(next_serial++) {}
+PythonFrames::~PythonFrames() = default;
+
+size_t PythonFrames::code_count() const {
+  std::lock_guard<std::mutex> lock(table_->mutex);
+  return table_->codes.size();
+}
+
+bool PythonFrames::is_evaluation_loop(std::string_view function) const {
+  return function.rfind("_PyEval_EvalFrameDefault", 0) == 0;
+}
+
+#if MEMSNAP_PYTHON_FRAMES
+
+namespace {
+
+// Each thread remembers the code objects it saw last, so a frame seen before costs a few
+// compares, no lock.
+struct CacheSlot {
+  const void* code = nullptr;
+  uint64_t owner = 0;
+  Fingerprint fingerprint;
+  uint32_t id = 0;
+};
+thread_local std::array<CacheSlot, 512> code_cache;
+
+}  // namespace
+
+size_t PythonFrames::capture(uintptr_t* tokens, size_t max) {
+  if (max == 0 || !Py_IsInitialized()) return 0;
+  // This thread's state, found without the GIL (threads that never ran Python have none).
+  PyThreadState* thread = PyGILState_GetThisThreadState();
+  if (thread == nullptr || thread->cframe == nullptr) return 0;
+  _PyInterpreterFrame* frame = thread->cframe->current_frame;
+  size_t count = 0;
+  for (size_t walked = 0; frame != nullptr && count < max && walked < kMaxFramesWalked; ++walked) {
+#if PY_VERSION_HEX >= 0x030C0000
+    // 3.12: each run of the evaluation loop starts with a frame owned by the C stack.
+    if (frame->owner == FRAME_OWNED_BY_CSTACK) {
+      tokens[count++] = kInterpreterRunEnd;
+      frame = frame->previous;
+      continue;
+    }
+#endif
+    PyCodeObject* code = frame->f_code;
+    if (code != nullptr && !_PyFrame_IsIncomplete(frame)) {
+      const Fingerprint fingerprint = fingerprint_of(code);
+      CacheSlot& slot = code_cache[(reinterpret_cast<uintptr_t>(code) >> 4) % code_cache.size()];
+      uint32_t id;
+      if (slot.code == code && slot.owner == serial_ && slot.fingerprint == fingerprint) {
+        id = slot.id;
+      } else {
+        std::lock_guard<std::mutex> lock(table_->mutex);
+        auto found = table_->by_address.find(code);
+        if (found != table_->by_address.end() && found->second.fingerprint == fingerprint) {
+          id = found->second.id;
+        } else if (table_->codes.size() >= kMaxCodes) {
+          id = kMaxCodes;
+        } else {
+          id = static_cast<uint32_t>(table_->codes.size());
+          table_->codes.push_back({utf8_of(code->co_name), utf8_of(code->co_filename),
+                                   code->co_firstlineno,
+                                   std::string(PyBytes_AS_STRING(code->co_linetable),
+                                               static_cast<size_t>(PyBytes_GET_SIZE(code->co_linetable)))});
+          table_->by_address[code] = {fingerprint, id};
+        }
+        slot = {code, serial_, fingerprint, id};
+      }
+      const ptrdiff_t index = frame->prev_instr - _PyCode_CODE(code);
+      const uint64_t instruction =
+          index < 0 ? 0 : std::min<uint64_t>(static_cast<uint64_t>(index), kInstructionMask);
+      tokens[count++] = kInterpreterTokenBit | kInterpreterFrameBit |
+                        (static_cast<uint64_t>(id) << kInstructionBits) | instruction;
+    }
+#if PY_VERSION_HEX < 0x030C0000
+    // 3.11: the first frame of each run of the evaluation loop is marked.
+    if (frame->is_entry && count < max) tokens[count++] = kInterpreterRunEnd;
+#endif
+    frame = frame->previous;
+  }
+  return count;
+}
+
+#else
+
+size_t PythonFrames::capture(uintptr_t*, size_t) { return 0; }
+
+#endif  // MEMSNAP_PYTHON_FRAMES
+
+SourceFrame PythonFrames::resolve(uintptr_t token) {
+  const uint64_t payload = token & kInterpreterPayloadMask;
+  const auto id = static_cast<uint32_t>(payload >> kInstructionBits);
+  const auto instruction = static_cast<uint32_t>(payload & kInstructionMask);
+  std::lock_guard<std::mutex> lock(table_->mutex);
+  if (!is_interpreter_frame(token) || id >= table_->codes.size())
+    return {id == kMaxCodes ? "<more code objects than memsnap keeps>" : "??", "", 0};
+  const CodeInfo& code = table_->codes[id];
+  const int line = line_for_instruction(code.line_table, code.first_line, instruction);
+  return {code.name, code.file, line < 0 ? code.first_line : line};
+}
+
+PythonFrames& process_python_frames() {
+  static PythonFrames* frames = new PythonFrames;
+  return *frames;
+}
+
+}  // namespace memsnap::python
