@@ -1,0 +1,133 @@
+// memsnap._native: the functions behind memsnap.torch (python/src/memsnap/torch.py).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "allocator/device_stats.h"
+#include "python/native/python_frames.h"
+#include "python/native/torch_allocator.h"
+#include "python/native/torch_snapshot.h"
+#include "snapshot/snapshot_builder.h"
+#include "snapshot/snapshot_file.h"
+
+namespace memsnap::pytorch {
+namespace py = pybind11;
+namespace {
+
+TorchAllocator& require_installed() {
+  TorchAllocator* allocator = installed_allocator();
+  if (allocator == nullptr)
+    throw std::runtime_error("memsnap is not PyTorch's allocator: call memsnap.torch.install() first");
+  return *allocator;
+}
+
+uint32_t action_bits(const std::vector<std::string>& names) {
+  uint32_t bits = 0;
+  for (const std::string& name : names) {
+    const std::optional<TraceAction> action = trace_action_from_name(name);
+    if (!action) throw std::invalid_argument("unknown trace action '" + name + "' in skip_actions");
+    bits |= 1u << static_cast<unsigned>(*action);
+  }
+  return bits;
+}
+
+// level: off|state|alloc|all; stacks: all|python|cpp|none.
+void record_history(const std::string& level, const std::string& stacks, size_t max_entries,
+                    bool clear, const std::vector<std::string>& skip_actions) {
+  const std::optional<HistoryLevel> parsed = history_level_from_name(level);
+  if (!parsed) throw std::invalid_argument("level must be one of off, state, alloc, all; got '" + level + "'");
+  HistorySettings settings;
+  settings.level = *parsed;
+  if (stacks == "all" || stacks == "python" || stacks == "cpp" || stacks == "none") {
+    settings.cpp_stacks = stacks == "all" || stacks == "cpp";
+    settings.interpreter_stacks = stacks == "all" || stacks == "python";
+  } else {
+    throw std::invalid_argument("stacks must be one of all, python, cpp, none; got '" + stacks + "'");
+  }
+  if (settings.interpreter_stacks && !python::frames_supported())
+    throw std::runtime_error(python::frames_unsupported_reason() +
+                             "; use stacks=\"cpp\" or stacks=\"none\"");
+  if (max_entries == 0) throw std::invalid_argument("max_entries must be at least 1");
+  settings.max_entries = max_entries;
+  settings.skipped_actions = action_bits(skip_actions);
+  HistoryRecorder& recorder = require_installed().recorder();
+  py::gil_scoped_release unlocked;
+  if (clear) recorder.clear();
+  recorder.configure(settings);
+}
+
+py::dict history_settings() {
+  const HistorySettings settings = require_installed().recorder().settings(0);
+  py::dict out;
+  out["level"] = std::string(history_level_name(settings.level));
+  out["stacks"] = settings.cpp_stacks ? (settings.interpreter_stacks ? "all" : "cpp")
+                                      : (settings.interpreter_stacks ? "python" : "none");
+  out["max_entries"] = settings.max_entries;
+  return out;
+}
+
+void dump(const std::string& path) {
+  TorchAllocator& torch = require_installed();
+  std::optional<std::string> error;
+  {
+    py::gil_scoped_release unlocked;
+    error = dump_snapshot(torch.allocator(), &torch.recorder(), path);
+  }
+  if (error) throw std::runtime_error(*error);
+}
+
+py::dict torch_layout_snapshot(bool include_traces) {
+  TorchAllocator& torch = require_installed();
+  Snapshot snapshot;
+  {
+    py::gil_scoped_release unlocked;
+    SnapshotOptions options;
+    options.include_traces = include_traces;
+    snapshot = take_snapshot(torch.allocator(), &torch.recorder(), options);
+  }
+  return to_torch_snapshot(snapshot, torch.config());
+}
+
+py::dict memory_stats(int device) {
+  TorchAllocator& torch = require_installed();
+  CachingAllocator& allocator = torch.allocator();
+  if (device < 0 || device >= allocator.device_count())
+    throw std::out_of_range("no CUDA device " + std::to_string(device));
+  py::dict out;
+  for (const auto& [key, value] : to_memory_stats(allocator.device_stats(device))) out[py::str(key)] = value;
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "memsnap's native side for memsnap.torch";
+  m.def("install", [](std::optional<std::string> settings) { install(settings); },
+        py::arg("settings") = py::none());
+  m.def("is_installed", [] {
+    TorchAllocator* mine = installed_allocator();
+    return mine != nullptr && c10::cuda::CUDACachingAllocator::get() == mine;
+  });
+  m.def("settings", [] { return require_installed().config().source; });
+  m.def("record_history", &record_history, py::arg("level"), py::arg("stacks"),
+        py::arg("max_entries"), py::arg("clear") = false,
+        py::arg("skip_actions") = std::vector<std::string>{});
+  m.def("history_settings", &history_settings);
+  m.def("dump_snapshot", &dump, py::arg("path"));
+  m.def("dump_snapshot_on_oom", [](std::string pattern) {
+    require_installed().set_oom_snapshot_pattern(std::move(pattern));
+  });
+  m.def("annotate", [](const std::string& name, bool start) {
+    require_installed().recorder().annotate(name, start);
+  });
+  m.def("torch_snapshot", &torch_layout_snapshot, py::arg("include_traces") = true);
+  m.def("memory_stats", &memory_stats, py::arg("device"));
+  m.def("python_frames_supported", [] {
+    return py::make_tuple(python::frames_supported(), python::frames_unsupported_reason());
+  });
+}
+
+}  // namespace memsnap::pytorch

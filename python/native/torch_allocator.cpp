@@ -1,0 +1,463 @@
+#include "python/native/torch_allocator.h"
+
+#include <c10/core/Allocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/util/Exception.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "allocator/cuda_backend.h"
+#include "python/native/oom_message.h"
+#include "python/native/python_frames.h"
+#include "python/native/torch_stats.h"
+#include "snapshot/snapshot_file.h"
+
+namespace memsnap::pytorch {
+namespace {
+
+std::atomic<TorchAllocator*> the_allocator{nullptr};
+
+// The trace entries kept per device when PyTorch asks for its unbounded default (40 bytes
+// each); memsnap.torch warns when it holds a request to this.
+constexpr size_t kPyTorchDefaultEntryLimit = 2'000'000;
+
+void delete_allocation(void* ptr) {
+  if (ptr != nullptr) the_allocator.load(std::memory_order_acquire)->raw_delete(ptr);
+}
+
+[[noreturn]] void unsupported(const char* what) {
+  TORCH_CHECK(false, "memsnap: ", what,
+              " is not supported by memsnap's allocator yet. Run this program on PyTorch's own "
+              "allocator (without memsnap.torch.install()) for it.");
+}
+
+// PyTorch's trace actions by their names (skip_actions).
+uint32_t skipped_action_bits(const std::vector<std::string>& names) {
+  uint32_t bits = 0;
+  for (const std::string& name : names) {
+    const std::optional<TraceAction> action = trace_action_from_name(name);
+    TORCH_CHECK(action.has_value(), "memsnap: unknown action '", name, "' in skip_actions");
+    bits |= 1u << static_cast<unsigned>(*action);
+  }
+  return bits;
+}
+
+}  // namespace
+
+TorchAllocator* installed_allocator() { return the_allocator.load(std::memory_order_acquire); }
+
+TorchAllocator::TorchAllocator(AllocatorConfig config) : config_(std::move(config)) {}
+
+void TorchAllocator::init(int device_count) {
+  std::lock_guard<std::mutex> lock(init_mutex_);
+  if (initialized()) return;
+  std::shared_ptr<DeviceBackend> backend;
+  try {
+    backend = std::make_shared<CudaBackend>();
+  } catch (const std::exception& error) {
+    TORCH_CHECK(false, "memsnap: ", error.what());
+  }
+  allocator_ = std::make_unique<CachingAllocator>(backend, config_);
+  recorder_ = std::make_unique<HistoryRecorder>(*allocator_);
+  if (python::frames_supported()) recorder_->set_interpreter_frames(&python::process_python_frames());
+  fractions_.assign(static_cast<size_t>(std::max(device_count, allocator_->device_count())), 1.0);
+  allocator_->add_oom_observer([this](const OomInfo& info) { write_oom_snapshot(info); });
+  {
+    std::lock_guard<std::mutex> controls(controls_mutex_);
+    for (auto& observer : pending_observers_) {
+      allocator_->add_oom_observer([observer](const OomInfo& info) {
+        observer(info.device, static_cast<size_t>(info.allocation_bytes),
+                 static_cast<size_t>(info.allowed_bytes.value_or(info.device_total_bytes)),
+                 static_cast<size_t>(info.device_free_bytes));
+      });
+    }
+    pending_observers_.clear();
+  }
+  initialized_.store(true, std::memory_order_release);
+}
+
+void TorchAllocator::ensure_initialized() {
+  if (!initialized()) init(static_cast<int>(c10::cuda::device_count()));
+}
+
+CachingAllocator& TorchAllocator::allocator() {
+  ensure_initialized();
+  return *allocator_;
+}
+
+HistoryRecorder& TorchAllocator::recorder() {
+  ensure_initialized();
+  return *recorder_;
+}
+
+void TorchAllocator::check_device(c10::DeviceIndex device) const {
+  TORCH_CHECK(device >= 0 && device < allocator_->device_count(), "memsnap: invalid device ",
+              static_cast<int>(device), " (", allocator_->device_count(), " CUDA devices)");
+}
+
+void* TorchAllocator::malloc(size_t size, c10::DeviceIndex device, cudaStream_t stream) {
+  ensure_initialized();
+  check_device(device);
+  try {
+    return allocator_->allocate(size, device, reinterpret_cast<StreamId>(stream));
+  } catch (const OutOfMemoryError& error) {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, torch_oom_message(error.info()));
+  } catch (const std::exception& error) {
+    TORCH_CHECK(false, "memsnap: ", error.what());
+  }
+}
+
+c10::DataPtr TorchAllocator::allocate(size_t size) {
+  c10::DeviceIndex device = 0;
+  C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
+  void* ptr = nullptr;
+  if (size != 0) ptr = malloc(size, device, c10::cuda::getCurrentCUDAStream(device).stream());
+  return {ptr, ptr, &delete_allocation, c10::Device(c10::DeviceType::CUDA, device)};
+}
+
+c10::DeleterFnPtr TorchAllocator::raw_deleter() const { return &delete_allocation; }
+
+void TorchAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
+  C10_CUDA_CHECK(cudaMemcpy(dest, src, count, cudaMemcpyDeviceToDevice));
+}
+
+void* TorchAllocator::raw_alloc(size_t nbytes) {
+  if (nbytes == 0) return nullptr;
+  c10::DeviceIndex device = 0;
+  C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
+  return malloc(nbytes, device, c10::cuda::getCurrentCUDAStream(device).stream());
+}
+
+void* TorchAllocator::raw_alloc_with_stream(size_t nbytes, cudaStream_t stream) {
+  if (nbytes == 0) return nullptr;
+  c10::DeviceIndex device = 0;
+  C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
+  return malloc(nbytes, device, stream);
+}
+
+void TorchAllocator::raw_delete(void* ptr) {
+  if (ptr == nullptr) return;
+  try {
+    allocator_->deallocate(ptr);
+  } catch (const std::exception& error) {
+    TORCH_CHECK(false, "memsnap: ", error.what());
+  }
+}
+
+void TorchAllocator::emptyCache(c10::MempoolId_t mempool_id) {
+  if (mempool_id.first != 0 || mempool_id.second != 0) unsupported("emptying a private memory pool");
+  if (!initialized()) return;
+  allocator_->empty_cache();
+}
+
+void TorchAllocator::recordStream(const c10::DataPtr& ptr, c10::cuda::CUDAStream stream) {
+  // Storage with no memory, or memory from elsewhere (shared from another process): nothing
+  // of this allocator's to keep.
+  if (ptr.get() == nullptr || ptr.get_deleter() != &delete_allocation) return;
+  try {
+    allocator_->record_stream(ptr.get(), reinterpret_cast<StreamId>(stream.stream()));
+  } catch (const std::exception& error) {
+    TORCH_CHECK(false, "memsnap: ", error.what());
+  }
+}
+
+torch_alloc::DeviceStats TorchAllocator::getDeviceStats(c10::DeviceIndex device) {
+  ensure_initialized();
+  check_device(device);
+  return to_torch_stats(allocator_->device_stats(device));
+}
+
+void TorchAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
+  ensure_initialized();
+  check_device(device);
+  allocator_->reset_accumulated_stats(device);
+}
+
+void TorchAllocator::resetPeakStats(c10::DeviceIndex device) {
+  ensure_initialized();
+  check_device(device);
+  allocator_->reset_peak_stats(device);
+}
+
+double TorchAllocator::getMemoryFraction(c10::DeviceIndex device) {
+  ensure_initialized();
+  check_device(device);
+  return fractions_[static_cast<size_t>(device)];
+}
+
+void TorchAllocator::setMemoryFraction(double fraction, c10::DeviceIndex device) {
+  ensure_initialized();
+  check_device(device);
+  TORCH_CHECK(fraction >= 0 && fraction <= 1, "memsnap: invalid fraction ", fraction,
+              ", it must be between 0 and 1");
+  allocator_->set_memory_fraction(fraction, device);
+  fractions_[static_cast<size_t>(device)] = fraction;
+}
+
+std::vector<torch_alloc::StreamSegmentSize> TorchAllocator::getExpandableSegmentSizes(
+    c10::DeviceIndex device) {
+  ensure_initialized();
+  check_device(device);
+  std::vector<torch_alloc::StreamSegmentSize> sizes;
+  for (const SegmentRecord& segment : allocator_->device(device).segment_records())
+    if (segment.expandable)
+      sizes.emplace_back(reinterpret_cast<cudaStream_t>(segment.stream), segment.small_pool,
+                         segment.size);
+  return sizes;
+}
+
+void TorchAllocator::cacheInfo(c10::DeviceIndex device, size_t* largest_block) {
+  ensure_initialized();
+  check_device(device);
+  // As PyTorch: a zero guess starts from the device's free memory.
+  if (*largest_block == 0) {
+    c10::cuda::CUDAGuard guard(device);
+    size_t total = 0;
+    C10_CUDA_CHECK(cudaMemGetInfo(largest_block, &total));
+  }
+  for (const SegmentRecord& segment : allocator_->device(device).segment_records())
+    for (const BlockRecord& block : segment.blocks)
+      if (block.state == BlockState::kInactive) *largest_block = std::max(*largest_block, block.size);
+}
+
+void* TorchAllocator::getBaseAllocation(void* ptr, size_t* size) {
+  ensure_initialized();
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  for (int device = 0; device < allocator_->device_count(); ++device)
+    for (const SegmentRecord& segment : allocator_->device(device).segment_records())
+      if (address >= segment.address && address < segment.address + segment.size) {
+        if (size != nullptr) *size = segment.size;
+        return reinterpret_cast<void*>(segment.address);
+      }
+  TORCH_CHECK(false, "memsnap: ", ptr, " is not memory of memsnap's allocator");
+}
+
+torch_alloc::SnapshotInfo TorchAllocator::snapshot(c10::MempoolId_t mempool_id, bool include_traces) {
+  if (mempool_id.first != 0 || mempool_id.second != 0) unsupported("a snapshot of a private memory pool");
+  torch_alloc::SnapshotInfo info;
+  if (!initialized()) return info;
+  // Segments, blocks and the trace without frames: frames travel through
+  // torch.cuda.memory._snapshot(), which memsnap.torch answers with its own.
+  for (int device = 0; device < allocator_->device_count(); ++device) {
+    for (const SegmentRecord& record : allocator_->device(device).segment_records()) {
+      c10::CachingDeviceAllocator::SegmentInfo segment;
+      segment.device = static_cast<c10::DeviceIndex>(device);
+      segment.address = record.address;
+      segment.total_size = record.size;
+      segment.stream = reinterpret_cast<void*>(record.stream);
+      segment.is_large = !record.small_pool;
+      segment.is_expandable = record.expandable;
+      for (const BlockRecord& b : record.blocks) {
+        c10::CachingDeviceAllocator::BlockInfo block;
+        block.size = b.size;
+        block.requested_size = b.requested_size;
+        block.allocated = b.state == BlockState::kActiveAllocated;
+        block.active = b.state != BlockState::kInactive;
+        if (block.allocated) segment.allocated_size += b.size;
+        if (block.active) segment.active_size += b.size;
+        segment.requested_size += b.requested_size;
+        segment.blocks.push_back(std::move(block));
+      }
+      info.segments.push_back(std::move(segment));
+    }
+    info.device_traces.emplace_back();
+    if (!include_traces) continue;
+    for (const HistoryEvent& event : recorder_->trace(device)) {
+      auto action = static_cast<c10::CachingDeviceAllocator::TraceEntry::Action>(
+          static_cast<int>(event.action));
+      info.device_traces.back().emplace_back(action, static_cast<c10::DeviceIndex>(device),
+                                             event.address, event.size,
+                                             reinterpret_cast<void*>(event.stream),
+                                             c10::MempoolId_t{0, 0}, event.time_us);
+    }
+  }
+  info.config_metadata.garbage_collection_threshold = config_.garbage_collection_threshold;
+  info.config_metadata.max_split_size = config_.max_split_size;
+  info.config_metadata.expandable_segments = config_.expandable_segments;
+  info.config_metadata.release_lock_on_malloc = config_.release_lock_on_cudamalloc;
+  info.config_metadata.last_allocator_settings = config_.source;
+  info.config_metadata.roundup_power2_divisions.assign(config_.roundup_power2_divisions.begin(),
+                                                       config_.roundup_power2_divisions.end());
+  return info;
+}
+
+void TorchAllocator::beginAllocateToPool(c10::DeviceIndex, c10::MempoolId_t,
+                                         std::function<bool(cudaStream_t)>) {
+  unsupported("a private memory pool (CUDA graph capture, torch.cuda.MemPool)");
+}
+
+void TorchAllocator::endAllocateToPool(c10::DeviceIndex, c10::MempoolId_t) {
+  unsupported("a private memory pool (CUDA graph capture, torch.cuda.MemPool)");
+}
+
+void TorchAllocator::releasePool(c10::DeviceIndex, c10::MempoolId_t) {
+  unsupported("a private memory pool (CUDA graph capture, torch.cuda.MemPool)");
+}
+
+torch_alloc::ShareableHandle TorchAllocator::shareIpcHandle(void*) {
+  unsupported("sharing CUDA tensors between processes (CUDA IPC)");
+}
+
+std::shared_ptr<void> TorchAllocator::getIpcDevPtr(std::string) {
+  unsupported("opening a CUDA tensor shared by another process (CUDA IPC)");
+}
+
+bool TorchAllocator::isHistoryEnabled() {
+  if (!initialized()) return false;
+  return recorder_->settings(0).level != HistoryLevel::kOff;
+}
+
+// PyTorch's C++ entry (torch::cuda::_record_memory_history calls it). Python's
+// torch.cuda.memory._record_memory_history reaches memsnap.torch instead, which knows
+// whether C++ frames were asked for; here a context recorder means Python and C++ frames.
+void TorchAllocator::recordHistory(bool enabled, torch_alloc::CreateContextFn context_recorder,
+                                   size_t alloc_trace_max_entries, torch_alloc::RecordContext when,
+                                   bool clear_history, const std::vector<std::string>& skip_actions) {
+  HistorySettings settings;
+  settings.level = !enabled ? HistoryLevel::kOff
+                   : when == torch_alloc::RecordContext::ALL || alloc_trace_max_entries > 1
+                       ? HistoryLevel::kAll
+                       : HistoryLevel::kState;
+  // PyTorch's default is an unbounded trace; memsnap's ring is allocated up front.
+  settings.max_entries = std::clamp<size_t>(alloc_trace_max_entries, 1, kPyTorchDefaultEntryLimit);
+  settings.cpp_stacks = context_recorder != nullptr && when != torch_alloc::RecordContext::NEVER;
+  settings.interpreter_stacks = settings.cpp_stacks && python::frames_supported();
+  settings.skipped_actions = skipped_action_bits(skip_actions);
+  HistoryRecorder& history = recorder();
+  if (clear_history) history.clear();
+  history.configure(settings);
+}
+
+void TorchAllocator::recordAnnotation(const std::vector<std::pair<std::string, std::string>>& md) {
+  if (!initialized()) return;
+  std::string name, stage;
+  for (const auto& [key, value] : md) {
+    if (key == "name") name = value;
+    if (key == "stage") stage = value;
+  }
+  if (!name.empty()) recorder_->annotate(name, stage != "END");
+}
+
+void TorchAllocator::setUserMetadata(const std::string& metadata) {
+  std::lock_guard<std::mutex> lock(controls_mutex_);
+  user_metadata_ = metadata;
+}
+
+std::string TorchAllocator::getUserMetadata() {
+  std::lock_guard<std::mutex> lock(controls_mutex_);
+  return user_metadata_;
+}
+
+void TorchAllocator::attachOutOfMemoryObserver(torch_alloc::OutOfMemoryObserver observer) {
+  std::lock_guard<std::mutex> init(init_mutex_);
+  if (!initialized()) {
+    std::lock_guard<std::mutex> lock(controls_mutex_);
+    pending_observers_.push_back(std::move(observer));
+    return;
+  }
+  // PyTorch's observers take (device, bytes it tried to allocate, the memory the device
+  // allows, free bytes); they run without the allocator's lock, so they may take the GIL.
+  allocator_->add_oom_observer([observer = std::move(observer)](const OomInfo& info) {
+    observer(info.device, static_cast<size_t>(info.allocation_bytes),
+             static_cast<size_t>(info.allowed_bytes.value_or(info.device_total_bytes)),
+             static_cast<size_t>(info.device_free_bytes));
+  });
+}
+
+void TorchAllocator::attachAllocatorTraceTracker(torch_alloc::AllocatorTraceTracker) {
+  unsupported("attachAllocatorTraceTracker (PyTorch's internal trace callbacks)");
+}
+
+void TorchAllocator::enablePeerAccess(c10::DeviceIndex dev, c10::DeviceIndex dev_to_access) {
+  c10::cuda::CUDAGuard guard(dev);
+  const cudaError_t status = cudaDeviceEnablePeerAccess(dev_to_access, 0);
+  if (status == cudaErrorPeerAccessAlreadyEnabled) {
+    (void)cudaGetLastError();  // already enabled: not an error
+    return;
+  }
+  C10_CUDA_CHECK(status);
+}
+
+cudaError_t TorchAllocator::memcpyAsync(void* dst, int dst_device, const void* src, int src_device,
+                                        size_t count, cudaStream_t stream, bool p2p_enabled) {
+  // Memory mapped through the driver's virtual memory API (expandable segments) is copied
+  // between devices only by the peer copy unless peer access maps it in both.
+  if (p2p_enabled || src_device == dst_device || !config_.expandable_segments)
+    return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
+  return cudaMemcpyPeerAsync(dst, dst_device, src, src_device, count, stream);
+}
+
+std::shared_ptr<torch_alloc::AllocatorState> TorchAllocator::getCheckpointState(c10::DeviceIndex,
+                                                                               c10::MempoolId_t) {
+  unsupported("checkpointing a private memory pool (CUDA graph trees)");
+}
+
+torch_alloc::CheckpointDelta TorchAllocator::setCheckpointPoolState(
+    c10::DeviceIndex, std::shared_ptr<torch_alloc::AllocatorState>) {
+  unsupported("restoring a private memory pool (CUDA graph trees)");
+}
+
+void TorchAllocator::set_oom_snapshot_pattern(std::string pattern) {
+  std::lock_guard<std::mutex> lock(controls_mutex_);
+  oom_pattern_ = std::move(pattern);
+}
+
+// An OOM observer: runs without the allocator's lock, before the error is raised.
+void TorchAllocator::write_oom_snapshot(const OomInfo& info) {
+  std::string path;
+  {
+    std::lock_guard<std::mutex> lock(controls_mutex_);
+    if (oom_pattern_.empty()) return;
+    path = expand_dump_path(oom_pattern_, info.device, ++oom_snapshots_written_);
+  }
+  if (std::optional<std::string> error = dump_snapshot(*allocator_, recorder_.get(), path))
+    std::fprintf(stderr, "memsnap: out-of-memory snapshot not written: %s\n", error->c_str());
+  else
+    std::fprintf(stderr, "memsnap: out-of-memory snapshot written to %s\n", path.c_str());
+}
+
+TorchAllocator& install(const std::optional<std::string>& settings) {
+  Result<AllocatorConfig> config =
+      settings ? parse_allocator_config(*settings) : allocator_config_from_environment();
+  if (!config) throw std::invalid_argument("memsnap.torch.install(): " + config.error());
+  static std::mutex install_mutex;
+  std::lock_guard<std::mutex> lock(install_mutex);
+  torch_alloc::CUDAAllocator* current = torch_alloc::get();
+  if (TorchAllocator* mine = installed_allocator()) {
+    if (current == mine) {
+      if (settings && !(mine->config() == config.value()))
+        throw std::runtime_error("memsnap.torch.install(): already installed with settings '" +
+                                 mine->config().source + "'; settings are fixed for the process");
+      return *mine;
+    }
+    throw std::runtime_error("memsnap.torch.install(): another allocator (" + current->name() +
+                             ") replaced memsnap's");
+  }
+  int devices_to_init = -1;
+  if (current != nullptr && current->initialized()) {
+    // PyTorch has started CUDA. Taking over is safe only while its allocator holds nothing.
+    const int count = c10::cuda::device_count();
+    for (int device = 0; device < count; ++device) {
+      const auto stats = current->getDeviceStats(static_cast<c10::DeviceIndex>(device));
+      const int64_t reserved = stats.reserved_bytes[0].current;
+      if (reserved > 0)
+        throw std::runtime_error(
+            "memsnap.torch.install() must run before PyTorch allocates CUDA memory: PyTorch's " +
+            current->name() + " allocator already holds " + torch_format_size(static_cast<uint64_t>(reserved)) +
+            " on cuda:" + std::to_string(device) +
+            ". Call it at the start of the program, before any tensor or model is moved to the GPU.");
+    }
+    devices_to_init = count;
+  }
+  auto* mine = new TorchAllocator(config.value());  // lives as long as the process
+  if (devices_to_init >= 0) mine->init(devices_to_init);
+  the_allocator.store(mine, std::memory_order_release);
+  torch_alloc::allocator.store(mine);
+  c10::SetAllocator(c10::DeviceType::CUDA, mine, /*priority=*/UINT8_MAX);
+  return *mine;
+}
+
+}  // namespace memsnap::pytorch

@@ -1,0 +1,265 @@
+"""memsnap's caching allocator as PyTorch's CUDA allocator.
+
+    import memsnap.torch
+    memsnap.torch.install()                          # first, before any CUDA tensor exists
+    memsnap.torch.record_history(stacks="all")       # who allocated what: Python and C++ frames
+    memsnap.torch.dump_snapshot_on_oom("oom-{pid}-{n}.msgpack")
+    ...                                              # the program, unchanged
+    memsnap.torch.dump_snapshot("run.msgpack")       # then: memsnap serve run.msgpack
+
+memsnap makes the decisions PyTorch's allocator makes, so the program's memory is what it was.
+Every ``torch.cuda`` memory call keeps working with PyTorch's meanings (``memory_stats``,
+``memory_allocated``, ``max_memory_reserved``, ``reset_peak_memory_stats``, ``empty_cache``,
+``memory_summary``, ``set_per_process_memory_fraction``, ``Tensor.record_stream``, out-of-memory
+observers, ``torch.cuda.memory._record_memory_history``, ``_snapshot`` and
+``_dump_snapshot``), and an out-of-memory raises ``torch.OutOfMemoryError`` with PyTorch's
+message and memsnap's reason, leaving the process able to go on. Not supported yet (each raises
+a RuntimeError naming it): private memory pools (CUDA graph capture, ``torch.cuda.MemPool``,
+``torch.compile(mode="reduce-overhead")``), CUDA IPC between processes, and changing allocator
+settings after install.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import warnings
+from typing import Optional
+
+import torch
+
+from memsnap import _native  # after torch: the extension uses torch's libraries and CUDA runtime
+
+__all__ = [
+    "install",
+    "is_installed",
+    "record_history",
+    "history_settings",
+    "dump_snapshot",
+    "dump_snapshot_on_oom",
+    "annotate",
+    "memory_stats",
+    "snapshot",
+]
+
+# PyTorch keeps an unbounded trace by default (max_entries=sys.maxsize); memsnap's trace is a
+# ring allocated up front at 40 bytes an entry, so a request past this is held to it.
+PYTORCH_DEFAULT_ENTRY_LIMIT = 2_000_000
+# The most trace entries memsnap keeps per device when asked explicitly (2 GB of ring).
+MAX_ENTRIES = 50_000_000
+
+_patched = False
+
+
+def install(settings: Optional[str] = None) -> None:
+    """Makes memsnap this process's CUDA allocator.
+
+    ``settings`` uses PyTorch's grammar (``"expandable_segments:True,max_split_size_mb:128"``);
+    without it they come from ``MEMSNAP_ALLOC_CONF``, ``PYTORCH_ALLOC_CONF`` or
+    ``PYTORCH_CUDA_ALLOC_CONF``. Call it before the first CUDA tensor: once PyTorch's own
+    allocator holds memory, it raises a RuntimeError saying so. Calling it again is harmless.
+    """
+    if settings is not None and not isinstance(settings, str):
+        raise TypeError(f"settings must be a str or None, not {type(settings).__name__}")
+    if not torch.cuda.is_available():
+        raise RuntimeError("memsnap.torch.install(): PyTorch sees no CUDA device")
+    _native.install(settings)
+    _patch_torch()
+
+
+def is_installed() -> bool:
+    """Whether memsnap is this process's CUDA allocator."""
+    return _native.is_installed()
+
+
+def record_history(
+    level: str = "all",
+    stacks: str = "all",
+    max_entries: int = 100_000,
+    *,
+    clear: bool = False,
+    skip_actions: tuple[str, ...] | list[str] = (),
+) -> None:
+    """Records what happens to the allocator's memory, for snapshots.
+
+    ``level``: ``"off"``; ``"state"`` (the stack of every live allocation); ``"alloc"`` (also a
+    trace of allocations); ``"all"`` (also frees, segment events and out-of-memory errors).
+    ``stacks``: ``"all"`` (Python and C++ frames, in call order), ``"python"``, ``"cpp"`` or
+    ``"none"``. ``max_entries``: trace entries kept per device (the newest). ``skip_actions``:
+    trace actions not to record, as PyTorch's (``"free_requested"``, ...).
+    """
+    _require_installed()
+    _check_int("max_entries", max_entries, 1, MAX_ENTRIES)
+    if not isinstance(level, str) or not isinstance(stacks, str):
+        raise TypeError("level and stacks are strings")
+    _native.record_history(level, stacks, max_entries, bool(clear), [str(a) for a in skip_actions])
+
+
+def history_settings() -> dict:
+    """The recording settings in effect: ``{"level", "stacks", "max_entries"}``."""
+    _require_installed()
+    return _native.history_settings()
+
+
+def dump_snapshot(path) -> None:
+    """Writes a memsnap snapshot (msgpack) of every device: segments, blocks, history, the
+    trace, statistics and settings. ``memsnap`` (stats, serve, explain-oom, replay) reads it."""
+    _require_installed()
+    _native.dump_snapshot(_path(path))
+
+
+def dump_snapshot_on_oom(pattern) -> None:
+    """Writes a snapshot at every out-of-memory error, before the error is raised. ``pattern``
+    may hold ``{pid}``, ``{device}`` and ``{n}`` (the error's number); None or "" stops it."""
+    _require_installed()
+    _native.dump_snapshot_on_oom("" if pattern is None else _path(pattern))
+
+
+class annotate(contextlib.ContextDecorator):
+    """Names a phase of the program in the recorded trace, as a context manager or decorator:
+
+        with memsnap.torch.annotate("forward"): ...
+        @memsnap.torch.annotate("optimizer step")
+        def step(): ...
+    """
+
+    def __init__(self, name: str):
+        if not isinstance(name, str) or not name:
+            raise ValueError("annotate() needs a non-empty name")
+        self.name = name
+
+    def __enter__(self):
+        _require_installed()
+        _native.annotate(self.name, True)
+        return self
+
+    def __exit__(self, *exc):
+        _native.annotate(self.name, False)
+        return False
+
+
+def memory_stats(device=None) -> dict:
+    """memsnap's statistics for one device under PyTorch's ``memory_stats()`` names."""
+    _require_installed()
+    return _native.memory_stats(_device_index(device))
+
+
+def snapshot() -> dict:
+    """The snapshot as ``torch.cuda.memory._snapshot()`` returns it (PyTorch's layout)."""
+    _require_installed()
+    return _native.torch_snapshot()
+
+
+# --- PyTorch's own entry points, answered by memsnap ------------------------------------------
+
+
+def _patch_torch() -> None:
+    """Routes the parts of PyTorch's memory API that bypass the allocator interface (history
+    with its stack choice, the snapshot with frames, allocator settings) to memsnap. Each is a
+    function of ``torch._C`` that ``torch.cuda.memory`` looks up at every call."""
+    global _patched
+    if _patched:
+        return
+    C = torch._C
+    original_record = C._cuda_record_memory_history
+    original_legacy = C._cuda_record_memory_history_legacy
+
+    def record_memory_history(
+        enabled="all",
+        context="all",
+        stacks="all",
+        max_entries=sys.maxsize,
+        clear_history=False,
+        compile_context=False,
+        global_record_annotations=False,
+        skip_actions=(),
+    ):
+        entries = _entries_for_pytorch(max_entries)
+        # PyTorch's own bookkeeping first (record_function annotations); it calls memsnap's
+        # recordHistory, then the stack choice is made exact here.
+        original_record(enabled, context, stacks, entries, clear_history, compile_context,
+                        global_record_annotations, list(skip_actions or ()))
+        level = "off" if enabled is None else str(enabled)
+        kind = "none" if context is None else ("all" if stacks == "all" else "python")
+        _native.record_history(level, kind, entries, False, [str(a) for a in (skip_actions or ())])
+
+    def record_memory_history_legacy(
+        enabled,
+        record_context=True,
+        trace_alloc_max_entries=1,
+        trace_alloc_record_context=False,
+        record_context_cpp=False,
+        clear_history=False,
+        compile_context=False,
+        global_record_annotations=False,
+        skip_actions=(),
+    ):
+        entries = _entries_for_pytorch(trace_alloc_max_entries)
+        original_legacy(enabled, record_context, entries, trace_alloc_record_context,
+                        record_context_cpp, clear_history, compile_context,
+                        global_record_annotations, list(skip_actions or ()))
+        if not enabled:
+            level = "off"
+        else:
+            level = "all" if entries > 1 else "state"
+        kind = "none" if not record_context else ("all" if record_context_cpp else "python")
+        _native.record_history(level, kind, max(entries, 1), False, [str(a) for a in (skip_actions or ())])
+
+    def memory_snapshot(mempool_id=None):
+        if mempool_id is not None:
+            raise RuntimeError("memsnap: a snapshot of one private memory pool is not supported")
+        return _native.torch_snapshot()
+
+    def set_allocator_settings(settings):
+        raise RuntimeError(
+            "memsnap: allocator settings are fixed when memsnap is installed; pass them to "
+            f"memsnap.torch.install(settings=...) (asked: {settings!r}, in effect: {_native.settings()!r})"
+        )
+
+    C._cuda_record_memory_history = record_memory_history
+    C._cuda_record_memory_history_legacy = record_memory_history_legacy
+    C._cuda_memorySnapshot = memory_snapshot
+    torch.cuda.memory._set_allocator_settings = set_allocator_settings
+    _patched = True
+
+
+def _entries_for_pytorch(max_entries) -> int:
+    entries = int(max_entries)
+    if entries > PYTORCH_DEFAULT_ENTRY_LIMIT:
+        warnings.warn(
+            f"memsnap keeps at most {PYTORCH_DEFAULT_ENTRY_LIMIT:,} trace entries per device when "
+            f"max_entries is left at PyTorch's unbounded default (asked: {entries:,}); pass "
+            "max_entries to choose",
+            stacklevel=3,
+        )
+        entries = PYTORCH_DEFAULT_ENTRY_LIMIT
+    return max(entries, 1)
+
+
+def _require_installed() -> None:
+    if not _native.is_installed():
+        raise RuntimeError("memsnap is not PyTorch's CUDA allocator: call memsnap.torch.install() first")
+
+
+def _check_int(name, value, low, high) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be between {low:,} and {high:,}, got {value:,}")
+
+
+def _path(path) -> str:
+    import os
+
+    text = os.fspath(path)
+    if isinstance(text, bytes):
+        text = os.fsdecode(text)
+    if not text or "\0" in text:
+        raise ValueError(f"not a usable path: {path!r}")
+    return text
+
+
+def _device_index(device) -> int:
+    if device is None:
+        return torch.cuda.current_device()
+    return torch.cuda._utils._get_device_index(device, optional=True)

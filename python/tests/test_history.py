@@ -1,0 +1,106 @@
+"""History through PyTorch's own API and memsnap's: Python frames (file, line, function) in
+call order with C++ frames, snapshots PyTorch's tools and memsnap's viewer both read."""
+import json
+import os
+import pickle
+import subprocess
+import sys
+
+import torch
+
+from conftest import memsnap_cli
+
+HERE = os.path.abspath(__file__)
+
+
+def allocate_here():
+    return torch.empty(5 * 1024 * 1024 + 4096, dtype=torch.uint8, device="cuda"), sys._getframe().f_lineno
+
+
+def frames_of_block(snapshot, address):
+    for segment in snapshot["segments"]:
+        for block in segment["blocks"]:
+            if block["address"] == address:
+                return block["frames"]
+    raise AssertionError(f"no block at {address:#x}")
+
+
+def test_record_memory_history_python_stacks_name_this_file_and_line(memsnap_torch):
+    torch.cuda.memory._record_memory_history(stacks="python", max_entries=10000)
+    try:
+        tensor, line = allocate_here()
+        snapshot = torch.cuda.memory._snapshot()
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    frames = frames_of_block(snapshot, tensor.data_ptr())
+    assert frames[0] == {"filename": HERE, "line": line, "name": "allocate_here"}
+    assert frames[1]["name"] == "test_record_memory_history_python_stacks_name_this_file_and_line"
+    allocs = [e for e in snapshot["device_traces"][0] if e["action"] == "alloc" and e["addr"] == tensor.data_ptr()]
+    assert allocs and allocs[-1]["frames"][0]["line"] == line
+    assert snapshot["device_traces"][0][-1]["time_us"] > 1.6e15  # Unix microseconds, as PyTorch's
+
+
+def test_all_stacks_put_python_frames_in_call_order_among_cpp_frames(memsnap_torch):
+    memsnap_torch.record_history("all", "all", 10000)
+    try:
+        tensor, line = allocate_here()
+        snapshot = memsnap_torch.snapshot()
+    finally:
+        memsnap_torch.record_history("off", "none", 1)
+    frames = frames_of_block(snapshot, tensor.data_ptr())
+    names = [f["name"] for f in frames]
+    mine = names.index("allocate_here")
+    assert frames[mine]["line"] == line and frames[mine]["filename"] == HERE
+    assert any("empty" in n for n in names[:mine]), names[:mine]  # PyTorch's C++ below it
+    assert names[mine + 1] == "test_all_stacks_put_python_frames_in_call_order_among_cpp_frames"
+    assert not any(n.startswith("_PyEval_EvalFrameDefault") for n in names), "loop frames are replaced"
+    assert not any(n.startswith("memsnap::") for n in names)
+
+
+def test_dump_snapshot_is_read_by_memory_viz_and_by_memsnap(memsnap_torch, tmp_path):
+    torch.cuda.memory._record_memory_history(max_entries=10000)
+    try:
+        kept = [torch.empty(n * 1024 * 1024, dtype=torch.uint8, device="cuda") for n in (1, 3, 25)]
+        del kept[1]
+        pickle_path = str(tmp_path / "snap.pickle")
+        torch.cuda.memory._dump_snapshot(pickle_path)
+        msgpack_path = str(tmp_path / "snap.msgpack")
+        memsnap_torch.dump_snapshot(msgpack_path)
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    with open(pickle_path, "rb") as f:
+        loaded = pickle.load(f)
+    assert set(loaded) >= {"segments", "device_traces", "allocator_settings", "external_annotations"}
+    viz = [sys.executable, "-m", "torch.cuda._memory_viz"]
+    for command in (["stats", pickle_path], ["trace_plot", pickle_path, "-o", str(tmp_path / "t.html")],
+                    ["segment_plot", pickle_path, "-o", str(tmp_path / "s.html")]):
+        done = subprocess.run(viz + command, capture_output=True, text=True)
+        assert done.returncode == 0, (command, done.stderr[-2000:])
+    cli = memsnap_cli()
+    for path in (pickle_path, msgpack_path):
+        done = subprocess.run([cli, "stats", path, "--json"], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)
+    done = subprocess.run([cli, "trace", msgpack_path, "--stacks", "--action", "alloc"], capture_output=True, text=True)
+    assert done.returncode == 0 and "test_history.py" in done.stdout
+
+
+def test_annotations_reach_the_trace(memsnap_torch):
+    memsnap_torch.record_history("all", "none", 1000)
+    try:
+        with memsnap_torch.annotate("phase one"):
+            x = torch.empty(1024, device="cuda")
+        snapshot = memsnap_torch.snapshot()
+    finally:
+        memsnap_torch.record_history("off", "none", 1)
+    stages = [(a["name"], a["stage"]) for a in snapshot["external_annotations"]]
+    assert ("phase one", "START") in stages and ("phase one", "END") in stages
+    del x
+
+
+def test_history_off_captures_nothing(memsnap_torch):
+    memsnap_torch.record_history("off", "none", 1)
+    assert memsnap_torch.history_settings()["level"] == "off"
+    before = len(memsnap_torch.snapshot()["device_traces"][0])
+    torch.empty(1024, device="cuda")
+    assert len(memsnap_torch.snapshot()["device_traces"][0]) == before

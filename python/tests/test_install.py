@@ -1,0 +1,79 @@
+"""install() makes memsnap PyTorch's allocator for the process, before CUDA memory exists,
+and refuses clearly afterwards."""
+from conftest import run_python
+
+
+def test_installed_allocator_serves_tensors_and_pytorch_reports_it():
+    result = run_python("""
+        import json, torch, memsnap.torch
+        memsnap.torch.install()
+        x = torch.ones(1000, 1000, device="cuda")
+        y = (x @ x).sum().item()
+        print(json.dumps({"installed": memsnap.torch.is_installed(), "y": y,
+                          "allocated": torch.cuda.memory_allocated(),
+                          "name": torch.cuda.memory.get_allocator_backend(),
+                          "memsnap_allocated": memsnap.torch.memory_stats()["allocated_bytes.all.current"]}))
+    """)
+    assert result["installed"]
+    assert result["y"] == 1000.0 ** 3
+    # The 4,000,000-byte tensor, rounded to 512 bytes, plus whatever cuBLAS took: what memsnap holds.
+    assert result["allocated"] == result["memsnap_allocated"] >= 4_000_256
+
+
+def test_install_after_pytorch_allocated_refuses_and_names_the_memory():
+    result = run_python("""
+        import json, torch, memsnap.torch
+        x = torch.ones(1 << 20, device="cuda")
+        try:
+            memsnap.torch.install()
+            print(json.dumps({"error": None}))
+        except RuntimeError as error:
+            print(json.dumps({"error": str(error), "still_works": (x + 1).sum().item()}))
+    """)
+    assert result["error"] is not None
+    assert "must run before PyTorch allocates CUDA memory" in result["error"]
+    assert "cuda:0" in result["error"]
+    assert result["still_works"] == 2 * (1 << 20)
+
+
+def test_install_after_cuda_init_without_memory_works():
+    result = run_python("""
+        import json, torch, memsnap.torch
+        torch.cuda.init()
+        torch.cuda.synchronize()
+        memsnap.torch.install()
+        x = torch.zeros(4096, device="cuda")
+        print(json.dumps({"installed": memsnap.torch.is_installed(),
+                          "device_allocs": torch.cuda.memory_stats()["num_device_alloc"]}))
+    """)
+    assert result["installed"]
+    assert result["device_allocs"] == 1
+
+
+def test_install_rejects_bad_settings_with_the_key():
+    result = run_python("""
+        import json, memsnap.torch
+        try:
+            memsnap.torch.install("max_split_size_mb:lots")
+        except ValueError as error:
+            print(json.dumps({"error": str(error)}))
+    """)
+    assert "max_split_size_mb" in result["error"]
+
+
+def test_settings_apply_and_cannot_change_after_install():
+    result = run_python("""
+        import json, torch, memsnap.torch
+        memsnap.torch.install("expandable_segments:True")
+        x = torch.empty(3 << 20, dtype=torch.uint8, device="cuda")
+        snap = torch.cuda.memory._snapshot()
+        try:
+            torch.cuda.memory._set_allocator_settings("expandable_segments:False")
+            refused = None
+        except RuntimeError as error:
+            refused = str(error)
+        print(json.dumps({"expandable": [s["is_expandable"] for s in snap["segments"]],
+                          "refused": refused}))
+    """)
+    assert result["expandable"] and all(result["expandable"])
+    assert "fixed when memsnap is installed" in result["refused"]

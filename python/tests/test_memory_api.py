@@ -1,0 +1,90 @@
+"""PyTorch's memory API, answered by memsnap with PyTorch's meanings."""
+import torch
+
+from conftest import run_python
+
+MiB = 1 << 20
+
+
+def test_memory_stats_has_every_key_pytorchs_allocator_reports(memsnap_torch):
+    pytorch_keys = run_python("""
+        import json, torch
+        x = torch.ones(1 << 20, device="cuda")
+        print(json.dumps({"keys": sorted(torch.cuda.memory_stats())}))
+    """)["keys"]
+    torch.ones(1 << 20, device="cuda")
+    assert sorted(torch.cuda.memory_stats()) == pytorch_keys
+
+
+def test_allocated_reserved_peaks_and_their_reset(memsnap_torch):
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    a = torch.empty(30 * MiB, dtype=torch.uint8, device="cuda")
+    b = torch.empty(3 * MiB + 1, dtype=torch.uint8, device="cuda")
+    assert torch.cuda.memory_allocated() - base == 30 * MiB + (3 * MiB + 512)
+    assert torch.cuda.max_memory_allocated() >= torch.cuda.memory_allocated()
+    reserved = torch.cuda.memory_reserved()
+    assert reserved >= 30 * MiB + 20 * MiB  # a 30 MiB segment and a 20 MiB one for 3 MiB
+    del a
+    assert torch.cuda.memory_reserved() == reserved  # cached, not returned
+    torch.cuda.empty_cache()
+    assert torch.cuda.memory_reserved() == reserved - 30 * MiB
+    peak = torch.cuda.max_memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    assert torch.cuda.max_memory_allocated() == torch.cuda.memory_allocated() < peak
+    assert "Allocated memory" in torch.cuda.memory_summary()
+    del b
+
+
+def test_memory_fraction_caps_what_the_allocator_reserves(memsnap_torch):
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction(0.01)
+    try:
+        try:
+            torch.empty(int(total * 0.02), dtype=torch.uint8, device="cuda")
+            raised = False
+        except torch.OutOfMemoryError as error:
+            raised = "allowed" in str(error)
+        assert raised
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+    free, device_total = torch.cuda.mem_get_info()
+    assert device_total == total and 0 < free <= total
+
+
+def test_record_stream_keeps_memory_until_the_other_stream_is_done(memsnap_torch):
+    side = torch.cuda.Stream()
+    x = torch.empty(8 * MiB, dtype=torch.uint8, device="cuda")
+    address = x.data_ptr()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)  # keeps the side stream busy
+        x.add_(1)
+    x.record_stream(side)
+    del x
+    y = torch.empty(8 * MiB, dtype=torch.uint8, device="cuda")
+    assert y.data_ptr() != address  # still in use on the side stream
+    side.synchronize()
+    del y
+
+
+def test_raw_allocation_entry_points(memsnap_torch):
+    ptr = torch.cuda.caching_allocator_alloc(1 * MiB)
+    assert ptr != 0
+    torch.cuda.caching_allocator_delete(ptr)
+
+
+def test_unsupported_features_raise_a_clear_error_and_the_process_goes_on(memsnap_torch):
+    graph = torch.cuda.CUDAGraph()
+    static = torch.ones(16, device="cuda")
+    try:
+        with torch.cuda.graph(graph):
+            static.mul_(2)
+        raised = None
+    except RuntimeError as error:
+        raised = str(error)
+    assert raised is not None and "memsnap" in raised and "private memory pool" in raised
+    torch.cuda.synchronize()
+    assert (static + 1).sum().item() == 32

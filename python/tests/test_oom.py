@@ -1,0 +1,92 @@
+"""An out-of-memory is torch.OutOfMemoryError, with PyTorch's message and memsnap's reason; the
+process lives on, and the snapshot asked for is written before the error reaches the caller."""
+import glob
+import json
+import os
+import subprocess
+
+import pytest
+import torch
+
+from conftest import memsnap_cli
+
+GiB = 1 << 30
+
+
+def test_a_request_larger_than_the_device_raises_and_the_process_goes_on(memsnap_torch):
+    kept = torch.ones(1024, device="cuda")
+    with pytest.raises(torch.OutOfMemoryError) as caught:
+        torch.empty(1 << 41, dtype=torch.uint8, device="cuda")
+    message = str(caught.value)
+    assert message.startswith("CUDA out of memory. Tried to allocate 2048.00 GiB. GPU 0 has a total capacity of")
+    assert "memsnap: the request alone (2048.00 GiB) is larger than the device's total memory" in message
+    assert isinstance(caught.value, RuntimeError)  # what older except clauses catch
+    assert (kept + 1).sum().item() == 2048
+    assert torch.cuda.memory_stats()["num_ooms"] >= 1
+
+
+def test_training_goes_on_after_an_oom_under_a_memory_cap(memsnap_torch, tmp_path):
+    # A cap of 2 GiB: a batch-size finder halves its batch until a step fits.
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction(2 * GiB / total)
+    memsnap_torch.dump_snapshot_on_oom(str(tmp_path / "oom-{n}.msgpack"))
+    observed = []
+    torch._C._cuda_attach_out_of_memory_observer(
+        lambda device, alloc, device_allocated, device_free: observed.append(
+            (device, alloc, device_allocated, device_free, len(glob.glob(str(tmp_path / "*.msgpack"))))))
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096)).cuda()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        batch, failures = 1 << 17, 0
+        while True:
+            try:
+                x = torch.randn(batch, 4096, device="cuda")
+                model(x).square().mean().backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                break
+            except torch.OutOfMemoryError as error:
+                failures += 1
+                last_message = str(error)
+                x = None
+                optimizer.zero_grad(set_to_none=True)
+                batch //= 2
+        assert failures >= 1 and batch >= 1024
+        assert "allowed;" in last_message and "memsnap: " in last_message
+        for _ in range(3):  # and training goes on at the batch that fits
+            model(torch.randn(batch, 4096, device="cuda")).square().mean().backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        memsnap_torch.dump_snapshot_on_oom(None)
+    # PyTorch's observers: (device, bytes tried, the memory the device allows, free bytes), called
+    # after memsnap's snapshot of the same error was written.
+    assert len(observed) == failures
+    device, alloc, allowed, free, snapshots_before = observed[0]
+    assert device == 0 and alloc > 0
+    assert allowed <= 2 * GiB + (1 << 20) and free > 0
+    assert snapshots_before >= 1
+    snapshots = sorted(glob.glob(str(tmp_path / "oom-*.msgpack")))
+    assert len(snapshots) == failures
+    cli = os.environ.get("MEMSNAP_CLI")
+    if cli:
+        done = subprocess.run([cli, "explain-oom", snapshots[0], "--json"], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        explanation = json.loads(done.stdout)
+        assert explanation["cause"] in ("memory_cap", "fragmentation", "exhaustion")
+
+
+def test_oom_snapshot_opens_in_the_viewer(memsnap_torch, tmp_path):
+    cli = memsnap_cli()
+    memsnap_torch.dump_snapshot_on_oom(str(tmp_path / "big-{n}.msgpack"))
+    try:
+        with pytest.raises(torch.OutOfMemoryError):
+            torch.empty(1 << 41, dtype=torch.uint8, device="cuda")
+    finally:
+        memsnap_torch.dump_snapshot_on_oom(None)
+    (snapshot,) = glob.glob(str(tmp_path / "big-*.msgpack"))
+    done = subprocess.run([cli, "stats", snapshot, "--json"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
