@@ -7,7 +7,8 @@ packages=(
   cmake ninja-build g++ pkg-config python3
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libmsgpack-cxx-dev
-  libunwind8 libdw-dev zlib1g-dev python3-dev
+  libunwind8 libdw-dev zlib1g-dev
+  python3-dev pybind11-dev   # the Python package's torch-free parts and their tests
   libcpp-httplib-dev   # memsnap serve
   chromium wrk         # the web UI's browser tests and load test
   clang                # libFuzzer targets (scripts/fuzz.sh)
