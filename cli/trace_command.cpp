@@ -85,11 +85,12 @@ CommandRunner add_trace_command(CLI::App& app) {
                       std::string(trace_action_name(e.action)).c_str(), e.address,
                       svg::human_bytes(e.size).c_str(), e.stream);
         out += line;
-        out += frames.empty() ? std::string("<no stack>") : frame_label(snapshot.frames[frames.back()]);
+        const std::optional<uint32_t> headline = headline_frame(snapshot, e.stack, filter);
+        out += headline ? frame_label(snapshot.frames[*headline], filter) : std::string("<no stack>");
         out += '\n';
         if (options->stacks)
           for (auto it = frames.rbegin(); it != frames.rend(); ++it)
-            out += "        " + frame_label(snapshot.frames[*it]) + "\n";
+            out += "        " + frame_label(snapshot.frames[*it], filter) + "\n";
       }
     }
     out += std::to_string(matched) + " events matched" +

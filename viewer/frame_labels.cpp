@@ -1,28 +1,159 @@
 #include "viewer/frame_labels.h"
 
 #include <array>
-#include <string_view>
 
 namespace memsnap {
 namespace {
 
-constexpr std::array<std::string_view, 9> kNoiseFunctions = {
-    "unwind::unwind", "CapturedTraceback::gather", "gather_with_cpp", "_start",
-    "__libc_start_main", "PyEval_", "PyObject_", "PyFunction_", "__libc_init_first"};
-constexpr std::array<std::string_view, 10> kNoiseFiles = {
-    "core/boxing", "/Register", "/Redispatch", "pythonrun.c", "Modules/main.c",
-    "Objects/call.c", "Objects/methodobject.c", "pycore_ceval.h", "ceval.c",
-    "cpython/abstract.h"};
+bool starts_with(std::string_view text, std::string_view prefix) {
+  return text.substr(0, prefix.size()) == prefix;
+}
+
+bool contains(std::string_view text, std::string_view part) {
+  return text.find(part) != std::string_view::npos;
+}
 
 std::string_view base_name(std::string_view path) {
   const size_t slash = path.rfind('/');
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
+// Capture machinery and the C runtime, anywhere in a function's name.
+constexpr std::array<std::string_view, 6> kNoiseFunctions = {
+    "unwind::unwind", "CapturedTraceback::gather", "gather_with_cpp", "__libc_start_main",
+    "__libc_init_first", "CUDACachingAllocator::"};
+// CPython's own C functions (its API and internals, and the static helpers that call into
+// extension functions), by how their names begin.
+constexpr std::array<std::string_view, 10> kInterpreterPrefixes = {
+    "Py", "_Py", "cfunction_", "method_vectorcall", "slot_tp_", "vectorcall_", "pymain_",
+    "run_mod", "run_eval_code_obj", "object_vacall"};
+constexpr std::array<std::string_view, 9> kNoiseFiles = {
+    "pythonrun.c", "Modules/main.c", "Objects/call.c", "Objects/methodobject.c",
+    "pycore_ceval.h", "ceval.c", "cpython/abstract.h", "Python/generated_cases.c.h",
+    "Objects/descrobject.c"};
+
+// PyTorch's operator dispatch between a Python call and the kernel that allocates.
+constexpr std::array<std::string_view, 16> kDispatcherFunctions = {
+    "c10::impl::wrap_kernel_functor_unboxed_",
+    "c10::impl::make_boxed_from_unboxed_functor",
+    "c10::impl::BoxedKernelWrapper",
+    "c10::impl::call_functor_with_args_from_stack",
+    "c10::impl::detail::WrapFunctionIntoFunctor_",
+    "c10::BoxedKernel::",
+    "c10::KernelFunction::",
+    "c10::Dispatcher::",
+    "c10::OperatorHandle::",
+    "c10::TypedOperatorHandle",
+    "at::_ops::",
+    "at::redispatch::",
+    "torch::autograd::VariableType::",
+    "torch::ADInplaceOrView::",
+    "at::autocast::",
+    "at::functionalization::",
+};
+
+bool is_interpreter_function(std::string_view function) {
+  if (function == "_start") return true;
+  for (std::string_view prefix : kInterpreterPrefixes)
+    if (starts_with(function, prefix)) return true;
+  return false;
+}
+
+// "at::_ops::empty_memory_format::call(...)" -> "empty_memory_format"; empty otherwise.
+std::string operator_of(std::string_view function) {
+  constexpr std::string_view kOps = "at::_ops::";
+  const size_t at = function.find(kOps);
+  if (at == std::string_view::npos) return "";
+  const std::string_view rest = function.substr(at + kOps.size());
+  const size_t end = rest.find("::");
+  return end == std::string_view::npos ? "" : std::string(rest.substr(0, end));
+}
+
+// The index just past the parenthesis group that closes at `close` (scanning backwards).
+size_t open_paren_for(std::string_view text, size_t close) {
+  int depth = 0;
+  for (size_t i = close + 1; i-- > 0;) {
+    if (text[i] == ')') ++depth;
+    if (text[i] == '(' && --depth == 0) return i;
+  }
+  return std::string_view::npos;
+}
+
 }  // namespace
 
-std::string frame_label(const Frame& frame) {
-  std::string label = frame.function.empty() ? "??" : frame.function;
+std::string short_function_name(std::string_view function) {
+  // Only C++ signatures are shortened: Python names ("<module>", "forward") have no "::" or "(".
+  if (!contains(function, "::") && !contains(function, "(")) return std::string(function);
+  std::string name(function);
+  // "(anonymous namespace)::" says nothing a reader needs.
+  for (size_t at; (at = name.find("(anonymous namespace)::")) != std::string::npos;)
+    name.erase(at, std::string_view("(anonymous namespace)::").size());
+  // Trailing qualifiers, then the parameter list.
+  for (std::string_view suffix : {" const", " volatile", " &&", " &", " [clone .cold]"}) {
+    while (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      name.erase(name.size() - suffix.size());
+  }
+  if (!name.empty() && name.back() == ')') {
+    const size_t open = open_paren_for(name, name.size() - 1);
+    if (open != std::string::npos && open > 0) name.erase(open);
+  }
+  // Template arguments become "<…>", keeping "operator<" and friends intact.
+  std::string out;
+  out.reserve(name.size());
+  int depth = 0;
+  for (size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    const bool is_operator = i >= 8 && name.compare(i - 8, 8, "operator") == 0;
+    if (c == '<' && !is_operator) {
+      if (depth++ == 0) out += "<…>";
+      continue;
+    }
+    if (c == '>' && depth > 0 && !is_operator) {
+      --depth;
+      continue;
+    }
+    if (depth == 0) out += c;
+  }
+  if (depth != 0) return std::string(function);  // unbalanced: leave it as it was
+  return out.empty() ? std::string(function) : out;
+}
+
+bool frame_is_noise(const Frame& frame) {
+  for (std::string_view name : kNoiseFunctions)
+    if (contains(frame.function, name)) return true;
+  if (!frame_is_python(frame) && is_interpreter_function(frame.function)) return true;
+  for (std::string_view file : kNoiseFiles)
+    if (contains(frame.file, file)) return true;
+  return false;
+}
+
+bool frame_is_dispatcher(const Frame& frame) {
+  for (std::string_view name : kDispatcherFunctions)
+    if (contains(frame.function, name)) return true;
+  // The generated registration wrappers (RegisterCUDA_0.cpp, RegisterBackendSelect.cpp, ...);
+  // PyTorch records C++ file names without folders.
+  if (starts_with(base_name(frame.file), "Register") && !frame_is_python(frame)) return true;
+  return contains(frame.file, "core/boxing/");
+}
+
+bool frame_is_python(const Frame& frame) {
+  const std::string_view file = frame.file;
+  return file.size() > 3 && file.compare(file.size() - 3, 3, ".py") == 0;
+}
+
+std::string frame_label(const Frame& frame, const FrameFilter& filter) {
+  std::string label;
+  if (frame.function.empty()) {
+    label = "??";
+  } else if (filter.keep_all) {
+    label = frame.function;
+  } else if (frame_is_dispatcher(frame)) {
+    const std::string op = operator_of(frame.function);
+    label = (op.empty() ? short_function_name(frame.function) : op) + " [dispatcher]";
+    return label;  // one label per operator, wherever its plumbing was compiled
+  } else {
+    label = short_function_name(frame.function);
+  }
   const std::string_view file = base_name(frame.file);
   if (!file.empty() && file != "??") {
     label += " (";
@@ -33,26 +164,47 @@ std::string frame_label(const Frame& frame) {
   return label;
 }
 
-bool frame_is_noise(const Frame& frame) {
-  for (std::string_view name : kNoiseFunctions)
-    if (frame.function.find(name) != std::string::npos) return true;
-  for (std::string_view file : kNoiseFiles)
-    if (frame.file.find(file) != std::string::npos) return true;
-  // The allocator's own frames in PyTorch's C++ stacks.
-  return frame.function.find("CUDACachingAllocator::") != std::string::npos;
-}
-
 std::vector<uint32_t> visible_frames_outermost_first(const Snapshot& snapshot, StackIndex stack,
                                                       const FrameFilter& filter) {
   std::vector<uint32_t> out;
   if (stack < 0 || static_cast<size_t>(stack) >= snapshot.stacks.size()) return out;
   const std::vector<uint32_t>& frames = snapshot.stacks[static_cast<size_t>(stack)];
+  // Outermost first: a run of dispatcher frames is represented by its first (outermost)
+  // at::_ops frame, else by its outermost frame; the rest of the run is dropped.
+  bool in_run = false;
+  size_t run_at = 0;  // where the run's representative sits in `out`
   for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
     if (*it >= snapshot.frames.size()) continue;
-    if (!filter.keep_all && frame_is_noise(snapshot.frames[*it])) continue;
-    out.push_back(*it);
+    const Frame& frame = snapshot.frames[*it];
+    if (filter.keep_all) {
+      out.push_back(*it);
+      continue;
+    }
+    if (frame_is_noise(frame)) continue;
+    if (!frame_is_dispatcher(frame)) {
+      in_run = false;
+      out.push_back(*it);
+      continue;
+    }
+    if (!in_run) {
+      in_run = true;
+      run_at = out.size();
+      out.push_back(*it);
+    } else if (operator_of(snapshot.frames[out[run_at]].function).empty() &&
+               !operator_of(frame.function).empty()) {
+      out[run_at] = *it;
+    }
   }
   return out;
+}
+
+std::optional<uint32_t> headline_frame(const Snapshot& snapshot, StackIndex stack,
+                                       const FrameFilter& filter) {
+  const std::vector<uint32_t> frames = visible_frames_outermost_first(snapshot, stack, filter);
+  if (frames.empty()) return std::nullopt;
+  for (auto it = frames.rbegin(); it != frames.rend(); ++it)
+    if (frame_is_python(snapshot.frames[*it])) return *it;
+  return frames.back();
 }
 
 }  // namespace memsnap

@@ -1,10 +1,22 @@
-// How frames read in views: `function (file:line)` with the file's base name, and which
-// frames are left out by default: the capture machinery and interpreter internals that
-// PyTorch's own viewer hides (unwind::unwind, CapturedTraceback::gather, PyEval_*, the
-// dispatcher's Register*/boxing files, ...), so stacks start at code users wrote.
+// How frames read in views, so a stack starts at code its reader wrote.
+//
+// By default:
+//  - the capture machinery, CPython's interpreter internals and the C runtime's start-up
+//    frames are left out (unwind::unwind, CapturedTraceback::gather, PyEval_*, _Py*, ...);
+//  - PyTorch's dispatcher and autograd plumbing (wrap_kernel_functor_unboxed_,
+//    at::_ops::X::call/redispatch, boxing adaptors, VariableType, the generated Register*.cpp
+//    wrappers, ...) folds into one frame per run, labelled with the operator it dispatched:
+//    "empty_memory_format [dispatcher]";
+//  - C++ functions read as their qualified name without parameters or template arguments
+//    ("at::detail::empty_cuda"; the full text stays in Frame::function for hovers);
+//  - labels are `function (file:line)` with the file's base name.
+// With FrameFilter::keep_all (--all-frames, the web's toggle) every frame shows, unfolded and
+// with its full signature.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "snapshot/snapshot.h"
@@ -15,11 +27,24 @@ struct FrameFilter {
   bool keep_all = false;  // --all-frames
 };
 
-std::string frame_label(const Frame& frame);
-bool frame_is_noise(const Frame& frame);
+// The label of a frame: short names and dispatcher folding by default, everything with keep_all.
+std::string frame_label(const Frame& frame, const FrameFilter& filter = {});
+// "ns::Class::method" from a demangled C++ signature; other names come back unchanged.
+std::string short_function_name(std::string_view function);
 
-// The stack's frames as labels, outermost first (the order of a flamegraph path).
+bool frame_is_noise(const Frame& frame);
+bool frame_is_dispatcher(const Frame& frame);
+bool frame_is_python(const Frame& frame);  // a Python source frame (a .py file)
+
+// The stack's frames as shown, outermost first (the order of a flamegraph path): noise left
+// out and each run of dispatcher frames folded into one (its outermost at::_ops frame when it
+// has one), unless the filter keeps all.
 std::vector<uint32_t> visible_frames_outermost_first(const Snapshot& snapshot, StackIndex stack,
                                                       const FrameFilter& filter);
+
+// The frame a one-line view names for a stack: the innermost Python frame when the stack has
+// one (the user's line), otherwise the innermost visible frame; none for an empty stack.
+std::optional<uint32_t> headline_frame(const Snapshot& snapshot, StackIndex stack,
+                                       const FrameFilter& filter);
 
 }  // namespace memsnap

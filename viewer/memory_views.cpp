@@ -42,7 +42,7 @@ class StackLabels {
       path.push_back(tree_.label_id(stack == kNoStackIndex ? "<no stack recorded>" : "<no visible frames>"));
       return;
     }
-    for (uint32_t frame : frames) path.push_back(tree_.label_id(frame_label(snapshot_.frames[frame])));
+    for (uint32_t frame : frames) path.push_back(tree_.label_id(frame_label(snapshot_.frames[frame], filter_)));
   }
 
   FlameTree& tree_;

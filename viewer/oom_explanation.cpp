@@ -19,11 +19,16 @@ constexpr size_t kFramesPerStack = 4;
 
 std::string bytes(uint64_t value) { return format_bytes(static_cast<int64_t>(value)); }
 
+// The user's line first (the innermost Python frame, when the stack has one below C++
+// frames), then the innermost frames.
 std::vector<std::string> frames_of(const Snapshot& snapshot, StackIndex stack) {
-  std::vector<uint32_t> frames = visible_frames_outermost_first(snapshot, stack, {});
+  const std::vector<uint32_t> frames = visible_frames_outermost_first(snapshot, stack, {});
   std::vector<std::string> out;
+  if (frames.empty()) return out;
+  const std::optional<uint32_t> headline = headline_frame(snapshot, stack, {});
+  if (headline && *headline != frames.back()) out.push_back(frame_label(snapshot.frames[*headline]));
   for (auto it = frames.rbegin(); it != frames.rend() && out.size() < kFramesPerStack; ++it)
-    out.push_back(frame_label(snapshot.frames[*it]));
+    if (!headline || *it != *headline || *headline == frames.back()) out.push_back(frame_label(snapshot.frames[*it]));
   return out;
 }
 

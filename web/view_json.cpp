@@ -10,9 +10,10 @@ namespace {
 
 using nlohmann::json;
 
+// The one line that names a stack: the user's innermost Python frame where there is one.
 std::string innermost_label(const Snapshot& snapshot, StackIndex stack, const FrameFilter& filter) {
-  const std::vector<uint32_t> frames = visible_frames_outermost_first(snapshot, stack, filter);
-  return frames.empty() ? std::string() : frame_label(snapshot.frames[frames.back()]);
+  const std::optional<uint32_t> frame = headline_frame(snapshot, stack, filter);
+  return frame ? frame_label(snapshot.frames[*frame], filter) : std::string();
 }
 
 json frames_json(const Snapshot& snapshot, StackIndex stack, const FrameFilter& filter) {
@@ -20,7 +21,9 @@ json frames_json(const Snapshot& snapshot, StackIndex stack, const FrameFilter& 
   const std::vector<uint32_t> frames = visible_frames_outermost_first(snapshot, stack, filter);
   for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
     const Frame& f = snapshot.frames[*it];
-    out.push_back({{"function", f.function}, {"file", f.file}, {"line", f.line}, {"label", frame_label(f)}});
+    out.push_back({{"function", f.function}, {"file", f.file}, {"line", f.line},
+                   {"label", frame_label(f, filter)}, {"python", frame_is_python(f)},
+                   {"dispatcher", !filter.keep_all && frame_is_dispatcher(f)}});
   }
   return out;
 }

@@ -183,7 +183,7 @@ std::string render_segments(const Snapshot& snapshot, const SegmentsOptions& opt
   out += details_panel(kPad, details_top, kDetailLines, "hover a block for its stack");
   std::string labels_json;
   for (size_t i = 0; i < labels.size(); ++i)
-    labels_json += (i ? "," : "") + json_string(frame_label(snapshot.frames[labels[i]]));
+    labels_json += (i ? "," : "") + json_string(frame_label(snapshot.frames[labels[i]], options.frames));
   out += close_document("var D={\"detailLines\":" + std::to_string(kDetailLines) +
          ",\"states\":[\"active_allocated\",\"active_pending_free\",\"inactive\"],\"labels\":[" + labels_json +
          "],\"stacks\":[" + stacks_json + "],\"segments\":[" + segments_json + "],\"blocks\":[" + blocks_json +

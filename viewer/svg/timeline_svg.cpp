@@ -135,7 +135,8 @@ std::string render_timeline(const Snapshot& snapshot, const Timeline& timeline,
       back.insert(0, buffer);
     }
     const std::vector<uint32_t> frames = visible_frames_outermost_first(snapshot, b.stack, options.frames);
-    const std::string innermost = frames.empty() ? "" : snapshot.frames[frames.back()].function;
+    const std::optional<uint32_t> headline = headline_frame(snapshot, b.stack, options.frames);
+    const std::string innermost = headline ? frame_label(snapshot.frames[*headline], options.frames) : "";
     const std::string fill = frames.empty() ? "rgb(215,160,120)"
                                             : hsl_to_rgb(10 + stable_hash(innermost + std::to_string(b.stack)) % 50, 0.8, 0.6);
     std::snprintf(buffer, sizeof buffer, "<polygon class=\"a\" data-k=\"%zu\" points=\"", k);
@@ -150,7 +151,7 @@ std::string render_timeline(const Snapshot& snapshot, const Timeline& timeline,
         const uint32_t f = frames[frames.size() - 1 - i];  // innermost first
         if (label_ids[f] < 0) {
           label_ids[f] = next_label++;
-          labels_json += (labels_json.empty() ? "" : ",") + json_string(frame_label(snapshot.frames[f]));
+          labels_json += (labels_json.empty() ? "" : ",") + json_string(frame_label(snapshot.frames[f], options.frames));
         }
         stacks_json += (i ? "," : "") + std::to_string(label_ids[f]);
       }

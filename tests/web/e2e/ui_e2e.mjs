@@ -106,6 +106,11 @@ try {
     assert.match(await tooltip.innerText(), /segment/);
     await page.waitForFunction(() => !document.getElementById('tooltip').innerText.includes('…\n') );
     await shot('segments');
+    // An allocated block of the PyTorch transformer (Python stacks): the user's line comes first.
+    await page.mouse.move(box.x + 256, box.y + 30);
+    await page.waitForSelector('#tooltip .frames span.py');
+    assert.match(await page.locator('#tooltip .frames span').first().innerText(), /\.py:\d+\)$/);
+    await shot('segments-python-headline');
     await page.selectOption('select.order', 'size');
   });
 
@@ -176,6 +181,35 @@ try {
     assert.match(await page.locator('.empty').innerText(), /no out-of-memory error/);
     await tab('stats');
     await oomTab.waitFor({ state: 'hidden' });
+  });
+
+  await step('stacks: the Python line first, dispatcher folded, All frames unfolds', async () => {
+    const withCpp = page.locator('.chip', { hasText: 'oom_all_stacks' });
+    if (await withCpp.count() === 0) return;  // not among the snapshots given
+    await withCpp.click();
+    await tab('trace');
+    await page.waitForSelector('table.data tbody tr');
+    await page.selectOption('select[name="action"]', 'alloc');
+    await page.click('form.trace-filters button[type="submit"]');
+    await page.waitForFunction(() => [...document.querySelectorAll('table.data tbody tr td:nth-child(4)')].every(td => td.textContent === 'alloc'));
+    const firstRow = page.locator('table.data tbody tr').first();
+    assert.match(await firstRow.innerText(), /\.py:\d+/, 'the one-line frame is the user\'s Python line');
+    await firstRow.click();
+    await page.waitForSelector('tr.stack .py');
+    const folded = await page.locator('tr.stack').innerText();
+    assert.match(folded, /empty_memory_format \[dispatcher\]/);
+    assert.doesNotMatch(folded, /wrap_kernel_functor_unboxed_|unwind::unwind|_PyEval_EvalFrameDefault|\(c10::ArrayRef/);
+    await shot('stack-folded');
+    await page.check('#all-frames');
+    await page.waitForSelector('table.data tbody tr');
+    await page.locator('table.data tbody tr').first().click();
+    await page.waitForSelector('tr.stack .cpp');
+    const all = await page.locator('tr.stack').innerText();
+    assert.match(all, /torch::unwind::unwind\(\)/);
+    assert.match(all, /c10::impl::wrap_kernel_functor_unboxed_</);
+    await shot('stack-all-frames');
+    await page.uncheck('#all-frames');
+    await page.locator('.chip').first().click();
   });
 
   await step('keyboard: number keys switch views, arrows move between tabs', async () => {

@@ -18,6 +18,17 @@ function query(params = {}) {
   return parts.length ? '?' + parts.map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(v)}`).join('&') : '';
 }
 
+// "All frames" (the tab bar's toggle): stacks unfolded, with full C++ signatures. Kept across
+// reloads; every request that returns frames carries it.
+let allFrames = localStorage.getItem('memsnap.allFrames') === '1';
+export function allFramesShown() { return allFrames; }
+export function showAllFrames(on) {
+  allFrames = Boolean(on);
+  localStorage.setItem('memsnap.allFrames', allFrames ? '1' : '0');
+  detailCache.clear();
+}
+const withFrames = (params = {}) => (allFrames ? { ...params, all_frames: 1 } : params);
+
 const detailCache = new Map();
 function cachedDetail(path) {
   if (!detailCache.has(path)) {
@@ -40,13 +51,13 @@ export const api = {
     if (!response.ok) throw new Error(`stats: ${response.status}`);
     return response.text();
   },
-  flamegraph: (id, params) => request(`/api/snapshots/${id}/flamegraph${query(params)}`),
-  flamegraphSvgUrl: (id, params) => `/api/snapshots/${id}/flamegraph.svg${query(params)}`,
-  segments: (id, params) => request(`/api/snapshots/${id}/segments${query(params)}`),
-  block: (id, segment, block) => cachedDetail(`/api/snapshots/${id}/segments/${segment}/blocks/${block}`),
-  stack: (id, stack) => cachedDetail(`/api/snapshots/${id}/stacks/${stack}`),
-  timeline: (id, params) => request(`/api/snapshots/${id}/timeline${query(params)}`),
+  flamegraph: (id, params) => request(`/api/snapshots/${id}/flamegraph${query(withFrames(params))}`),
+  flamegraphSvgUrl: (id, params) => `/api/snapshots/${id}/flamegraph.svg${query(withFrames(params))}`,
+  segments: (id, params) => request(`/api/snapshots/${id}/segments${query(withFrames(params))}`),
+  block: (id, segment, block) => cachedDetail(`/api/snapshots/${id}/segments/${segment}/blocks/${block}${query(withFrames())}`),
+  stack: (id, stack) => cachedDetail(`/api/snapshots/${id}/stacks/${stack}${query(withFrames())}`),
+  timeline: (id, params) => request(`/api/snapshots/${id}/timeline${query(withFrames(params))}`),
   oom: (id, params) => request(`/api/snapshots/${id}/oom${query(params)}`),
-  trace: (id, params) => request(`/api/snapshots/${id}/trace${query(params)}`),
+  trace: (id, params) => request(`/api/snapshots/${id}/trace${query(withFrames(params))}`),
   compare: (before, after, params) => request(`/api/compare${query({ before, after, ...params })}`),
 };

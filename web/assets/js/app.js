@@ -1,7 +1,7 @@
 // The page: the list of open snapshots (pick one; Compare picks two), the view tabs, opening
 // files by picker or drag and drop, and the address bar (#view/id) so a view can be bookmarked
 // or reloaded.
-import { api } from './api.js';
+import { allFramesShown, api, showAllFrames } from './api.js';
 import { escapeHtml, humanBytes } from './format.js';
 import { hideTooltip, setMessage } from './ui.js';
 import { renderCompare } from './compare_view.js';
@@ -149,6 +149,9 @@ function setUpEvents() {
     if (view) { state.view = view; renderView(); }
   });
   window.addEventListener('hashchange', () => { readLocation(); renderSnapshotList(); renderView(); });
+  const allFrames = document.getElementById('all-frames');
+  allFrames.checked = allFramesShown();
+  allFrames.addEventListener('change', () => { showAllFrames(allFrames.checked); renderView(); });
 }
 
 async function start() {

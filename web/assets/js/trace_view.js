@@ -59,13 +59,13 @@ export async function renderTrace(container, { snapshot }) {
     const stack = Number(row.dataset.stack);
     const detail = document.createElement('tr');
     detail.className = 'stack';
-    detail.innerHTML = `<td colspan="8">${stack < 0 ? '(no stack recorded)' : 'loading…'}</td>`;
+    detail.innerHTML = `<td colspan="8"><div class="stack-lines">${stack < 0 ? '(no stack recorded)' : 'loading…'}</div></td>`;
     row.after(detail);
     if (stack < 0) return;
     try {
       const { frames } = await api.stack(snapshot.id, stack);
-      detail.firstChild.textContent = frames.map(f => f.label).join('\n') || '(no visible frames)';
-    } catch (error) { detail.firstChild.textContent = error.message; }
+      detail.querySelector('.stack-lines').innerHTML = frames.map(f => `<span class="${f.python ? 'py' : f.dispatcher ? 'dispatch' : 'cpp'}" title="${escapeHtml(f.function || '')}">${escapeHtml(f.label)}</span>`).join('\n') || '(no visible frames)';
+    } catch (error) { detail.querySelector('.stack-lines').textContent = error.message; }
   };
   rowsBox.addEventListener('click', e => { const row = e.target.closest('tr[data-stack]'); if (row) toggleStack(row); });
   rowsBox.addEventListener('keydown', e => {

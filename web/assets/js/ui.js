@@ -19,11 +19,17 @@ export function showTooltip(event, html) {
 
 export function hideTooltip() { tooltip().hidden = true; }
 
+// A stack, innermost first: the user's innermost Python frame on a line of its own at the top
+// (where a stack has one below C++ frames), then every shown frame; Python frames stand out, folded dispatcher
+// frames are muted, and each frame's full text is its title.
 export function framesHtml(frames, limit = 40) {
   if (!frames || frames.length === 0) return '<div class="frames">(no stack recorded)</div>';
-  const shown = frames.slice(0, limit).map(f => escapeHtml(f.label)).join('\n');
+  const python = frames.find(f => f.python);
+  const headline = python && python !== frames[0] ? `<div class="headline">${escapeHtml(python.label)}</div>` : '';
+  const line = f => `<span class="${f.python ? 'py' : f.dispatcher ? 'dispatch' : 'cpp'}" title="${escapeHtml(f.function || '')}">${escapeHtml(f.label)}</span>`;
+  const shown = frames.slice(0, limit).map(line).join('\n');
   const more = frames.length > limit ? `\n… ${frames.length - limit} more frames` : '';
-  return `<div class="frames">${shown}${more}</div>`;
+  return `${headline}<div class="frames">${shown}${more}</div>`;
 }
 
 // Sizes a canvas to its CSS box times the device pixel ratio; returns a context in CSS pixels.
