@@ -97,8 +97,36 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
     out.bands.push_back({x.address, x.size, x.stack, x.start, x.end, x.before_trace, {}});
   }
 
-  // Sample points: evenly spaced, plus every band's start and end so none is missed.
+  // The exact peak of the window, from every allocation (the samples below are a subset of the
+  // events and could miss it); its event is sampled too, so the picture shows it.
+  {
+    std::vector<std::pair<uint64_t, int64_t>> all;
+    all.reserve(allocations.size() * 2);
+    for (const Allocation& a : allocations) {
+      all.push_back({a.start, static_cast<int64_t>(a.size)});
+      if (a.end < out.events) all.push_back({a.end, -static_cast<int64_t>(a.size)});
+    }
+    std::sort(all.begin(), all.end());
+    int64_t in_use = 0;
+    size_t next = 0;
+    while (next < all.size() && all[next].first <= lo) in_use += all[next++].second;
+    out.peak_bytes = static_cast<uint64_t>(std::max<int64_t>(in_use, 0));
+    out.peak_event = lo;
+    // Then at each later event where the memory in use changes.
+    while (next < all.size() && all[next].first <= hi) {
+      const uint64_t event = all[next].first;
+      while (next < all.size() && all[next].first == event) in_use += all[next++].second;
+      if (in_use > 0 && static_cast<uint64_t>(in_use) > out.peak_bytes) {
+        out.peak_bytes = static_cast<uint64_t>(in_use);
+        out.peak_event = event;
+      }
+    }
+  }
+
+  // Sample points: evenly spaced, plus every band's start and end so none is missed, plus
+  // the peak.
   std::vector<uint64_t> samples;
+  samples.push_back(out.peak_event);
   const uint64_t steps = std::min<uint64_t>(options.max_samples, std::max<uint64_t>(hi - lo, 1));
   for (uint64_t s = 0; s <= steps; ++s) samples.push_back(lo + (hi - lo) * s / steps);
   for (const TimelineBand& b : out.bands) {
@@ -133,10 +161,6 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
       if (b.end == sample && b.end != out.events && (b.bottom.empty() || b.bottom.back().first != sample))
         b.bottom.push_back({sample, b.bottom.empty() ? 0 : b.bottom.back().second});
     out.total_bytes.push_back(offset);
-    if (offset > out.peak_bytes) {
-      out.peak_bytes = offset;
-      out.peak_event = sample;
-    }
     out.event_time_us.push_back(sample < times.size() ? times[sample] : (times.empty() ? 0 : times.back()));
   }
   out.samples = std::move(samples);

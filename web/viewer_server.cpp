@@ -1,6 +1,9 @@
 #include "web/viewer_server.h"
 
 #include <arpa/inet.h>
+#include <sys/socket.h>
+
+#include <cerrno>
 
 #include <httplib.h>
 
@@ -62,6 +65,13 @@ ViewerServer::ViewerServer(SnapshotStore& store, ServerOptions options)
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server_->set_read_timeout(options_.read_timeout_seconds, 0);
   server_->set_write_timeout(options_.read_timeout_seconds, 0);
+  // SO_REUSEADDR alone: a restarted server can bind while old connections linger, but a second
+  // server cannot listen on a port one already serves (httplib's default, SO_REUSEPORT, lets
+  // both run and splits the traffic between them).
+  server_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   server_->set_keep_alive_max_count(100);
   server_->set_keep_alive_timeout(5);
   server_->set_payload_max_length(static_cast<size_t>(options_.limits.max_upload_bytes));
@@ -137,9 +147,15 @@ Result<int> ViewerServer::bind() {
     if (port <= 0) return Result<int>::failure("cannot listen on " + options_.host + " (any port)");
     return port;
   }
-  if (!server_->bind_to_port(options_.host, options_.port))
-    return Result<int>::failure("cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
-                                " (in use, or not an address of this machine?)");
+  errno = 0;
+  if (!server_->bind_to_port(options_.host, options_.port)) {
+    const std::string where = options_.host + ":" + std::to_string(options_.port);
+    if (errno == EADDRINUSE)
+      return Result<int>::failure("cannot listen on " + where +
+                                  ": the port is in use (another memsnap serve?); choose another with "
+                                  "--port, or --port 0 for a free one");
+    return Result<int>::failure("cannot listen on " + where + " (not an address of this machine?)");
+  }
   return options_.port;
 }
 

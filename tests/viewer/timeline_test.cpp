@@ -2,6 +2,8 @@
 // window (the web UI's zoom) samples only its events and picks bands among what lives there.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "viewer/timeline.h"
 
 namespace memsnap {
@@ -74,6 +76,37 @@ TEST(Timeline, WindowSamplesOnlyItsEventsAndPicksItsOwnBands) {
   const Timeline past = compute_timeline(s, options);
   EXPECT_EQ(past.window_begin, past.events);
   EXPECT_EQ(past.window_end, past.events);
+}
+
+// A spike of many small allocations between evenly spaced samples (no band marks its top):
+// the peak is still exact, in value and event, at every zoom.
+TEST(Timeline, PeakIsExactWhateverTheSampling) {
+  std::vector<std::tuple<TraceAction, uint64_t, uint64_t>> events;
+  for (uint64_t i = 0; i < 5000; ++i) {
+    events.push_back({TraceAction::kAlloc, 0x1000 * (i + 1), 1024});
+    events.push_back({TraceAction::kFreeCompleted, 0x1000 * (i + 1), 1024});
+    if (i == 3001) {
+      for (uint64_t k = 0; k < 100; ++k) events.push_back({TraceAction::kAlloc, 0x9000000 + 0x10000 * k, 65536});
+      for (uint64_t k = 0; k < 100; ++k) events.push_back({TraceAction::kFreeCompleted, 0x9000000 + 0x10000 * k, 65536});
+    }
+  }
+  const Snapshot s = trace_of(events);
+  uint64_t want_bytes = 0, want_event = 0;
+  for (uint64_t i = 0; i < events.size(); ++i)
+    if (live_after(s, i) > want_bytes) want_bytes = live_after(s, i), want_event = i;
+  for (auto [begin, end] : {std::pair<uint64_t, uint64_t>{0, events.size()}, {5000, 7000}, {6050, 6150}}) {
+    TimelineOptions options;
+    options.max_samples = 50;
+    options.max_bands = 2;
+    options.window_begin = begin;
+    options.window_end = end;
+    const Timeline t = compute_timeline(s, options);
+    EXPECT_EQ(t.peak_bytes, want_bytes) << begin << ".." << end;
+    EXPECT_EQ(t.peak_event, want_event) << begin << ".." << end;
+    const auto at = std::find(t.samples.begin(), t.samples.end(), t.peak_event);
+    ASSERT_NE(at, t.samples.end()) << "the peak's event is drawn";
+    EXPECT_EQ(t.total_bytes[static_cast<size_t>(at - t.samples.begin())], want_bytes);
+  }
 }
 
 }  // namespace

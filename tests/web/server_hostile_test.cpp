@@ -173,3 +173,29 @@ TEST(ServerHostile, ManyConcurrentClients) {
 
 }  // namespace
 }  // namespace memsnap::web::testing
+
+namespace memsnap::web::testing {
+
+// A second server on a port one already serves is refused with one clear line, rather than
+// both running and splitting the traffic.
+TEST(ServerHostile, ASecondServerOnABusyPortIsRefused) {
+  RunningServer first;
+  first.start({data_file("pytorch-2.11/mlp_train.pickle")});
+  SnapshotStore other_store(4);
+  ServerOptions options;
+  options.port = first.port();
+  ViewerServer second(other_store, options);
+  const Result<int> bound = second.bind();
+  ASSERT_FALSE(bound);
+  EXPECT_NE(bound.error().find("127.0.0.1:" + std::to_string(first.port()) + ": the port is in use"),
+            std::string::npos)
+      << bound.error();
+  auto client = first.client();
+  for (int i = 0; i < 10; ++i) {
+    auto answer = client.Get("/api/snapshots");
+    ASSERT_TRUE(answer);
+    EXPECT_NE(answer->body.find("mlp_train"), std::string::npos) << "every request reaches the first server";
+  }
+}
+
+}  // namespace memsnap::web::testing
