@@ -99,6 +99,23 @@ void measure_state(const Snapshot& snapshot, const AllocatorConfig& config, OomE
 void diagnose(OomExplanation& x) {
   const std::string pool = x.small_pool ? "small" : "large";
   const bool capped = x.device_free_bytes && *x.device_free_bytes >= x.segment_bytes;
+  // Everything this process could have had: what the allocator reserved and what the device
+  // still had free. A request beyond it (or beyond the device) fits under no setting.
+  const uint64_t attainable = x.reserved_bytes + x.device_free_bytes.value_or(0);
+  if ((x.device_total_bytes && x.rounded_bytes > *x.device_total_bytes) ||
+      (x.device_free_bytes && x.rounded_bytes > attainable)) {
+    x.cause = OomCause::kTooLarge;
+    x.reasons.push_back(
+        "The request alone (" + bytes(x.requested_bytes) + ") is larger than " +
+        (x.device_total_bytes && x.rounded_bytes > *x.device_total_bytes
+             ? "the device's total memory (" + bytes(*x.device_total_bytes) + ")"
+             : "everything this process could have had on the device (" + bytes(x.reserved_bytes) +
+                   " reserved by the allocator plus " + bytes(*x.device_free_bytes) +
+                   " the device had free: " + bytes(attainable) + ")") +
+        ". Nothing this program frees and no allocator setting can make it fit: the size asked for is the "
+        "problem; look at the line that asked for it and how it computed the size.");
+    return;
+  }
   if (x.usable_free_bytes >= x.rounded_bytes) {
     x.cause = OomCause::kFragmentation;
     x.reasons.push_back(bytes(x.usable_free_bytes) + " was cached free in the " + pool +
@@ -213,6 +230,7 @@ std::string_view oom_cause_name(OomCause cause) {
     case OomCause::kFragmentation: return "fragmentation";
     case OomCause::kOtherStreams: return "other_streams";
     case OomCause::kExhaustion: return "exhaustion";
+    case OomCause::kTooLarge: return "request_too_large";
   }
   return "exhaustion";
 }
@@ -245,9 +263,14 @@ Result<OomExplanation> explain_oom(const Snapshot& snapshot, std::optional<int64
   x.request_frames = frames_of(snapshot, oom.stack);
   for (size_t i = index + 1; i < trace.size(); ++i)
     if (trace[i].action != TraceAction::kSnapshot) ++x.events_after_oom;
+  for (const DeviceInfo& info : snapshot.devices)
+    if (info.index == x.device && info.total_memory > 0) x.device_total_bytes = info.total_memory;
   measure_state(snapshot, recorded, x);
   diagnose(x);
-  replay_settings(snapshot, recorded, x);
+  if (x.cause == OomCause::kTooLarge)
+    x.settings_note = "no setting was replayed: none can make a request larger than the device fit";
+  else
+    replay_settings(snapshot, recorded, x);
   return x;
 }
 
@@ -271,6 +294,7 @@ nlohmann::json oom_explanation_to_json(const OomExplanation& x) {
       {"pool", x.small_pool ? "small" : "large"},
       {"stream", x.stream},
       {"device_free_bytes", x.device_free_bytes ? nlohmann::json(*x.device_free_bytes) : nlohmann::json()},
+      {"device_total_bytes", x.device_total_bytes ? nlohmann::json(*x.device_total_bytes) : nlohmann::json()},
       {"request_frames", x.request_frames},
       {"reserved_bytes", x.reserved_bytes},
       {"allocated_bytes", x.allocated_bytes},

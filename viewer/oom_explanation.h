@@ -27,6 +27,7 @@ enum class OomCause {
   kFragmentation,   // enough free bytes cached for the request, but no block fits it
   kOtherStreams,    // enough free bytes cached, but on other streams (or waiting for them)
   kExhaustion,      // live memory plus the request exceed what the device had
+  kTooLarge,        // the request alone exceeds the device (or all this process could have had)
 };
 std::string_view oom_cause_name(OomCause cause);
 
@@ -54,6 +55,7 @@ struct OomExplanation {
   bool small_pool = false;
   uint64_t stream = 0;
   std::optional<uint64_t> device_free_bytes;  // from the oom entry, when recorded
+  std::optional<uint64_t> device_total_bytes;  // from the snapshot's device list, when it has one
   std::vector<std::string> request_frames;    // the failing allocation's stack, innermost first
 
   uint64_t reserved_bytes = 0;

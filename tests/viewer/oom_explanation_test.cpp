@@ -165,5 +165,40 @@ TEST(ExplainOom, RecordedPyTorchOomsGetTheRightCauseAndAdvice) {
   EXPECT_EQ(oom_explanation_to_json(fragmented)["cause"], "fragmentation");
 }
 
+// A request larger than everything the process could have had (PyTorch's pickles do not
+// record the device's size: what was reserved plus what the device had free bounds it) is
+// neither exhaustion nor anything a setting fixes.
+TEST(ExplainOom, ARequestLargerThanTheDeviceSaysNoFreeingOrSettingHelps) {
+  Snapshot s;
+  s.source = "pytorch";
+  s.segments.push_back({0, 0x7f0000000000, 4ull << 30, 4ull << 30, 4ull << 30, 4ull << 30, 0, "large", 0, false,
+                        kNoStackIndex, {{0x7f0000000000, 4ull << 30, 4ull << 30, BlockState::kActiveAllocated, kNoStackIndex, {}}}});
+  s.device_traces.resize(1);
+  s.device_traces[0].push_back({TraceAction::kAlloc, 0x7f0000000000, 4ull << 30, 0, 1, kNoStackIndex});
+  const uint64_t free_bytes = 74ull << 30;
+  s.device_traces[0].push_back({TraceAction::kOom, free_bytes, 1ull << 40, 0, 2, kNoStackIndex});
+  const OomExplanation x = explain(s);
+  EXPECT_EQ(x.cause, OomCause::kTooLarge);
+  ASSERT_FALSE(x.reasons.empty());
+  EXPECT_NE(x.reasons[0].find("The request alone (1.00 TiB) is larger than everything this process could have had"),
+            std::string::npos) << x.reasons[0];
+  EXPECT_NE(x.reasons[0].find("Nothing this program frees and no allocator setting can make it fit"), std::string::npos);
+  EXPECT_TRUE(x.settings.empty()) << "no replays for settings that cannot help";
+  // With the device's size known (memsnap's snapshots record it), the reason names it.
+  s.devices.push_back({0, "H100", 80ull << 30});
+  const OomExplanation with_size = explain(s);
+  EXPECT_NE(with_size.reasons.at(0).find("larger than the device's total memory (80.00 GiB)"), std::string::npos)
+      << with_size.reasons.at(0);
+  EXPECT_NE(oom_explanation_to_text(with_size).find("Why (request_too_large)"), std::string::npos);
+}
+
+// A memsnap program whose one request exceeds its device.
+TEST(ExplainOom, AMemsnapRequestLargerThanItsDeviceIsTooLarge) {
+  OomProgram program(100 * kMiB);
+  program.held.push_back(program.allocator->allocate(10 * kMiB));
+  const OomExplanation x = explain(program.fail_with(size_t{1} << 30));
+  EXPECT_EQ(x.cause, OomCause::kTooLarge);
+}
+
 }  // namespace
 }  // namespace memsnap

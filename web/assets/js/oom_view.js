@@ -10,6 +10,7 @@ const causeTitles = {
   other_streams: 'Memory held by other streams',
   memory_cap: 'A memory cap refused the request; the device itself had room',
   exhaustion: 'The device was full',
+  request_too_large: 'The request alone is larger than the device could ever give',
 };
 
 // Where the device's bytes were at the error, left to right, and the colour of each.
