@@ -33,6 +33,7 @@ CommandRunner add_explain_oom_command(CLI::App& app) {
     const LoadedSnapshot input = load_input(options->file);
     std::optional<int64_t> device;
     if (options->device >= 0) device = options->device;
+    require_device(input, options->file, device);
     Result<OomExplanation> explanation = explain_oom(input.snapshot, device);
     if (!explanation) throw CommandError(explanation.error());
     write_output(options->output, options->json

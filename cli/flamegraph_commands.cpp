@@ -58,6 +58,7 @@ CommandRunner add_flamegraph_command(CLI::App& app) {
   return [command, options] {
     if (!command->parsed()) return;
     const LoadedSnapshot input = load_input(options->file);
+    require_device(input, options->file, options->flags.device);
     const FlameTree tree = view_tree(input.snapshot, options->kind, options->flags.options());
     svg::FlamegraphOptions render;
     render.title = (options->kind == "segments" ? "Memory by segment: " : "Memory by state and stack: ") +
@@ -87,6 +88,7 @@ CommandRunner add_folded_command(CLI::App& app) {
   return [command, options] {
     if (!command->parsed()) return;
     const LoadedSnapshot input = load_input(options->file);
+    require_device(input, options->file, options->flags.device);
     write_output(options->output, view_tree(input.snapshot, options->kind, options->flags.options()).folded());
   };
 }
@@ -113,6 +115,8 @@ CommandRunner add_compare_command(CLI::App& app) {
     if (!command->parsed()) return;
     const LoadedSnapshot before = load_input(options->before);
     const LoadedSnapshot after = load_input(options->after);
+    require_device(before, options->before, options->flags.device);
+    require_device(after, options->after, options->flags.device);
     const Comparison comparison = compare_snapshots(before.snapshot, after.snapshot, options->flags.options());
     std::string summary;
     auto list = [&](const char* title, const std::vector<const SnapshotSegment*>& segments) {

@@ -31,6 +31,7 @@ CommandRunner add_segments_command(CLI::App& app) {
   return [command, options] {
     if (!command->parsed()) return;
     const LoadedSnapshot input = load_input(options->file);
+    require_device(input, options->file, options->device);
     svg::SegmentsOptions render;
     render.title = "Segments: " + file_base_name(options->file);
     render.width = options->width;
@@ -63,8 +64,8 @@ CommandRunner add_timeline_command(CLI::App& app) {
   return [command, options] {
     if (!command->parsed()) return;
     const LoadedSnapshot input = load_input(options->file);
-    if (options->device && (*options->device < 0 ||
-                            static_cast<size_t>(*options->device) >= input.snapshot.device_traces.size()))
+    require_device(input, options->file, options->device);
+    if (options->device && static_cast<size_t>(*options->device) >= input.snapshot.device_traces.size())
       throw CommandError(options->file + ": no trace for device " + std::to_string(*options->device));
     TimelineOptions timeline_options;
     timeline_options.device = options->device;

@@ -35,7 +35,7 @@ bool looks_like_text_trace(const std::string& path) {
   char c = 0;
   while (in.get(c))
     if (c != ' ' && c != '\t' && c != '\n' && c != '\r') return c == 'a' || c == 'f' || c == '#';
-  return in.eof() && !in.bad();  // empty: an empty trace (or an unreadable file: the reader says)
+  return false;  // empty or unreadable: the snapshot reader says which, as for every command
 }
 
 AllocatorConfig parse_config(const std::string& text) {

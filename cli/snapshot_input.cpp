@@ -37,4 +37,10 @@ LoadedSnapshot load_input(const std::string& path) {
   return std::move(loaded).value();
 }
 
+void require_device(const LoadedSnapshot& input, const std::string& path, std::optional<int64_t> device) {
+  if (!device) return;
+  const std::string error = missing_device_error(input.snapshot, *device);
+  if (!error.empty()) throw CommandError(path + ": " + error);
+}
+
 }  // namespace memsnap::cli

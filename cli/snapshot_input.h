@@ -2,6 +2,8 @@
 // file otherwise, and progress on stderr for big files when a person is watching.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "snapshot/snapshot_loader.h"
@@ -9,6 +11,8 @@
 namespace memsnap::cli {
 
 LoadedSnapshot load_input(const std::string& path);
+// Throws CommandError naming the file when `device` is given and the snapshot has no such device.
+void require_device(const LoadedSnapshot& input, const std::string& path, std::optional<int64_t> device);
 // The file name without its folders, for titles.
 std::string file_base_name(const std::string& path);
 

@@ -63,6 +63,7 @@ CommandRunner add_trace_command(CLI::App& app) {
     const bool by_address = !options->address.empty();
     const uint64_t address = by_address ? parse_address(options->address) : 0;
     const LoadedSnapshot input = load_input(options->file);
+    require_device(input, options->file, options->device);
     const Snapshot& snapshot = input.snapshot;
     FrameFilter filter;
     filter.keep_all = options->all_frames;

@@ -1,5 +1,6 @@
 #include "snapshot/snapshot.h"
 
+#include <algorithm>
 #include <array>
 
 namespace memsnap {
@@ -18,6 +19,25 @@ std::optional<BlockState> block_state_from_name(std::string_view name) {
   for (size_t i = 0; i < kBlockStateNames.size(); ++i)
     if (kBlockStateNames[i] == name) return static_cast<BlockState>(i);
   return std::nullopt;
+}
+
+std::vector<int64_t> devices_of(const Snapshot& snapshot) {
+  std::vector<int64_t> devices;
+  for (size_t d = 0; d < snapshot.device_traces.size(); ++d) devices.push_back(static_cast<int64_t>(d));
+  for (const SnapshotSegment& segment : snapshot.segments) devices.push_back(segment.device);
+  for (const DeviceInfo& info : snapshot.devices) devices.push_back(info.index);
+  std::sort(devices.begin(), devices.end());
+  devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+  return devices;
+}
+
+std::string missing_device_error(const Snapshot& snapshot, int64_t device) {
+  const std::vector<int64_t> devices = devices_of(snapshot);
+  if (std::binary_search(devices.begin(), devices.end(), device)) return "";
+  std::string there;
+  for (int64_t d : devices) there += (there.empty() ? "" : ", ") + std::to_string(d);
+  return "no device " + std::to_string(device) + " in this snapshot" +
+         (devices.empty() ? std::string(" (it describes none)") : " (devices: " + there + ")");
 }
 
 }  // namespace memsnap

@@ -123,4 +123,9 @@ struct Snapshot {
   bool operator==(const Snapshot&) const = default;
 };
 
+// The devices a snapshot describes (any trace, segment or device entry), in order.
+std::vector<int64_t> devices_of(const Snapshot& snapshot);
+// "" when `device` is one of them, else a one-line reason naming those there are.
+std::string missing_device_error(const Snapshot& snapshot, int64_t device);
+
 }  // namespace memsnap

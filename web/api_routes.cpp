@@ -36,10 +36,21 @@ FrameFilter frame_filter(const RequestParams& params) {
   return filter;
 }
 
-ViewOptions view_options(const RequestParams& params) {
+// The `device` parameter, when given, must name a device of every snapshot asked about.
+std::optional<int64_t> device_param(const RequestParams& params, std::initializer_list<const StoredSnapshot*> snapshots) {
+  const std::optional<int64_t> device = params.device();
+  if (!device) return device;
+  for (const StoredSnapshot* s : snapshots) {
+    const std::string error = missing_device_error(s->loaded.snapshot, *device);
+    if (!error.empty()) throw ApiError(404, error);
+  }
+  return device;
+}
+
+ViewOptions view_options(const RequestParams& params, std::initializer_list<const StoredSnapshot*> snapshots) {
   ViewOptions options;
   options.frames = frame_filter(params);
-  options.device = params.device();
+  options.device = device_param(params, snapshots);
   return options;
 }
 
@@ -131,18 +142,18 @@ void add_view_routes(httplib::Server& server, SnapshotStore& store) {
     const RequestParams params(request);
     const std::string kind = params.choice("kind", {"memory", "segments"});
     const double min_share = params.real("min_share", 0, 1).value_or(kDefaultMinShare);
-    send(response, flamegraph_view(s, kind, view_options(params), min_share), kJson);
+    send(response, flamegraph_view(s, kind, view_options(params, {&s}), min_share), kJson);
   });
   route("/flamegraph.svg", [](const StoredSnapshot& s, Request request, Response response) {
     const RequestParams params(request);
     const std::string kind = params.choice("kind", {"memory", "segments"});
     const int width = static_cast<int>(params.unsigned_integer("width", 400, 10000).value_or(1200));
-    send(response, flamegraph_svg_view(s, kind, view_options(params), width), "image/svg+xml");
+    send(response, flamegraph_svg_view(s, kind, view_options(params, {&s}), width), "image/svg+xml");
     // The SVG carries its own small script for hover and zoom; nothing else may run or load.
     response.set_header("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'");
   });
   route("/segments", [](const StoredSnapshot& s, Request request, Response response) {
-    send(response, segments_view(s, RequestParams(request).device()), kJson);
+    send(response, segments_view(s, device_param(RequestParams(request), {&s})), kJson);
   });
   route(R"(/segments/(\d+)/blocks/(\d+))", [](const StoredSnapshot& s, Request request, Response response) {
     const auto segment = parse_unsigned(request.matches[2], false);
@@ -163,20 +174,23 @@ void add_view_routes(httplib::Server& server, SnapshotStore& store) {
   route("/timeline", [](const StoredSnapshot& s, Request request, Response response) {
     const RequestParams params(request);
     TimelineOptions options;
-    options.device = params.device();
+    options.device = device_param(params, {&s});
     options.max_bands = params.unsigned_integer("bands", 1, 2000).value_or(options.max_bands);
     options.max_samples = params.unsigned_integer("samples", 10, 5000).value_or(options.max_samples);
     options.window_begin = params.unsigned_integer("begin", 0, UINT64_MAX).value_or(0);
     options.window_end = params.unsigned_integer("end", 0, UINT64_MAX);
+    if (options.window_end && *options.window_end < options.window_begin)
+      throw ApiError(400, "query parameters 'begin' and 'end': end (" + std::to_string(*options.window_end) +
+                              ") is before begin (" + std::to_string(options.window_begin) + ")");
     send(response, timeline_view(s, options, frame_filter(params)), kJson);
   });
   route("/oom", [](const StoredSnapshot& s, Request request, Response response) {
-    send(response, oom_view(s, RequestParams(request).device()), kJson);
+    send(response, oom_view(s, device_param(RequestParams(request), {&s})), kJson);
   });
   route("/trace", [](const StoredSnapshot& s, Request request, Response response) {
     const RequestParams params(request);
     TraceQuery query;
-    query.device = params.device();
+    query.device = device_param(params, {&s});
     query.offset = params.unsigned_integer("offset", 0, UINT64_MAX).value_or(0);
     query.limit = params.unsigned_integer("limit", 1, TraceQuery::kMaxLimit).value_or(query.limit);
     query.min_size = params.unsigned_integer("min_size", 0, UINT64_MAX).value_or(0);
@@ -231,7 +245,7 @@ void add_api_routes(httplib::Server& server, SnapshotStore& store, const ApiLimi
     const Stored before = find_or_404(store, *before_id);
     const Stored after = find_or_404(store, *after_id);
     const double min_share = params.real("min_share", 0, 1).value_or(kDefaultMinShare);
-    send(response, compare_view(*before, *after, view_options(params), min_share), kJson);
+    send(response, compare_view(*before, *after, view_options(params, {before.get(), after.get()}), min_share), kJson);
   }));
   // Anything else under /api is a JSON 404, not the UI's page.
   auto unknown = guarded([](const httplib::Request& request, httplib::Response&) {

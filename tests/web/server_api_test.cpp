@@ -205,6 +205,15 @@ TEST_F(ServerApi, RefusalsAreJsonWithTheRightStatus) {
       {"/api/snapshots/1/timeline?bands=0", 400},
       {"/api/snapshots/1/timeline?device=-1", 400},
       {"/api/snapshots/1/segments?device=1e3", 400},
+      {"/api/snapshots/1/timeline?begin=500&end=100", 400},
+      // A device the snapshot does not have: 404 on every view that takes one.
+      {"/api/snapshots/1/trace?device=7", 404},
+      {"/api/snapshots/1/flamegraph?device=7", 404},
+      {"/api/snapshots/1/flamegraph.svg?device=7", 404},
+      {"/api/snapshots/1/segments?device=7", 404},
+      {"/api/snapshots/1/timeline?device=7", 404},
+      {"/api/snapshots/1/oom?device=7", 404},
+      {"/api/compare?before=1&after=2&device=7", 404},
       {"/no/such/page", 404},
   };
   for (const auto& [path, status] : cases) {
