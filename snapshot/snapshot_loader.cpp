@@ -3,6 +3,7 @@
 #include "snapshot/byte_source.h"
 #include "snapshot/msgpack_reader.h"
 #include "snapshot/pytorch_snapshot_reader.h"
+#include "snapshot/snapshot_checks.h"
 
 namespace memsnap {
 namespace {
@@ -36,6 +37,8 @@ Result<LoadedSnapshot> load(ByteSource& source, const std::string& name) {
     }
     if (source.hit_limit()) return failure("larger than the limit of " + std::to_string(kMaxSnapshotFileBytes) + " bytes");
     if (!read) return failure(read.error());
+    if (const std::optional<std::string> problem = check_snapshot(read.value()))
+      return failure("inconsistent snapshot: " + *problem);
     return LoadedSnapshot{std::move(read).value(), *format, source.compressed()};
   } catch (const std::exception& error) {  // unreadable file, damaged compression
     return failure(error.what());
