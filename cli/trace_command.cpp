@@ -4,6 +4,7 @@
 #include <cinttypes>
 #include <memory>
 
+#include "allocator/counted.h"
 #include "cli/snapshot_input.h"
 #include "viewer/frame_labels.h"
 #include "viewer/svg/svg_text.h"
@@ -94,7 +95,7 @@ CommandRunner add_trace_command(CLI::App& app) {
             out += "        " + frame_label(snapshot.frames[*it], filter) + "\n";
       }
     }
-    out += std::to_string(matched) + " events matched" +
+    out += counted(matched, "event") + " matched" +
            (printed < matched ? " (" + std::to_string(printed) + " printed)" : std::string()) + "\n";
     write_output(options->output, out);
   };

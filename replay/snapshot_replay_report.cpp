@@ -1,5 +1,7 @@
 #include "replay/snapshot_replay_report.h"
 
+#include "allocator/counted.h"
+
 #include <cstdio>
 #include <sstream>
 
@@ -82,8 +84,8 @@ std::string bytes(uint64_t value) { return format_bytes(static_cast<int64_t>(val
 
 void device_text(std::ostringstream& out, const DeviceReplay& d) {
   const DeviceStats& s = d.stats;
-  out << "device " << d.device << ": " << d.events << " events (" << d.allocs << " allocs, "
-      << d.frees << " frees";
+  out << "device " << d.device << ": " << counted(d.events, "event") << " (" << counted(d.allocs, "alloc") << ", "
+      << counted(d.frees, "free");
   if (d.deferred_frees) out << ", " << d.deferred_frees << " completed later on other streams";
   if (d.empty_cache_calls) out << ", " << d.empty_cache_calls << " empty_cache";
   out << "), simulated device of " << bytes(d.capacity_bytes) << " (" << d.capacity_source
@@ -91,9 +93,9 @@ void device_text(std::ostringstream& out, const DeviceReplay& d) {
   if (d.start.empty()) {
     out << "  start state: empty (every segment was allocated inside the trace)\n";
   } else {
-    out << "  start state reconstructed: " << d.start.segments.size() << " segments ("
+    out << "  start state reconstructed: " << counted(d.start.segments.size(), "segment") << " ("
         << bytes(d.start.reserved_bytes) << " reserved) existed before the trace began, holding "
-        << d.start.live_blocks << " live blocks (" << bytes(d.start.live_bytes) << ")\n";
+        << counted(d.start.live_blocks, "live block") << " (" << bytes(d.start.live_bytes) << ")\n";
   }
   for (const std::string& problem : d.start.problems) out << "  INCONSISTENT: " << problem << "\n";
   if (d.unknown_frees)

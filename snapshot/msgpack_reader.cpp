@@ -253,8 +253,22 @@ class Reader {
 
 }  // namespace
 
+// memsnap's files begin with a map whose first key is "format": bytes that start another way
+// are not a damaged memsnap file but something else altogether.
+bool starts_like_a_memsnap_file(std::string_view bytes) {
+  const auto first = static_cast<uint8_t>(bytes[0]);
+  const size_t header = first == 0xde ? 3 : first == 0xdf ? 5 : (first & 0xf0) == 0x80 ? 1 : 0;
+  if (header == 0) return false;
+  constexpr std::string_view kFirstKey = "\xa6" "format";
+  const std::string_view after = bytes.substr(std::min(bytes.size(), header));
+  const size_t compared = std::min(after.size(), kFirstKey.size());
+  return after.substr(0, compared) == kFirstKey.substr(0, compared);  // a cut file may end early
+}
+
 Result<Snapshot> snapshot_from_msgpack(std::string_view bytes) {
   if (bytes.empty()) return Result<Snapshot>::failure("empty file");
+  if (!starts_like_a_memsnap_file(bytes))
+    return Result<Snapshot>::failure("not a snapshot (neither memsnap msgpack or JSON nor a PyTorch pickle)");
   if (bytes.size() > kMaxSnapshotFileBytes)
     return Result<Snapshot>::failure("file too large (over 2 GiB)");
   // Every array element and string byte needs at least one input byte, and every map entry

@@ -1,5 +1,7 @@
 #include "viewer/oom_explanation.h"
 
+#include "allocator/counted.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -341,9 +343,9 @@ std::string oom_explanation_to_text(const OomExplanation& x) {
   };
   if (x.device_free_bytes) line("device free", *x.device_free_bytes);
   line("reserved by the allocator", x.reserved_bytes);
-  line("  live (allocated)", x.allocated_bytes, std::to_string(x.allocated_blocks) + " blocks");
+  line("  live (allocated)", x.allocated_bytes, counted(x.allocated_blocks, "block"));
   line("  freed, waiting for other streams", x.pending_free_bytes);
-  line("  free, cached", x.free_bytes, std::to_string(x.free_blocks) + " blocks");
+  line("  free, cached", x.free_bytes, counted(x.free_blocks, "block"));
   line("    usable here (pool and stream)", x.usable_free_bytes,
        "largest block " + bytes(x.usable_largest_free));
   line("    on other streams", x.other_stream_free_bytes);

@@ -1,5 +1,7 @@
 #include "viewer/snapshot_stats.h"
 
+#include "allocator/counted.h"
+
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
@@ -111,10 +113,9 @@ std::string stats_to_text(const SnapshotStats& stats, const Snapshot& snapshot) 
   std::string out;
   char line[256];
   const MemoryTotals& t = stats.totals;
-  std::snprintf(line, sizeof line, "%s snapshot: %" PRIu64 " device(s), %" PRIu64 " segments, %" PRIu64
-                " blocks, %" PRIu64 " trace entries\n\n",
-                snapshot.source.c_str(), stats.devices, t.segments, t.blocks, stats.trace_entries);
-  out += line;
+  out += snapshot.source + " snapshot: " + counted(stats.devices, "device") + ", " +
+         counted(t.segments, "segment") + ", " + counted(t.blocks, "block") + ", " +
+         counted(stats.trace_entries, "trace entry", "trace entries") + "\n\n";
   out += "device  stream              segments  blocks    reserved   allocated      active   requested  inactive split  largest free\n";
   auto row = [&](const std::string& device, const std::string& stream, const MemoryTotals& m) {
     std::snprintf(line, sizeof line, "%-7s %-18s %9" PRIu64 " %7" PRIu64 " %11s %11s %11s %11s %15s %13s\n",
@@ -132,16 +133,15 @@ std::string stats_to_text(const SnapshotStats& stats, const Snapshot& snapshot) 
   row("all", "", t);
   out += "\nby block state:\n";
   for (BlockState state : kStates) {
-    std::snprintf(line, sizeof line, "  %-20s %11s in %" PRIu64 " blocks\n",
+    std::snprintf(line, sizeof line, "  %-20s %11s in %s\n",
                   std::string(block_state_name(state)).c_str(),
                   bytes(t.state_bytes[static_cast<size_t>(state)]).c_str(),
-                  t.state_blocks[static_cast<size_t>(state)]);
+                  counted(t.state_blocks[static_cast<size_t>(state)], "block").c_str());
     out += line;
   }
-  std::snprintf(line, sizeof line, "\nby pool:\n  small  %" PRIu64 " segments, %" PRIu64
-                " blocks\n  large  %" PRIu64 " segments, %" PRIu64 " blocks\n",
-                t.small_pool_segments, t.small_pool_blocks, t.large_pool_segments, t.large_pool_blocks);
-  out += line;
+  out += "\nby pool:\n  small  " + counted(t.small_pool_segments, "segment") + ", " +
+         counted(t.small_pool_blocks, "block") + "\n  large  " + counted(t.large_pool_segments, "segment") +
+         ", " + counted(t.large_pool_blocks, "block") + "\n";
   const uint64_t free_bytes = t.reserved_bytes - std::min(t.reserved_bytes, t.active_bytes);
   std::snprintf(line, sizeof line,
                 "\nfragmentation: %s reserved but free, %s of it in split segments (unusable for "

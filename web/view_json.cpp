@@ -28,6 +28,12 @@ json frames_json(const Snapshot& snapshot, StackIndex stack, const FrameFilter& 
   return out;
 }
 
+// A free block was requested by nobody: PyTorch's pickles keep the last allocation's size
+// there, which would read as if the free block were still asked for.
+uint64_t requested_of(const SnapshotBlock& block) {
+  return block.state == BlockState::kInactive ? 0 : block.requested_size;
+}
+
 bool frames_contain(const Snapshot& snapshot, StackIndex stack, const FrameFilter& filter, const std::string& text) {
   for (uint32_t f : visible_frames_outermost_first(snapshot, stack, filter)) {
     const Frame& frame = snapshot.frames[f];
@@ -125,7 +131,7 @@ json segments_json(const Snapshot& snapshot, std::optional<int64_t> device) {
     json segment = segment_header(s, i);
     json rows = json::array();
     for (const SnapshotBlock& b : s.blocks) {
-      rows.push_back(json::array({b.address - s.address, b.size, b.requested_size, static_cast<int>(b.state),
+      rows.push_back(json::array({b.address - s.address, b.size, requested_of(b), static_cast<int>(b.state),
                                   b.stack, b.history.size()}));
     }
     blocks += s.blocks.size();
@@ -147,7 +153,7 @@ std::optional<json> block_json(const Snapshot& snapshot, size_t segment, size_t 
   return json{{"segment", segment_header(s, segment)},
               {"address", b.address},
               {"size", b.size},
-              {"requested_size", b.requested_size},
+              {"requested_size", requested_of(b)},
               {"state", std::string(block_state_name(b.state))},
               {"frames", frames_json(snapshot, b.stack, filter)},
               {"history", std::move(history)}};

@@ -81,3 +81,22 @@ TEST(SnapshotChecks, SegmentsOfDifferentDevicesMayShareAddresses) {
 }
 
 }  // namespace snapshot_checks_test
+
+namespace snapshot_checks_test {
+
+// Bytes that merely begin like a msgpack map are not called a damaged memsnap file.
+TEST(SnapshotChecks, BytesThatAreNoSnapshotAreSaidToBeNone) {
+  for (const std::string& bytes : {std::string("\x85\xa3" "abc\x01", 6), std::string("\xde\x00\x02\xa1x\x01", 6),
+                                   std::string("\x81\xa6" "formax", 8)}) {
+    const auto loaded = memsnap::load_snapshot_from_memory(bytes);
+    ASSERT_FALSE(loaded);
+    EXPECT_EQ(loaded.error().rfind("not a snapshot", 0), 0u) << loaded.error();
+  }
+  // A memsnap file cut short is still called damaged, not foreign.
+  const std::string whole = memsnap::to_msgpack(consistent());
+  const auto cut = memsnap::load_snapshot_from_memory(whole.substr(0, 5));
+  ASSERT_FALSE(cut);
+  EXPECT_EQ(cut.error().find("not a snapshot"), std::string::npos) << cut.error();
+}
+
+}  // namespace snapshot_checks_test

@@ -137,8 +137,10 @@ std::string render_timeline(const Snapshot& snapshot, const Timeline& timeline,
     const std::vector<uint32_t> frames = visible_frames_outermost_first(snapshot, b.stack, options.frames);
     const std::optional<uint32_t> headline = headline_frame(snapshot, b.stack, options.frames);
     const std::string innermost = headline ? frame_label(snapshot.frames[*headline], options.frames) : "";
-    const std::string fill = frames.empty() ? "rgb(215,160,120)"
-                                            : hsl_to_rgb(10 + stable_hash(innermost + std::to_string(b.stack)) % 50, 0.8, 0.6);
+    // Neighbouring bands never share a colour: hues step by the golden angle in stacking order.
+    const double shade = static_cast<double>(stable_hash(innermost + std::to_string(b.stack)) % 1000) / 1000.0;
+    const std::string fill = hsl_to_rgb(static_cast<int>(std::fmod(static_cast<double>(k) * 137.508 + 20 * shade, 360.0)),
+                                        0.5 + 0.15 * shade, 0.6 + 0.08 * static_cast<double>(k % 2));
     std::snprintf(buffer, sizeof buffer, "<polygon class=\"a\" data-k=\"%zu\" points=\"", k);
     out += buffer + forward + back + "\" fill=\"" + fill + "\" stroke=\"#fff\" stroke-width=\"0.4\"><title>" +
            escape(human_bytes(b.size) + (innermost.empty() ? "" : " " + innermost)) + "</title></polygon>\n";

@@ -2,7 +2,7 @@
 // files by picker or drag and drop, and the address bar (#view/id) so a view can be bookmarked
 // or reloaded.
 import { allFramesShown, api, showAllFrames } from './api.js';
-import { escapeHtml, humanBytes } from './format.js';
+import { counted, escapeHtml, humanBytes } from './format.js';
 import { hideTooltip, setMessage } from './ui.js';
 import { renderCompare } from './compare_view.js';
 import { renderFlamegraph } from './flamegraph_view.js';
@@ -36,7 +36,7 @@ function renderSnapshotList() {
     <span class="chip" role="radio" tabindex="0" aria-checked="${s.id === state.selected}" data-id="${s.id}"
           title="${escapeHtml(s.name)} · ${s.format}${s.compressed ? ' (gzip)' : ''} · ${s.source}">
       <span class="name">${escapeHtml(s.name)}</span>
-      <span class="meta">${humanBytes(s.reserved_bytes)} · ${s.events} events</span>
+      <span class="meta">${humanBytes(s.reserved_bytes)} · ${counted(s.events, 'event')}</span>
       <button class="close" aria-label="Close ${escapeHtml(s.name)}" data-close="${s.id}">×</button>
     </span>`).join('') || '<span class="hint">No snapshot open.</span>';
 }

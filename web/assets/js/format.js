@@ -67,3 +67,8 @@ export function fitText(context, text, width) {
   }
   return lo > 0 ? text.slice(0, lo) + '…' : '';
 }
+
+// "1 event", "2 events".
+export function counted(count, singular, plural = `${singular}s`) {
+  return `${count.toLocaleString('en-US')} ${count === 1 ? singular : plural}`;
+}

@@ -2,7 +2,7 @@
 // uses: the request, the cause and its reasons, a bar of where the device's memory was, the
 // stacks holding the most, and which settings a replay of the trace shows would have avoided it.
 import { api } from './api.js';
-import { escapeHtml, hex, humanBytes, legendHtml, percent } from './format.js';
+import { counted, escapeHtml, hex, humanBytes, legendHtml, percent } from './format.js';
 import { loading } from './ui.js';
 
 const causeTitles = {
@@ -54,9 +54,9 @@ function memoryTable(x) {
   return `<table class="data oom-memory"><tbody>
     ${x.device_free_bytes !== null ? row('device free', x.device_free_bytes, 'what the device had left to reserve') : ''}
     ${row('reserved', x.reserved_bytes, 'segments the allocator held')}
-    ${row('allocated', x.allocated_bytes, `${x.allocated_blocks} live blocks`)}
+    ${row('allocated', x.allocated_bytes, counted(x.allocated_blocks, 'live block'))}
     ${row('freed, waiting for other streams', x.pending_free_bytes)}
-    ${row('cached free', x.free_bytes, `${x.free_blocks} blocks`)}
+    ${row('cached free', x.free_bytes, counted(x.free_blocks, 'block'))}
     ${row('usable by this request', x.usable_free_bytes, `largest block ${humanBytes(x.usable_largest_free_bytes)}`)}
     ${row('cached on other streams', x.other_stream_free_bytes)}
     ${row('cached in the other pool', x.other_pool_free_bytes)}
@@ -104,7 +104,7 @@ export async function renderOom(container, { snapshot }) {
           ${humanBytes(x.segment_bytes)} segment.</div>
       </div>
       <ul class="oom-reasons">${x.reasons.map(r => `<li>${escapeHtml(r)}</li>`).join('')}</ul>
-      ${x.events_after_oom ? `<p class="hint">The state below is the snapshot's, ${x.events_after_oom} events after the error.</p>` : ''}
+      ${x.events_after_oom ? `<p class="hint">The state below is the snapshot's, ${counted(x.events_after_oom, 'event')} after the error.</p>` : ''}
       <h2>Memory at the error</h2>
       ${memoryBar(x)}
       <div class="oom-columns">

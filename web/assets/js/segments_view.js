@@ -2,7 +2,7 @@
 // bar length proportional to the segment's size. Only the rows in sight are drawn, so 100,000
 // blocks stay responsive. Hover a block for its stack and the history of its bytes.
 import { api } from './api.js';
-import { escapeHtml, hex, humanBytes, legendHtml, percent, stableHash, stateColours } from './format.js';
+import { counted, escapeHtml, hex, humanBytes, legendHtml, percent, stableHash, stateColours } from './format.js';
 import { framesHtml, hideTooltip, loading, prepareCanvas, redrawOnResize, showTooltip } from './ui.js';
 
 const ROW = 20, LABEL = 250;
@@ -38,7 +38,7 @@ export async function renderSegments(container, { snapshot }) {
         <option value="address">by address</option><option value="size">largest first</option><option value="free">most free first</option></select></label>
       <label>Bars <select class="scale" aria-label="Bar length">
         <option value="proportional">proportional to size</option><option value="full">each full width</option></select></label>
-      <span class="hint">${data.segments.length} segments · ${data.blocks} blocks</span>
+      <span class="hint">${counted(data.segments.length, 'segment')} · ${counted(data.blocks, 'block')}</span>
       ${legendHtml([[blockColour(0, 0), 'allocated'], [stateColours.active_pending_free, 'freed, pending stream use'], [stateColours.inactive, 'free (cached)']])}
     </div>
     <div class="canvas-box scroll-box"><canvas tabindex="0" aria-label="Segments"></canvas><div class="spacer"></div></div>`;
@@ -117,7 +117,7 @@ export async function renderSegments(container, { snapshot }) {
     const key = `${segment.index}/${index}`;
     const [offset, size, requested, state] = block;
     const title = `<div class="title">${humanBytes(size)} ${stateNames[state].replace(/_/g, ' ')}</div>
-      <div><span class="k">address</span> ${hex(segment.address + offset)} · <span class="k">requested</span> ${humanBytes(requested)}</div>${head}`;
+      <div><span class="k">address</span> ${hex(segment.address + offset)}${state === 2 ? '' : ` · <span class="k">requested</span> ${humanBytes(requested)}`}</div>${head}`;
     if (hovered !== key) showTooltip(event, title + '<div class="frames">…</div>');
     else showTooltip(event, document.getElementById('tooltip').innerHTML);
     if (hovered === key) return;

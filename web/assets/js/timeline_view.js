@@ -8,9 +8,12 @@ import { framesHtml, hideTooltip, loading, prepareCanvas, redrawOnResize, showTo
 
 const LEFT = 78, RIGHT = 12, TOP = 12, BOTTOM = 28, HEIGHT = 440;
 
-const bandColour = (band) => {
+// Bands stacked next to each other never share a colour: hues step by the golden angle in
+// stacking order (an allocator reuses addresses, so colouring by address gave neighbours at
+// the same address the same colour); the stack shades it a little.
+const bandColour = (band, index) => {
   const jitter = (stableHash(band.label || String(band.stack)) % 1000) / 1000;
-  return `hsl(${(stableHash(String(band.address)) % 360)}, ${45 + 20 * jitter}%, ${58 + 12 * jitter}%)`;
+  return `hsl(${(index * 137.508 + 20 * jitter) % 360}, ${50 + 15 * jitter}%, ${60 + 8 * (index % 2)}%)`;
 };
 
 function lowerBound(array, value, key = x => x) {
@@ -79,15 +82,15 @@ export async function renderTimeline(container, { snapshot }) {
     data.samples.forEach((s, i) => context.lineTo(g.x(s), g.y(data.other_bytes[i])));
     context.lineTo(g.x(data.samples[data.samples.length - 1]), g.y(0));
     context.fill();
-    for (const band of data.bands) {
-      if (!band.points.length) continue;
-      context.fillStyle = bandColour(band);
+    data.bands.forEach((band, index) => {
+      if (!band.points.length) return;
+      context.fillStyle = bandColour(band, index);
       context.beginPath();
       band.points.forEach(([s, bottom], i) => (i ? context.lineTo : context.moveTo).call(context, g.x(s), g.y(bottom + band.size)));
       for (let i = band.points.length - 1; i >= 0; --i) context.lineTo(g.x(band.points[i][0]), g.y(band.points[i][1]));
       context.closePath();
       context.fill();
-    }
+    });
     // Axes: bytes on the left, events (and seconds) below.
     context.strokeStyle = '#999'; context.fillStyle = '#444'; context.lineWidth = 1;
     context.beginPath(); context.moveTo(LEFT, TOP); context.lineTo(LEFT, HEIGHT - BOTTOM); context.lineTo(g.width - RIGHT, HEIGHT - BOTTOM); context.stroke();
