@@ -1,5 +1,7 @@
 #include "viewer/timeline.h"
 
+#include "allocator/device_stats.h"
+
 #include <algorithm>
 #include <unordered_map>
 
@@ -12,6 +14,32 @@ struct Allocation {
   uint64_t start, end;
   bool before_trace;
 };
+
+// The exact peak of events [lo, hi]: a sweep over every allocation's start and end.
+void compute_peak(const std::vector<Allocation>& allocations, uint64_t events, uint64_t lo, uint64_t hi,
+                  Timeline& out) {
+  std::vector<std::pair<uint64_t, int64_t>> deltas;
+  deltas.reserve(allocations.size() * 2);
+  for (const Allocation& a : allocations) {
+    deltas.push_back({a.start, static_cast<int64_t>(a.size)});
+    if (a.end < events) deltas.push_back({a.end, -static_cast<int64_t>(a.size)});
+  }
+  std::sort(deltas.begin(), deltas.end());
+  int64_t in_use = 0;
+  size_t next = 0;
+  while (next < deltas.size() && deltas[next].first <= lo) in_use += deltas[next++].second;
+  out.peak_bytes = static_cast<uint64_t>(std::max<int64_t>(in_use, 0));
+  out.peak_event = lo;
+  // Then at each later event where the memory in use changes.
+  while (next < deltas.size() && deltas[next].first <= hi) {
+    const uint64_t event = deltas[next].first;
+    while (next < deltas.size() && deltas[next].first == event) in_use += deltas[next++].second;
+    if (in_use > 0 && static_cast<uint64_t>(in_use) > out.peak_bytes) {
+      out.peak_bytes = static_cast<uint64_t>(in_use);
+      out.peak_event = event;
+    }
+  }
+}
 
 }  // namespace
 
@@ -37,7 +65,12 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
   std::unordered_map<uint64_t, size_t> live;  // address -> allocation
   std::vector<int64_t> times;
   uint64_t index = 0;
+  std::vector<TimelineMarker> markers;
   for (const TraceEntry& e : trace) {
+    if (e.action == TraceAction::kOom) {
+      markers.push_back({index, "oom", "out of memory: " + format_bytes(static_cast<int64_t>(e.size))});
+      continue;
+    }
     if (e.action == TraceAction::kAlloc) {
       live[e.address] = allocations.size();
       allocations.push_back({e.address, e.size, e.stack, index, UINT64_MAX, false});
@@ -70,21 +103,56 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
   const uint64_t hi = std::clamp(options.window_end.value_or(out.events), lo, out.events);
   out.window_begin = lo;
   out.window_end = hi;
+  // Annotations are timed, not indexed: each marks the first event at or after it.
+  for (const SnapshotAnnotation& a : snapshot.external_annotations) {
+    if (a.device != out.device) continue;
+    const uint64_t at = static_cast<uint64_t>(std::lower_bound(times.begin(), times.end(), a.time_us) - times.begin());
+    markers.push_back({at, a.stage, a.name});
+  }
+  std::stable_sort(markers.begin(), markers.end(),
+                   [](const TimelineMarker& a, const TimelineMarker& b) { return a.event < b.event; });
+  for (TimelineMarker& m : markers)
+    if (m.event >= lo && m.event <= hi) out.markers.push_back(std::move(m));
 
-  // The largest allocations alive in the window get bands (ties: the longer-lived).
+  // The exact peak of the window, from every allocation (the samples below are a subset of the
+  // events and could miss it); its event is sampled too, so the picture shows it.
+  compute_peak(allocations, out.events, lo, hi, out);
+
+  // Bands go to what makes the picture: first the largest allocations alive at the peak (up
+  // to a third of the bands), then by area, bytes times the events each lives in the window.
+  const auto alive_at = [&](const Allocation& a, uint64_t event) {
+    return a.start <= event && (a.end > event || a.end == out.events);
+  };
   std::vector<size_t> order;
   for (size_t i = 0; i < allocations.size(); ++i)
     if (allocations[i].start <= hi && (allocations[i].end > lo || allocations[i].end == out.events)) order.push_back(i);
-  const size_t kept = std::min(options.max_bands, order.size());
-  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(kept), order.end(),
-                    [&](size_t a, size_t b) {
-                      const Allocation &x = allocations[a], &y = allocations[b];
-                      if (x.size != y.size) return x.size > y.size;
-                      return x.end - x.start > y.end - y.start;
-                    });
+  const auto area = [&](size_t i) {
+    const Allocation& a = allocations[i];
+    const uint64_t visible = std::min(a.end, hi) - std::max(a.start, lo) + 1;
+    return static_cast<long double>(a.size) * static_cast<long double>(visible);
+  };
+  std::vector<size_t> at_peak;
+  for (size_t i : order)
+    if (alive_at(allocations[i], out.peak_event)) at_peak.push_back(i);
+  const size_t peak_share = std::min(at_peak.size(), options.max_bands / 3);
+  std::partial_sort(at_peak.begin(), at_peak.begin() + static_cast<std::ptrdiff_t>(peak_share), at_peak.end(),
+                    [&](size_t a, size_t b) { return allocations[a].size != allocations[b].size ? allocations[a].size > allocations[b].size : a < b; });
   std::vector<bool> is_band(allocations.size(), false);
-  for (size_t i = 0; i < kept; ++i) is_band[order[i]] = true;
-  std::vector<size_t> band_allocations(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(kept));
+  std::vector<size_t> band_allocations;
+  for (size_t k = 0; k < peak_share; ++k) {
+    is_band[at_peak[k]] = true;
+    band_allocations.push_back(at_peak[k]);
+  }
+  std::vector<size_t> rest;
+  for (size_t i : order)
+    if (!is_band[i]) rest.push_back(i);
+  const size_t kept = std::min(options.max_bands - band_allocations.size(), rest.size());
+  std::partial_sort(rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(kept), rest.end(),
+                    [&](size_t a, size_t b) { const auto x = area(a), y = area(b); return x != y ? x > y : a < b; });
+  for (size_t k = 0; k < kept; ++k) {
+    is_band[rest[k]] = true;
+    band_allocations.push_back(rest[k]);
+  }
   // Stacking order: allocations from before the trace lowest, then by allocation time.
   std::sort(band_allocations.begin(), band_allocations.end(), [&](size_t a, size_t b) {
     const Allocation &x = allocations[a], &y = allocations[b];
@@ -95,32 +163,6 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
   for (size_t a : band_allocations) {
     const Allocation& x = allocations[a];
     out.bands.push_back({x.address, x.size, x.stack, x.start, x.end, x.before_trace, {}});
-  }
-
-  // The exact peak of the window, from every allocation (the samples below are a subset of the
-  // events and could miss it); its event is sampled too, so the picture shows it.
-  {
-    std::vector<std::pair<uint64_t, int64_t>> all;
-    all.reserve(allocations.size() * 2);
-    for (const Allocation& a : allocations) {
-      all.push_back({a.start, static_cast<int64_t>(a.size)});
-      if (a.end < out.events) all.push_back({a.end, -static_cast<int64_t>(a.size)});
-    }
-    std::sort(all.begin(), all.end());
-    int64_t in_use = 0;
-    size_t next = 0;
-    while (next < all.size() && all[next].first <= lo) in_use += all[next++].second;
-    out.peak_bytes = static_cast<uint64_t>(std::max<int64_t>(in_use, 0));
-    out.peak_event = lo;
-    // Then at each later event where the memory in use changes.
-    while (next < all.size() && all[next].first <= hi) {
-      const uint64_t event = all[next].first;
-      while (next < all.size() && all[next].first == event) in_use += all[next++].second;
-      if (in_use > 0 && static_cast<uint64_t>(in_use) > out.peak_bytes) {
-        out.peak_bytes = static_cast<uint64_t>(in_use);
-        out.peak_event = event;
-      }
-    }
   }
 
   // Sample points: evenly spaced, plus every band's start and end so none is missed, plus

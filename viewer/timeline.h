@@ -1,10 +1,12 @@
 // Active memory over time from a device's trace, as PyTorch's "Active Memory Timeline":
 // every allocation is a band from its alloc to its free_completed, stacked in allocation
-// order, so the outline is the memory in use. Downsampled for big traces: the largest
-// allocations keep their own bands, the rest merge into one "smaller allocations" band, and
-// the time axis is sampled at a bounded number of points, so 300,000 events still give a
-// small, responsive picture. Allocations alive before the trace began (freed without a
-// recorded alloc, or still live in the snapshot) are drawn from the start.
+// order, so the outline is the memory in use. Downsampled for big traces: the allocations
+// that make most of the picture keep their own bands (those alive at the peak first, then by
+// bytes times the events they live in the window), the rest merge into one band, and the
+// time axis is sampled at a bounded number of points, so 300,000 events still give a small,
+// responsive picture. The peak is exact whatever the sampling. Allocations alive before the
+// trace began (freed without a recorded alloc, or still live in the snapshot) are drawn from
+// the start. Out-of-memory errors and annotations are markers on the event axis.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +38,12 @@ struct TimelineBand {
   std::vector<std::pair<uint64_t, uint64_t>> bottom;
 };
 
+struct TimelineMarker {
+  uint64_t event = 0;  // the alloc/free event index it precedes
+  std::string kind;    // "oom", or an annotation's "START" / "END"
+  std::string label;   // the annotation's name, or the failed request's size
+};
+
 struct Timeline {
   int64_t device = 0;
   uint64_t events = 0;  // alloc and free events on the x axis
@@ -48,6 +56,7 @@ struct Timeline {
   uint64_t allocations = 0;            // all of them, merged or not
   uint64_t peak_bytes = 0;
   uint64_t peak_event = 0;
+  std::vector<TimelineMarker> markers;  // in the window, in event order
 };
 
 Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& options = {});

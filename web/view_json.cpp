@@ -176,7 +176,12 @@ std::string timeline_json(const Snapshot& snapshot, const Timeline& timeline, co
   out.key("samples").values(timeline.samples).key("time_us").values(timeline.event_time_us);
   out.key("total_bytes").values(timeline.total_bytes).key("other_bytes").values(timeline.other_bytes);
   out.field("allocations", timeline.allocations).field("peak_bytes", timeline.peak_bytes);
-  out.field("peak_event", timeline.peak_event).key("bands").begin_array();
+  out.field("peak_event", timeline.peak_event).key("markers").begin_array();
+  for (const TimelineMarker& marker : timeline.markers) {
+    out.begin_object().field("event", marker.event).key("kind").string(marker.kind);
+    out.key("label").string(marker.label).end_object();
+  }
+  out.end_array().key("bands").begin_array();
   for (const TimelineBand& band : timeline.bands) {
     out.begin_object().field("address", band.address).field("size", band.size).field("stack", band.stack);
     out.key("label").string(innermost_label(snapshot, band.stack, filter));

@@ -109,5 +109,46 @@ TEST(Timeline, PeakIsExactWhateverTheSampling) {
   }
 }
 
+// Bands go to what makes the picture: a long-lived allocation is drawn before a larger one that
+// lives for an event, and what is alive at the peak is drawn.
+TEST(Timeline, BandsGoToWhatMakesThePicture) {
+  std::vector<std::tuple<TraceAction, uint64_t, uint64_t>> events = {{TraceAction::kAlloc, 0x100000, 64 << 20}};
+  for (uint64_t i = 0; i < 100; ++i) {  // a burst of short-lived large allocations
+    events.push_back({TraceAction::kAlloc, 0x9000000, 200 << 20});
+    events.push_back({TraceAction::kFreeCompleted, 0x9000000, 200 << 20});
+  }
+  events.push_back({TraceAction::kFreeCompleted, 0x100000, 64 << 20});
+  const Snapshot s = trace_of(events);
+  TimelineOptions options;
+  options.max_bands = 2;
+  const Timeline t = compute_timeline(s, options);
+  ASSERT_EQ(t.bands.size(), 2u);
+  bool long_lived = false;
+  for (const TimelineBand& b : t.bands) long_lived |= b.address == 0x100000;
+  EXPECT_TRUE(long_lived) << "64 MiB for 200 events makes more of the picture than 200 MiB for one";
+  EXPECT_EQ(t.peak_bytes, (64u << 20) + (200u << 20));
+}
+
+TEST(Timeline, OutOfMemoryErrorsAndAnnotationsAreMarkersOnTheEventAxis) {
+  Snapshot s = trace_of({{TraceAction::kAlloc, 0x1000, 512},
+                         {TraceAction::kAlloc, 0x2000, 512},
+                         {TraceAction::kOom, 1 << 20, 1 << 30},
+                         {TraceAction::kFreeCompleted, 0x1000, 512}});
+  // Times are 0, 1, 2, 3 by trace_of: the annotation at time 1 marks event 1.
+  s.external_annotations.push_back({0, "START", "forward", 1});
+  const Timeline t = compute_timeline(s);
+  ASSERT_EQ(t.markers.size(), 2u);
+  EXPECT_EQ(t.markers[0].kind, "START");
+  EXPECT_EQ(t.markers[0].label, "forward");
+  EXPECT_EQ(t.markers[0].event, 1u);
+  EXPECT_EQ(t.markers[1].kind, "oom");
+  EXPECT_EQ(t.markers[1].event, 2u) << "the oom precedes the third alloc/free event";
+  EXPECT_NE(t.markers[1].label.find("1.00 GiB"), std::string::npos) << t.markers[1].label;
+  TimelineOptions zoomed;
+  zoomed.window_begin = 0;
+  zoomed.window_end = 1;
+  EXPECT_EQ(compute_timeline(s, zoomed).markers.size(), 1u) << "only the window's markers";
+}
+
 }  // namespace
 }  // namespace memsnap

@@ -279,6 +279,10 @@ TEST(ServerOom, ExplainsTheRecordedOutOfMemoryErrorAsTheCliDoes) {
   EXPECT_EQ(answer, oom_explanation_to_json(expected.value()));
   EXPECT_EQ(answer["cause"], "fragmentation");
   EXPECT_EQ(client.Get("/api/snapshots/1/oom?device=0")->status, 200);
+  // The timeline marks the error on its axis.
+  const json timeline = json::parse(client.Get("/api/snapshots/1/timeline")->body);
+  ASSERT_FALSE(timeline["markers"].empty());
+  EXPECT_EQ(timeline["markers"].back()["kind"], "oom");
 
   for (const char* path : {"/api/snapshots/2/oom", "/api/snapshots/1/oom?device=3", "/api/snapshots/9/oom"}) {
     auto refused = client.Get(path);

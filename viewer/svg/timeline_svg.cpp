@@ -178,6 +178,17 @@ std::string render_timeline(const Snapshot& snapshot, const Timeline& timeline,
       out += buffer + escape(text) + "</text>\n";
     }
   }
+  // Out-of-memory errors (red, across the plot) and annotations (blue ticks on the event
+  // axis), named on hover.
+  for (const TimelineMarker& marker : timeline.markers) {
+    const double x = x_of(marker.event);
+    const bool oom = marker.kind == "oom";
+    std::snprintf(buffer, sizeof buffer,
+                  "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"%s\" stroke-width=\"%s\"><title>",
+                  x, oom ? kTop : kTop + plot_height - 7, x, kTop + plot_height, oom ? "#c01c28" : "#2563eb", oom ? "2" : "1");
+    out += buffer + escape((oom ? "" : marker.kind + " ") + marker.label + " (event " + std::to_string(marker.event) + ")") +
+           "</title></line>\n";
+  }
   if (timeline.peak_bytes > 0) {
     const double x = x_of(timeline.peak_event);
     std::snprintf(buffer, sizeof buffer,

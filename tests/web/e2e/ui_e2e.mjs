@@ -131,6 +131,10 @@ try {
     await shot('timeline-zoomed');
     await page.click('.reset');
     await page.waitForFunction(() => document.querySelector('.reset').disabled);
+    // More detail: more allocations drawn on their own.
+    await page.selectOption('select.detail', '500');
+    await page.waitForFunction(() => /· 500 drawn on their own/.test(document.querySelector('.summary')?.textContent));
+    await shot('timeline-detail');
   });
 
   await step('trace: page, filter, expand a stack', async () => {

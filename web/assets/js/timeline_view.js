@@ -28,10 +28,12 @@ function niceStep(max, count) {
 }
 
 export async function renderTimeline(container, { snapshot }) {
-  const state = { device: undefined, windows: [] };  // zoom history: [begin, end] pairs
+  const state = { device: undefined, windows: [], bands: 150 };  // zoom history: [begin, end] pairs
   container.innerHTML = `
     <div class="toolbar">
       <span class="device-box"></span>
+      <label title="How many allocations are drawn on their own; the rest share the grey band">Detail
+        <select class="detail" aria-label="Detail">${[50, 150, 500, 2000].map(n => `<option ${n === 150 ? 'selected' : ''}>${n}</option>`).join('')}</select></label>
       <button class="action back" disabled>Zoom out</button>
       <button class="action reset" disabled>Reset zoom</button>
       <span class="summary hint"></span>
@@ -39,12 +41,13 @@ export async function renderTimeline(container, { snapshot }) {
     <div class="hint">Drag across the plot to zoom into a range of events.</div>
     <div class="plot canvas-box"></div>`;
   const plot = container.querySelector('.plot');
+  container.querySelector('.detail').addEventListener('change', e => { state.bands = Number(e.target.value); load(); });
   let data = null, canvas = null, brush = null;
 
   const load = async () => {
     const window = state.windows[state.windows.length - 1];
     loading(plot, 'timeline');
-    data = await api.timeline(snapshot.id, { device: state.device, begin: window?.[0], end: window?.[1] });
+    data = await api.timeline(snapshot.id, { device: state.device, begin: window?.[0], end: window?.[1], bands: state.bands });
     plot.innerHTML = '<canvas tabindex="0" aria-label="Active memory timeline"></canvas>';
     canvas = plot.querySelector('canvas');
     attach();
@@ -110,6 +113,21 @@ export async function renderTimeline(container, { snapshot }) {
       context.fillText(`${event}${k === 0 ? '' : `  +${seconds.toFixed(seconds < 10 ? 2 : 1)}s`}`, Math.min(Math.max(g.x(event), LEFT + 20), g.width - 40), HEIGHT - BOTTOM + 14);
     }
     context.textAlign = 'left';
+    // Out-of-memory errors across the plot; annotations as ticks on the event axis.
+    for (const marker of data.markers) {
+      const x = g.x(marker.event), oom = marker.kind === 'oom';
+      context.strokeStyle = oom ? 'rgba(192,28,40,.9)' : 'rgba(37,99,235,.8)';
+      context.lineWidth = oom ? 2 : 1;
+      context.beginPath();
+      context.moveTo(x, oom ? TOP : HEIGHT - BOTTOM - 7); context.lineTo(x, HEIGHT - BOTTOM); context.stroke();
+      context.lineWidth = 1;
+      if (oom || data.markers.length <= 12) {
+        context.fillStyle = oom ? 'rgb(192,28,40)' : 'rgb(37,99,235)';
+        context.save(); context.translate(x + 3, oom ? TOP + 4 : HEIGHT - BOTTOM - 60); context.rotate(Math.PI / 2);
+        context.fillText(oom ? marker.label : `${marker.kind === 'END' ? '◂ ' : '▸ '}${marker.label}`.slice(0, 40), 0, 0);
+        context.restore();
+      }
+    }
     // Peak marker.
     if (data.peak_event >= begin && data.peak_event <= end) {
       context.strokeStyle = 'rgba(194,65,12,.8)'; context.setLineDash([4, 3]);
@@ -156,7 +174,8 @@ export async function renderTimeline(container, { snapshot }) {
       if (!hit) { hovered = null; hideTooltip(); return; }
       if (hit.other !== undefined) {
         hovered = null;
-        showTooltip(e, `<div class="title">smaller allocations (merged)</div><div>${humanBytes(hit.other)} at event ${hit.sample}</div>`);
+        showTooltip(e, `<div class="title">${humanBytes(hit.other)} in allocations without a band of their own</div>
+          <div>at event ${hit.sample}: raise Detail, or drag to zoom in, to draw them one by one</div>`);
         return;
       }
       const band = hit.band;
