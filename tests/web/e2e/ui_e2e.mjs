@@ -111,6 +111,15 @@ try {
     await page.waitForSelector('#tooltip .frames span.py');
     assert.match(await page.locator('#tooltip .frames span').first().innerText(), /\.py:\d+\)$/);
     await shot('segments-python-headline');
+    // A click pins the stack in a panel that stays and scrolls; full paths on demand.
+    await page.mouse.click(box.x + 256, box.y + 30);
+    await page.waitForSelector('#pinned .frames span.py');
+    assert.doesNotMatch(await page.locator('#pinned .frames').first().innerText(), /\//);
+    await page.check('#pinned .full-paths');
+    await page.waitForFunction(() => document.querySelector('#pinned .frames')?.innerText.includes('/'));
+    await shot('segments-pinned');
+    await page.click('#pinned .close');
+    await page.waitForSelector('#pinned', { state: 'hidden' });
     await page.selectOption('select.order', 'size');
   });
 

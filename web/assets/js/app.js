@@ -3,7 +3,7 @@
 // or reloaded.
 import { allFramesShown, api, showAllFrames } from './api.js';
 import { counted, escapeHtml, humanBytes } from './format.js';
-import { hideTooltip, setMessage } from './ui.js';
+import { hideTooltip, setMessage, unpinStacks } from './ui.js';
 import { renderCompare } from './compare_view.js';
 import { renderFlamegraph } from './flamegraph_view.js';
 import { renderOom } from './oom_view.js';
@@ -43,6 +43,7 @@ function renderSnapshotList() {
 
 async function renderView() {
   hideTooltip();
+  unpinStacks();
   writeLocation();
   document.querySelectorAll('.tabs button').forEach(b => b.setAttribute('aria-selected', String(b.dataset.view === state.view)));
   const container = document.getElementById('view');

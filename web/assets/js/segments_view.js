@@ -3,7 +3,7 @@
 // blocks stay responsive. Hover a block for its stack and the history of its bytes.
 import { api } from './api.js';
 import { counted, escapeHtml, hex, humanBytes, legendHtml, percent, stableHash, stateColours } from './format.js';
-import { framesHtml, hideTooltip, loading, prepareCanvas, redrawOnResize, showTooltip } from './ui.js';
+import { framesHtml, hideTooltip, loading, pinStacks, prepareCanvas, redrawOnResize, showTooltip } from './ui.js';
 
 const ROW = 20, LABEL = 250;
 const stateNames = ['active_allocated', 'active_pending_free', 'inactive'];
@@ -136,6 +136,20 @@ export async function renderSegments(container, { snapshot }) {
     }
   });
   canvas.addEventListener('mouseleave', () => { hovered = ''; hideTooltip(); });
+  // A click pins the block's stack (and the history of its bytes) in a panel that stays.
+  canvas.addEventListener('click', async (event) => {
+    const hit = hitTest(event);
+    if (!hit?.block) return;
+    const { segment, block, index } = hit;
+    const [offset, size, , state] = block;
+    try {
+      const detail = await api.block(snapshot.id, segment.index, index);
+      hideTooltip();
+      pinStacks(`<span class="title">${humanBytes(size)} ${stateNames[state].replace(/_/g, ' ')} at ${hex(segment.address + offset)}</span>`,
+        [{ caption: 'allocated by', frames: detail.frames },
+         ...detail.history.slice().reverse().map(h => ({ caption: `earlier in these bytes: ${hex(h.address)} · ${humanBytes(h.size)}`, frames: h.frames }))]);
+    } catch (error) { /* the hover still shows what is known */ }
+  });
   box.addEventListener('scroll', () => requestAnimationFrame(draw));
   container.querySelectorAll('select').forEach(s => s.addEventListener('change', arrange));
   redrawOnResize(container, draw);

@@ -4,7 +4,7 @@
 // the server picks the largest allocations again. Hover a band for its size, life and stack.
 import { api } from './api.js';
 import { escapeHtml, humanBytes, stableHash } from './format.js';
-import { framesHtml, hideTooltip, loading, prepareCanvas, redrawOnResize, showTooltip } from './ui.js';
+import { framesHtml, hideTooltip, loading, pinStacks, prepareCanvas, redrawOnResize, showTooltip } from './ui.js';
 
 const LEFT = 78, RIGHT = 12, TOP = 12, BOTTOM = 28, HEIGHT = 440;
 
@@ -159,16 +159,26 @@ export async function renderTimeline(container, { snapshot }) {
     return null;
   };
 
-  let hovered = null;
+  let hovered = null, lastPointerY = 0;
+  const pinBand = async (band) => {
+    try {
+      const stack = await api.stack(snapshot.id, band.stack);
+      hideTooltip();
+      pinStacks(`<span class="title">${humanBytes(band.size)} at 0x${band.address.toString(16)}, events ${band.before_trace ? 'before the trace' : band.start}–${band.end === data.events ? 'the end' : band.end}</span>`,
+        [{ caption: 'allocated by', frames: stack.frames }]);
+    } catch (error) { /* the hover still shows what is known */ }
+  };
   const attach = () => {
     canvas.addEventListener('mousedown', e => {
       const rect = canvas.getBoundingClientRect();
+      lastPointerY = e.clientY - rect.top;
       brush = { x0: e.clientX - rect.left, x1: e.clientX - rect.left };
       hideTooltip();
     });
     canvas.addEventListener('mousemove', async e => {
       const rect = canvas.getBoundingClientRect();
       const px = e.clientX - rect.left, py = e.clientY - rect.top;
+      lastPointerY = py;
       if (brush) { brush.x1 = px; draw(); return; }
       const hit = hitTest(px, py);
       if (!hit) { hovered = null; hideTooltip(); return; }
@@ -194,7 +204,12 @@ export async function renderTimeline(container, { snapshot }) {
       if (!brush) return;
       const { x0, x1 } = brush;
       brush = null;
-      if (Math.abs(x1 - x0) < 6) { draw(); return; }
+      if (Math.abs(x1 - x0) < 6) {  // a click, not a drag: pin the band's stack
+        draw();
+        const hit = hitTest(x0, lastPointerY);
+        if (hit?.band && hit.band.stack >= 0) pinBand(hit.band);
+        return;
+      }
       const g = geometry();
       const begin = Math.max(data.window[0], Math.floor(g.eventAt(Math.min(x0, x1))));
       const end = Math.min(data.window[1], Math.ceil(g.eventAt(Math.max(x0, x1))));

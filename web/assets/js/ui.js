@@ -67,3 +67,39 @@ export function redrawOnResize(container, draw) {
   };
   window.addEventListener('resize', onResize);
 }
+
+// A stack pinned by a click: a panel that stays, scrolls, and shows full file paths on demand.
+// `title` is HTML (already escaped); `stacks` is [{caption, frames}] (innermost first).
+export function pinStacks(title, stacks) {
+  let panel = document.getElementById('pinned');
+  if (!panel) {
+    panel = document.createElement('aside');
+    panel.id = 'pinned';
+    panel.className = 'pinned';
+    panel.setAttribute('aria-label', 'Pinned stack');
+    document.body.appendChild(panel);
+  }
+  const fullPaths = panel.dataset.fullPaths === '1';
+  const line = f => {
+    const where = f.file ? ` (${escapeHtml(f.file)}${f.line > 0 ? ':' + f.line : ''})` : '';
+    const text = fullPaths ? `${escapeHtml(f.function || f.label)}${where}` : escapeHtml(f.label);
+    return `<span class="${f.python ? 'py' : f.dispatcher ? 'dispatch' : 'cpp'}" title="${escapeHtml(f.function || '')}${where}">${text}</span>`;
+  };
+  const body = stacks.map(({ caption, frames }) => `${caption ? `<div class="caption">${caption}</div>` : ''}
+    <div class="frames">${frames?.length ? frames.map(line).join('\n') : '(no stack recorded)'}</div>`).join('');
+  panel.innerHTML = `<div class="pinned-head">${title}
+      <label class="hint"><input type="checkbox" class="full-paths" ${fullPaths ? 'checked' : ''}> full paths</label>
+      <button class="close" aria-label="Unpin">×</button></div>
+    <div class="pinned-body">${body}</div>`;
+  panel.hidden = false;
+  panel.querySelector('.close').addEventListener('click', unpinStacks);
+  panel.querySelector('.full-paths').addEventListener('change', e => {
+    panel.dataset.fullPaths = e.target.checked ? '1' : '0';
+    pinStacks(title, stacks);
+  });
+}
+
+export function unpinStacks() {
+  const panel = document.getElementById('pinned');
+  if (panel) panel.hidden = true;
+}
