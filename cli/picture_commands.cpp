@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "cli/snapshot_input.h"
+#include "replay/snapshot_replay.h"
 #include "viewer/svg/segments_svg.h"
 #include "viewer/svg/timeline_svg.h"
 #include "viewer/timeline.h"
@@ -14,6 +15,7 @@ CommandRunner add_segments_command(CLI::App& app) {
   struct Options {
     std::string file, output;
     std::optional<int64_t> device;
+    std::optional<uint64_t> at_event;
     int width = 1200;
     bool all_frames = false;
   };
@@ -26,16 +28,30 @@ CommandRunner add_segments_command(CLI::App& app) {
   command->add_option("FILE", options->file, "snapshot file")->required();
   command->add_option("-o,--output", options->output, "SVG file to write (default: stdout)");
   command->add_option("--device", options->device, "only this device");
+  command->add_option("--at-event", options->at_event,
+                      "the segments as they were right after this entry of the device's trace "
+                      "(PyTorch's device_traces[device][N]), rebuilt by replaying the trace");
   command->add_option("--width", options->width, "image width in pixels (400-10000)")->check(CLI::Range(400, 10000));
   command->add_flag("--all-frames", options->all_frames, "keep every frame in stacks");
   return [command, options] {
     if (!command->parsed()) return;
-    const LoadedSnapshot input = load_input(options->file);
+    LoadedSnapshot input = load_input(options->file);
     require_device(input, options->file, options->device);
     svg::SegmentsOptions render;
     render.title = "Segments: " + file_base_name(options->file);
+    if (options->at_event) {
+      const int64_t device = options->device.value_or(0);
+      Result<StateAfterEntry> state = state_after_entry(input.snapshot, device, *options->at_event);
+      if (!state) throw CommandError(options->file + ": " + state.error());
+      const TraceEntry& entry = input.snapshot.device_traces[static_cast<size_t>(device)][*options->at_event];
+      render.title += " after event " + std::to_string(*options->at_event) + " (" +
+                      std::string(trace_action_name(entry.action)) + ")" +
+                      (state->exact ? "" : ", replayed inexactly");
+      input.snapshot.segments = std::move(state.value().segments);
+      render.device = device;
+    }
     render.width = options->width;
-    render.device = options->device;
+    if (!options->at_event) render.device = options->device;
     render.frames.keep_all = options->all_frames;
     write_output(options->output, svg::render_segments(input.snapshot, render));
   };

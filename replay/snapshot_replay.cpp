@@ -137,6 +137,8 @@ class DeviceReplayer {
 
   DeviceReplay run() {
     SimulatedBackend::Options device;
+    const size_t end = options_.stop_after_entry ? std::min(*options_.stop_after_entry + 1, trace_.size())
+                                                 : trace_.size();
     device.capacity_bytes = out_.capacity_bytes;
     device.events_complete_immediately = false;  // deferred frees complete when the trace says
     backend_ = std::make_shared<SimulatedBackend>(device);
@@ -144,7 +146,7 @@ class DeviceReplayer {
     allocator_ = &allocator;
     restore_start_state();
     allocator.set_observer(&watcher_);
-    for (index_ = 0; index_ < trace_.size(); ++index_) {
+    for (index_ = 0; index_ < end; ++index_) {
       const TraceEntry& e = trace_[index_];
       ++out_.events;
       switch (e.action) {
@@ -160,6 +162,12 @@ class DeviceReplayer {
     }
     allocator.set_observer(nullptr);
     out_.stats = allocator.device_stats(0);
+    if (options_.stop_after_entry) {
+      out_.replayed_segment_allocs = watcher_.sizes;
+      out_.state_segments = state_segments(allocator.device(0).segment_records());
+      allocator_ = nullptr;
+      return std::move(out_);
+    }
     out_.replayed_segment_allocs = watcher_.sizes;  // a copy: the final comparison still pairs them
     out_.replayed_segment_frees = watcher_.frees;
     compare_segment_allocs();
@@ -200,6 +208,7 @@ class DeviceReplayer {
     }
     backend_->prefer_address_for_next_reserve(0, 0);
     if (ptr == nullptr) return;
+    holders_[reinterpret_cast<uint64_t>(ptr)] = {e.stack, e.size};
     auto [it, fresh] = live_.try_emplace(e.address, ptr);
     if (!fresh) {
       // Allocated twice without a free between: the trace lost events. The older block
@@ -328,6 +337,49 @@ class DeviceReplayer {
       out_.first_segment_mismatch = static_cast<int64_t>(common);
   }
 
+  // The replay's segments as snapshot segments: each block with the stack of the allocation
+  // that holds it (one made in the trace, or for blocks live at the start, the stack the
+  // trace's first free of it or the final snapshot gives), free blocks with the allocation
+  // that last held their first bytes.
+  std::vector<SnapshotSegment> state_segments(const std::vector<SegmentRecord>& records) {
+    std::unordered_map<uint64_t, StackIndex> start_stacks;
+    for (const TraceEntry& e : trace_)
+      if ((e.action == TraceAction::kFreeCompleted || e.action == TraceAction::kFreeRequested) &&
+          e.stack != kNoStackIndex)
+        start_stacks.try_emplace(e.address, e.stack);
+    for (const SnapshotSegment* s : final_segments_)
+      for (const SnapshotBlock& b : s->blocks)
+        if (b.state != BlockState::kInactive) start_stacks.try_emplace(b.address, b.stack);
+    std::vector<SnapshotSegment> out;
+    for (const SegmentRecord& r : records) {
+      SnapshotSegment& s = out.emplace_back();
+      s.device = out_.device;
+      s.address = r.address;
+      s.total_size = r.size;
+      s.stream = r.stream;
+      s.segment_type = r.small_pool ? "small" : "large";
+      s.is_expandable = r.expandable;
+      for (const BlockRecord& b : r.blocks) {
+        SnapshotBlock& block = s.blocks.emplace_back();
+        block.address = b.address;
+        block.size = b.size;
+        block.state = b.state;
+        auto held = holders_.find(b.address);
+        if (b.state != BlockState::kInactive) {
+          block.requested_size = b.requested_size;
+          if (held != holders_.end()) block.stack = held->second.first;
+          else if (auto start = start_stacks.find(b.address); start != start_stacks.end()) block.stack = start->second;
+          s.active_size += b.size;
+          s.requested_size += b.requested_size;
+          if (b.state == BlockState::kActiveAllocated) s.allocated_size += b.size;
+        } else if (held != holders_.end()) {
+          block.history.push_back({b.address, held->second.second, held->second.first});
+        }
+      }
+    }
+    return out;
+  }
+
   void compare_final_state(const std::vector<SegmentRecord>& replayed) {
     out_.final_segments_replayed = replayed.size();
     std::map<uint64_t, const SegmentRecord*> by_address;
@@ -362,6 +414,8 @@ class DeviceReplayer {
   bool has_free_completed_ = false;
   size_t index_ = 0;
   std::unordered_map<uint64_t, void*> live_;         // recorded address -> replay's block
+  // Replay address -> the stack and request of the allocation that last held it.
+  std::unordered_map<uint64_t, std::pair<StackIndex, uint64_t>> holders_;
   std::unordered_map<uint64_t, StreamId> deferred_;  // recorded address -> its wait stream
   std::unordered_multiset<uint64_t> failed_;            // allocations the replay could not make
   StreamId next_deferred_stream_ = kFirstDeferredStream;
@@ -438,6 +492,51 @@ bool SnapshotReplay::consistent() const {
   for (const DeviceReplay& d : devices)
     if (!d.start.problems.empty() || d.unknown_frees > 0) return false;
   return true;
+}
+
+Result<StateAfterEntry> state_after_entry(const Snapshot& snapshot, int64_t device, uint64_t entry) {
+  if (device < 0 || static_cast<size_t>(device) >= snapshot.device_traces.size() ||
+      snapshot.device_traces[static_cast<size_t>(device)].empty())
+    return Result<StateAfterEntry>::failure("no trace for device " + std::to_string(device) +
+                                            " (record history at level 'all')");
+  const std::vector<TraceEntry>& trace = snapshot.device_traces[static_cast<size_t>(device)];
+  if (entry >= trace.size())
+    return Result<StateAfterEntry>::failure("event " + std::to_string(entry) + " is past the end of device " +
+                                            std::to_string(device) + "'s trace (" +
+                                            std::to_string(trace.size()) + " entries)");
+  const Result<AllocatorConfig> recorded = recorded_allocator_config(snapshot);
+  const AllocatorConfig rules = recorded ? recorded.value() : AllocatorConfig{};
+  SnapshotReplayOptions options;
+  options.config = rules;
+  options.check_invariants = false;
+  options.stop_after_entry = static_cast<size_t>(entry);
+  StateAfterEntry state;
+  state.device = device;
+  state.entry = entry;
+  try {
+    DeviceReplay replay = DeviceReplayer(snapshot, static_cast<int>(device), options, rules).run();
+    state.segments = std::move(replay.state_segments);
+    state.problems = replay.start.problems;
+    if (replay.unknown_frees > 0)
+      state.problems.push_back(std::to_string(replay.unknown_frees) +
+                               " frees of blocks the trace never allocated: it lost events");
+    // Exact while the replay's segment allocations are the recording's, in order and size.
+    size_t recorded_so_far = 0;
+    for (size_t i = 0; i <= entry; ++i)
+      recorded_so_far += is_segment_growth(trace[i].action) ? 1 : 0;
+    const auto& replayed = replay.replayed_segment_allocs;
+    state.exact = state.problems.empty() && replay.failed_allocs == 0 && replayed.size() == recorded_so_far;
+    for (size_t i = 0; state.exact && i < replayed.size(); ++i)
+      state.exact = replayed[i] == replay.recorded_segment_allocs[i];
+  } catch (const std::invalid_argument& error) {
+    return Result<StateAfterEntry>::failure(std::string("replay: ") + error.what());
+  }
+  for (const SnapshotSegment& s : state.segments) {
+    state.reserved_bytes += s.total_size;
+    state.allocated_bytes += s.allocated_size;
+    state.active_bytes += s.active_size;
+  }
+  return state;
 }
 
 }  // namespace memsnap

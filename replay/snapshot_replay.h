@@ -38,6 +38,9 @@ struct SnapshotReplayOptions {
   // total; else 80 GiB.
   std::optional<size_t> capacity_bytes;
   bool check_invariants = true;
+  // Stop after this entry of each device's trace (state_after_entry); the final comparisons
+  // are skipped then.
+  std::optional<size_t> stop_after_entry;
 };
 
 struct DeviceReplay {
@@ -77,6 +80,9 @@ struct DeviceReplay {
   size_t final_segments_matched = 0;
   DeviceStats stats;
   std::vector<std::string> invariant_problems;
+  // With stop_after_entry: the segments and blocks right after that entry, each block with
+  // the stack of the allocation holding it (free blocks: of the one that last held it).
+  std::vector<SnapshotSegment> state_segments;
   bool has_trace() const { return events > 0; }
 };
 
@@ -100,5 +106,22 @@ struct SnapshotReplay {
 // simulated device cannot honour.
 Result<SnapshotReplay> replay_snapshot(const Snapshot& snapshot,
                                        const SnapshotReplayOptions& options);
+
+// The allocator's state right after entry `entry` of `device`'s trace (PyTorch's
+// device_traces[device][entry]), rebuilt by replaying the trace under the recorded settings
+// from the state it began in: every segment and block as they were then. `exact` says the
+// replay made every segment allocation the recording made up to there, at the same address
+// (the blocks are then where the recorded run had them).
+struct StateAfterEntry {
+  int64_t device = 0;
+  uint64_t entry = 0;
+  std::vector<SnapshotSegment> segments;
+  uint64_t reserved_bytes = 0;
+  uint64_t allocated_bytes = 0;
+  uint64_t active_bytes = 0;
+  bool exact = true;
+  std::vector<std::string> problems;  // where the trace contradicts itself
+};
+Result<StateAfterEntry> state_after_entry(const Snapshot& snapshot, int64_t device, uint64_t entry);
 
 }  // namespace memsnap

@@ -184,6 +184,22 @@ void add_view_routes(httplib::Server& server, SnapshotStore& store) {
                               ") is before begin (" + std::to_string(options.window_begin) + ")");
     send(response, timeline_view(s, options, frame_filter(params)), kJson);
   });
+  // The allocator's state right after entry `event` of a device's trace (PyTorch's
+  // device_traces[device][event]), rebuilt by replaying the trace.
+  route("/state", [](const StoredSnapshot& s, Request request, Response response) {
+    const RequestParams params(request);
+    const Snapshot& recorded = s.loaded.snapshot;
+    const int64_t device = device_param(params, {&s}).value_or(0);
+    if (static_cast<size_t>(device) >= recorded.device_traces.size() ||
+        recorded.device_traces[static_cast<size_t>(device)].empty())
+      throw ApiError(404, "device " + std::to_string(device) + " has no trace (record history at level 'all')");
+    const uint64_t entries = recorded.device_traces[static_cast<size_t>(device)].size();
+    const auto event = params.unsigned_integer("event", 0, entries - 1);
+    if (!event) throw ApiError(400, "query parameter 'event': give an event between 0 and " + std::to_string(entries - 1));
+    Result<StateAfterEntry> state = state_after_entry(recorded, device, *event);
+    if (!state) throw ApiError(422, state.error());
+    response.set_content(json_body(state_json(recorded, state.value())), kJson);
+  });
   route("/oom", [](const StoredSnapshot& s, Request request, Response response) {
     send(response, oom_view(s, device_param(RequestParams(request), {&s})), kJson);
   });

@@ -122,17 +122,20 @@ json flamegraph_json(const FlameTree& tree, double min_share) {
           {"categories", {"root", "active_allocated", "active_pending_free", "inactive", "gaps", "grouping"}}};
 }
 
-json segments_json(const Snapshot& snapshot, std::optional<int64_t> device) {
+json segments_json(const std::vector<SnapshotSegment>& all, std::optional<int64_t> device) {
   json segments = json::array();
   uint64_t blocks = 0;
-  for (size_t i = 0; i < snapshot.segments.size(); ++i) {
-    const SnapshotSegment& s = snapshot.segments[i];
+  for (size_t i = 0; i < all.size(); ++i) {
+    const SnapshotSegment& s = all[i];
     if (device && s.device != *device) continue;
     json segment = segment_header(s, i);
     json rows = json::array();
     for (const SnapshotBlock& b : s.blocks) {
+      // The last element: the stack of the allocation that last held a free block's bytes.
+      const StackIndex last_holder = b.state == BlockState::kInactive && !b.history.empty() ? b.history.back().stack
+                                                                                           : kNoStackIndex;
       rows.push_back(json::array({b.address - s.address, b.size, requested_of(b), static_cast<int>(b.state),
-                                  b.stack, b.history.size()}));
+                                  b.stack, b.history.size(), last_holder}));
     }
     blocks += s.blocks.size();
     segment["blocks"] = std::move(rows);
@@ -141,6 +144,28 @@ json segments_json(const Snapshot& snapshot, std::optional<int64_t> device) {
   return {{"segments", std::move(segments)},
           {"blocks", blocks},
           {"states", {"active_allocated", "active_pending_free", "inactive"}}};
+}
+
+json segments_json(const Snapshot& snapshot, std::optional<int64_t> device) {
+  return segments_json(snapshot.segments, device);
+}
+
+json state_json(const Snapshot& snapshot, const StateAfterEntry& state) {
+  const TraceEntry& entry = snapshot.device_traces[static_cast<size_t>(state.device)][state.entry];
+  json out = segments_json(state.segments, std::nullopt);
+  out["device"] = state.device;
+  out["event"] = state.entry;
+  out["events"] = snapshot.device_traces[static_cast<size_t>(state.device)].size();
+  out["action"] = std::string(trace_action_name(entry.action));
+  out["address"] = entry.address;
+  out["size"] = entry.size;
+  out["time_us"] = entry.time_us;
+  out["reserved_bytes"] = state.reserved_bytes;
+  out["allocated_bytes"] = state.allocated_bytes;
+  out["active_bytes"] = state.active_bytes;
+  out["exact"] = state.exact;
+  out["problems"] = state.problems;
+  return out;
 }
 
 std::optional<json> block_json(const Snapshot& snapshot, size_t segment, size_t block, const FrameFilter& filter) {

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "replay/snapshot_replay.h"
 #include "viewer/flame_tree.h"
 #include "viewer/frame_labels.h"
 #include "viewer/memory_views.h"
@@ -28,6 +29,10 @@ nlohmann::json flamegraph_json(const FlameTree& tree, double min_share);
 
 // Every segment with its blocks as [offset, size, requested_size, state, stack, history_count].
 nlohmann::json segments_json(const Snapshot& snapshot, std::optional<int64_t> device);
+nlohmann::json segments_json(const std::vector<SnapshotSegment>& segments, std::optional<int64_t> device);
+// The allocator's state after one trace entry: its segments as segments_json gives them, the
+// entry itself, reserved/allocated/active bytes then, and whether the replay was exact.
+nlohmann::json state_json(const Snapshot& snapshot, const StateAfterEntry& state);
 
 // One block in full: its history with each allocation's visible frames. Empty when the
 // indices are out of range.

@@ -293,5 +293,30 @@ TEST(ServerOom, ExplainsTheRecordedOutOfMemoryErrorAsTheCliDoes) {
   EXPECT_EQ(client.Get("/api/snapshots/1/oom?device=x")->status, 400);
 }
 
+// The allocator's state at an event: PyTorch's device_traces[d][N], the state after it, with
+// the figures of that moment; at the last event it is the snapshot's own segments.
+TEST_F(ServerApi, StateAtAnEventIsTheStateAfterThatTraceEntry) {
+  const json last_segments = get_json("/api/snapshots/1/segments");
+  const json stats = get_json("/api/snapshots/1/stats");
+  const uint64_t entries = 250;
+  const json last = get_json("/api/snapshots/1/state?event=" + std::to_string(entries - 1));
+  EXPECT_EQ(last["event"], entries - 1);
+  EXPECT_EQ(last["events"], entries);
+  EXPECT_TRUE(last["exact"].get<bool>());
+  ASSERT_EQ(last["segments"].size(), last_segments["segments"].size());
+  for (size_t i = 0; i < last["segments"].size(); ++i) {
+    EXPECT_EQ(last["segments"][i]["address"], last_segments["segments"][i]["address"]);
+    EXPECT_EQ(last["segments"][i]["blocks"].size(), last_segments["segments"][i]["blocks"].size());
+  }
+  const json early = get_json("/api/snapshots/1/state?event=10");
+  EXPECT_EQ(early["event"], 10);
+  EXPECT_LT(early["reserved_bytes"].get<uint64_t>(), last["reserved_bytes"].get<uint64_t>() + 1);
+  EXPECT_TRUE(early.contains("allocated_bytes"));
+  EXPECT_TRUE(early.contains("action"));
+  get_json("/api/snapshots/1/state?event=250", 400);
+  get_json("/api/snapshots/1/state?event=-1", 400);
+  get_json("/api/snapshots/1/state?event=10&device=3", 404);
+}
+
 }  // namespace
 }  // namespace memsnap::web::testing

@@ -120,6 +120,21 @@ try {
     await shot('segments-pinned');
     await page.click('#pinned .close');
     await page.waitForSelector('#pinned', { state: 'hidden' });
+    // At event: the segments as they were after an early event, then the final state again.
+    const finalCounts = await page.locator('.counts').innerText();
+    await page.fill('.at-event-number', '100');
+    await page.press('.at-event-number', 'Enter');
+    await page.waitForFunction(() => /^after alloc/.test(document.querySelector('.state-summary')?.textContent));
+    assert.match(await page.locator('.state-summary').innerText(), /reserved .* allocated /);
+    assert.notEqual(await page.locator('.counts').innerText(), finalCounts);
+    await page.focus('.at-event');
+    await page.keyboard.press('ArrowRight');
+    await page.waitForFunction(() => document.querySelector('.at-event-number').value === '101');
+    await page.mouse.move(box.x + 256, box.y + 30);
+    await tooltip.waitFor({ state: 'visible' });
+    await shot('segments-at-event');
+    await page.click('.final-state');
+    await page.waitForFunction(text => document.querySelector('.counts').textContent === text, finalCounts);
     await page.selectOption('select.order', 'size');
   });
 

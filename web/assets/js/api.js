@@ -58,6 +58,7 @@ export const api = {
   stack: (id, stack) => cachedDetail(`/api/snapshots/${id}/stacks/${stack}${query(withFrames())}`),
   timeline: (id, params) => request(`/api/snapshots/${id}/timeline${query(withFrames(params))}`),
   oom: (id, params) => request(`/api/snapshots/${id}/oom${query(params)}`),
+  state: (id, params) => request(`/api/snapshots/${id}/state${query(params)}`),
   trace: (id, params) => request(`/api/snapshots/${id}/trace${query(withFrames(params))}`),
   compare: (before, after, params) => request(`/api/compare${query({ before, after, ...params })}`),
 };

@@ -1,6 +1,8 @@
 // Segments: every segment a bar of its blocks, lowest address on the left, coloured by state,
 // bar length proportional to the segment's size. Only the rows in sight are drawn, so 100,000
-// blocks stay responsive. Hover a block for its stack and the history of its bytes.
+// blocks stay responsive. Hover a block for its stack and the history of its bytes; click to
+// pin it. "At event" shows the segments as they were right after any event of the trace
+// (rebuilt by the server's replay; the slider and the arrow keys step through events).
 import { api } from './api.js';
 import { counted, escapeHtml, hex, humanBytes, legendHtml, percent, stableHash, stateColours } from './format.js';
 import { framesHtml, hideTooltip, loading, pinStacks, prepareCanvas, redrawOnResize, showTooltip } from './ui.js';
@@ -28,8 +30,12 @@ const sorts = {
 
 export async function renderSegments(container, { snapshot }) {
   loading(container, 'segments');
-  const data = await api.segments(snapshot.id);
+  let data = await api.segments(snapshot.id);
+  const final = data;
   const devices = [...new Set(data.segments.map(s => s.device))];
+  // Events of the device the "At event" control steps through (the first with a trace).
+  const traced = (snapshot.devices || []).find(d => d.events > 0);
+  const at = { device: traced?.device ?? 0, events: traced?.events ?? 0, event: null, pending: 0 };
   container.innerHTML = `
     <div class="toolbar">
       ${devices.length > 1 ? `<label>Device <select class="device" aria-label="Device"><option value="">all</option>
@@ -38,9 +44,15 @@ export async function renderSegments(container, { snapshot }) {
         <option value="address">by address</option><option value="size">largest first</option><option value="free">most free first</option></select></label>
       <label>Bars <select class="scale" aria-label="Bar length">
         <option value="proportional">proportional to size</option><option value="full">each full width</option></select></label>
-      <span class="hint">${counted(data.segments.length, 'segment')} · ${counted(data.blocks, 'block')}</span>
+      <span class="hint counts">${counted(data.segments.length, 'segment')} · ${counted(data.blocks, 'block')}</span>
       ${legendHtml([[blockColour(0, 0), 'allocated'], [stateColours.active_pending_free, 'freed, pending stream use'], [stateColours.inactive, 'free (cached)']])}
     </div>
+    ${at.events > 0 ? `<div class="toolbar at-event-bar">
+      <label title="The segments right after this event of device ${at.device}'s trace">At event
+        <input type="range" class="at-event" min="0" max="${at.events - 1}" value="${at.events - 1}" aria-label="At event"></label>
+      <input type="number" class="at-event-number" min="0" max="${at.events - 1}" value="${at.events - 1}" aria-label="Event number">
+      <button class="action final-state" disabled>Final state</button>
+      <span class="state-summary hint">the snapshot's final state</span></div>` : ''}
     <div class="canvas-box scroll-box"><canvas tabindex="0" aria-label="Segments"></canvas><div class="spacer"></div></div>`;
   if (!data.segments.length) { container.querySelector('.canvas-box').outerHTML = '<div class="empty">No segments in this snapshot.</div>'; return; }
   const box = container.querySelector('.scroll-box');
@@ -102,6 +114,17 @@ export async function renderSegments(container, { snapshot }) {
     return { segment, block, index: lo };
   };
 
+  // A block's frames and history: the snapshot's own, or at an event the allocation that held
+  // (or, for free bytes, last held) it.
+  const blockDetail = async (segment, index) => {
+    if (at.event === null) return api.block(snapshot.id, segment.index, index);
+    const [offset, size, , state, stack, , lastHolder] = segment.blocks[index];
+    const frames = stack >= 0 ? (await api.stack(snapshot.id, stack)).frames : [];
+    const history = state === 2 && lastHolder >= 0
+      ? [{ address: segment.address + offset, size, frames: (await api.stack(snapshot.id, lastHolder)).frames }] : [];
+    return { frames, history };
+  };
+
   let hovered = '';
   canvas.addEventListener('mousemove', async (event) => {
     const hit = hitTest(event);
@@ -123,7 +146,7 @@ export async function renderSegments(container, { snapshot }) {
     if (hovered === key) return;
     hovered = key;
     try {
-      const detail = await api.block(snapshot.id, segment.index, index);
+      const detail = await blockDetail(segment, index);
       if (hovered !== key) return;
       let history = '';
       if (detail.history.length) {
@@ -136,6 +159,43 @@ export async function renderSegments(container, { snapshot }) {
     }
   });
   canvas.addEventListener('mouseleave', () => { hovered = ''; hideTooltip(); });
+
+  // At event: the state after an event of the trace, from the server's replay.
+  const showState = async (event) => {
+    const mine = ++at.pending;
+    if (event === null) {
+      at.event = null;
+      data = final;
+    } else {
+      const state = await api.state(snapshot.id, { event, device: at.device });
+      if (mine !== at.pending) return;  // a later request superseded this one
+      at.event = event;
+      data = state;
+    }
+    container.querySelector('.counts').textContent = `${counted(data.segments.length, 'segment')} · ${counted(data.blocks, 'block')}`;
+    container.querySelector('.final-state').disabled = event === null;
+    container.querySelector('.state-summary').textContent = event === null ? "the snapshot's final state"
+      : `after ${data.action} ${humanBytes(data.size)}${data.action === 'oom' ? '' : ` at ${hex(data.address)}`} · reserved ${humanBytes(data.reserved_bytes)} · allocated ${humanBytes(data.allocated_bytes)}${data.exact ? '' : ' · replayed inexactly'}`;
+    hovered = '';
+    arrange();
+  };
+  const slider = container.querySelector('.at-event');
+  const number = container.querySelector('.at-event-number');
+  if (slider) {
+    let timer = 0;
+    const choose = (value, now) => {
+      const event = Math.max(0, Math.min(at.events - 1, Math.round(Number(value))));
+      slider.value = number.value = event;
+      clearTimeout(timer);
+      timer = setTimeout(() => showState(event).catch(error => { container.querySelector('.state-summary').textContent = error.message; }), now ? 0 : 120);
+    };
+    slider.addEventListener('input', () => choose(slider.value, false));
+    number.addEventListener('change', () => choose(number.value, true));
+    container.querySelector('.final-state').addEventListener('click', () => {
+      slider.value = number.value = at.events - 1;
+      showState(null);
+    });
+  }
   // A click pins the block's stack (and the history of its bytes) in a panel that stays.
   canvas.addEventListener('click', async (event) => {
     const hit = hitTest(event);
@@ -143,7 +203,7 @@ export async function renderSegments(container, { snapshot }) {
     const { segment, block, index } = hit;
     const [offset, size, , state] = block;
     try {
-      const detail = await api.block(snapshot.id, segment.index, index);
+      const detail = await blockDetail(segment, index);
       hideTooltip();
       pinStacks(`<span class="title">${humanBytes(size)} ${stateNames[state].replace(/_/g, ' ')} at ${hex(segment.address + offset)}</span>`,
         [{ caption: 'allocated by', frames: detail.frames },
