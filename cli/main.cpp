@@ -10,6 +10,18 @@
 int main(int argc, char** argv) {
   CLI::App app{"memsnap: understand GPU memory (allocator replay, snapshots, views)", "memsnap"};
   app.require_subcommand(1);
+  app.footer(
+      "Every command reads memsnap snapshots (.msgpack, .json) and PyTorch's (_dump_snapshot "
+      "pickles, gzip or not).\n"
+      "Coming from PyTorch's _memory_viz.py:\n"
+      "  memory        ->  memsnap flamegraph FILE -o OUT.svg\n"
+      "  segments      ->  memsnap flamegraph FILE --kind segments -o OUT.svg\n"
+      "  trace_plot    ->  memsnap timeline FILE -o OUT.svg\n"
+      "  segment_plot  ->  memsnap timeline FILE --kind segments -o OUT.svg\n"
+      "  stats         ->  memsnap stats FILE\n"
+      "  compare       ->  memsnap compare BEFORE AFTER -o OUT.svg\n"
+      "  trace         ->  memsnap trace FILE\n"
+      "or open them all in the browser with memsnap serve FILE...");
   app.set_version_flag("--version", "memsnap 0.1.0");
   std::vector<memsnap::cli::CommandRunner> commands = {
       memsnap::cli::add_replay_command(app),

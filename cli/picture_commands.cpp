@@ -63,18 +63,24 @@ CommandRunner add_timeline_command(CLI::App& app) {
     std::optional<int64_t> device;
     int width = 1200;
     size_t bands = 150;
+    std::string kind = "active";
     bool all_frames = false;
   };
   auto options = std::make_shared<Options>();
   CLI::App* command = app.add_subcommand(
       "timeline",
-      "Draw active memory over time from the snapshot's trace, stacked by allocation (the "
-      "largest get their own band and label, the rest merge), as an interactive SVG.");
+      "Draw memory over time from the snapshot's trace as an interactive SVG: active memory "
+      "stacked by allocation (PyTorch's trace_plot), or with --kind segments reserved memory "
+      "stacked by segment and expandable mapping (its segment_plot). The allocations that "
+      "make most of the picture get their own band and label, the rest merge; out-of-memory "
+      "errors and annotations are marked on the event axis.");
   command->add_option("FILE", options->file, "snapshot file")->required();
   command->add_option("-o,--output", options->output, "SVG file to write (default: stdout)");
   command->add_option("--device", options->device, "device to draw (default: the one with the longest trace)");
   command->add_option("--bands", options->bands, "allocations drawn on their own (1-2000, default 150)")
       ->check(CLI::Range(1, 2000));
+  command->add_option("--kind", options->kind, "active (allocations) or segments (reserved memory)")
+      ->check(CLI::IsMember({"active", "segments"}));
   command->add_option("--width", options->width, "image width in pixels (400-10000)")->check(CLI::Range(400, 10000));
   command->add_flag("--all-frames", options->all_frames, "keep every frame in stacks");
   return [command, options] {
@@ -86,9 +92,12 @@ CommandRunner add_timeline_command(CLI::App& app) {
     TimelineOptions timeline_options;
     timeline_options.device = options->device;
     timeline_options.max_bands = options->bands;
+    const bool segments = options->kind == "segments";
+    timeline_options.kind = segments ? TimelineKind::kSegments : TimelineKind::kActive;
     const Timeline timeline = compute_timeline(input.snapshot, timeline_options);
     svg::TimelineSvgOptions render;
-    render.title = "Active memory timeline: " + file_base_name(options->file);
+    render.title = std::string(segments ? "Reserved memory by segment: " : "Active memory timeline: ") +
+                   file_base_name(options->file);
     render.width = options->width;
     render.frames.keep_all = options->all_frames;
     write_output(options->output, svg::render_timeline(input.snapshot, timeline, render));

@@ -3,6 +3,7 @@
 #include "allocator/device_stats.h"
 
 #include <algorithm>
+#include <map>
 #include <unordered_map>
 
 namespace memsnap {
@@ -41,6 +42,98 @@ void compute_peak(const std::vector<Allocation>& allocations, uint64_t events, u
   }
 }
 
+bool is_alloc_or_free(TraceAction action) {
+  return action == TraceAction::kAlloc || action == TraceAction::kFreeCompleted;
+}
+
+void mark_oom(const TraceEntry& e, uint64_t index, std::vector<TimelineMarker>& markers) {
+  markers.push_back({index, "oom", "out of memory: " + format_bytes(static_cast<int64_t>(e.size))});
+}
+
+// Allocations, each from its alloc to its free_completed (paired by address); those alive
+// before the trace began (freed without an alloc, or live in the snapshot) from the start.
+void collect_allocations(const Snapshot& snapshot, const std::vector<TraceEntry>& trace, int64_t device,
+                         std::vector<Allocation>& allocations, std::vector<int64_t>& times,
+                         std::vector<TimelineMarker>& markers, uint64_t& index) {
+  std::unordered_map<uint64_t, size_t> live;  // address -> allocation
+  for (const TraceEntry& e : trace) {
+    if (e.action == TraceAction::kOom) mark_oom(e, index, markers);
+    if (!is_alloc_or_free(e.action)) continue;
+    if (e.action == TraceAction::kAlloc) {
+      live[e.address] = allocations.size();
+      allocations.push_back({e.address, e.size, e.stack, index, UINT64_MAX, false});
+    } else if (auto it = live.find(e.address); it != live.end()) {
+      allocations[it->second].end = index;
+      live.erase(it);
+    } else {  // allocated before the trace began
+      allocations.push_back({e.address, e.size, e.stack, 0, index, true});
+    }
+    times.push_back(e.time_us);
+    ++index;
+  }
+  for (const SnapshotSegment& segment : snapshot.segments) {
+    if (segment.device != device) continue;
+    for (const SnapshotBlock& block : segment.blocks)
+      if (block.state != BlockState::kInactive && !live.count(block.address))
+        allocations.push_back({block.address, block.requested_size, block.stack, 0, UINT64_MAX, true});
+  }
+}
+
+// Reserved memory: each segment from its segment_alloc to its segment_free, each expandable
+// mapping from its segment_map until an unmap covers it (an unmap of part of a mapping ends
+// it and starts what is left). Segments from before the trace (freed without an alloc, or in
+// the snapshot with none) from the start.
+void collect_segments(const Snapshot& snapshot, const std::vector<TraceEntry>& trace, int64_t device,
+                      std::vector<Allocation>& allocations, std::vector<int64_t>& times,
+                      std::vector<TimelineMarker>& markers, uint64_t& index) {
+  std::map<uint64_t, size_t> live;  // start address -> segment or mapping
+  const auto end_range = [&](uint64_t address, uint64_t size) {
+    const uint64_t stop = address + size;
+    bool ended = false;
+    auto it = live.upper_bound(address);
+    if (it != live.begin()) --it;
+    while (it != live.end() && it->first < stop) {
+      const Allocation ended_one = allocations[it->second];  // a copy: push_back below may move it
+      const uint64_t ended_stop = ended_one.address + ended_one.size;
+      if (ended_stop <= address) {
+        ++it;
+        continue;
+      }
+      allocations[it->second].end = index;
+      ended = true;
+      it = live.erase(it);
+      // What the unmap left of the mapping goes on as a mapping of its own.
+      if (ended_one.address < address) {
+        live[ended_one.address] = allocations.size();
+        allocations.push_back({ended_one.address, address - ended_one.address, ended_one.stack, index, UINT64_MAX, false});
+      }
+      if (ended_stop > stop) {
+        live[stop] = allocations.size();
+        allocations.push_back({stop, ended_stop - stop, ended_one.stack, index, UINT64_MAX, false});
+      }
+    }
+    if (!ended) allocations.push_back({address, size, kNoStackIndex, 0, index, true});  // from before the trace
+  };
+  for (const TraceEntry& e : trace) {
+    if (e.action == TraceAction::kOom) mark_oom(e, index, markers);
+    if (e.action == TraceAction::kSegmentAlloc || e.action == TraceAction::kSegmentMap) {
+      live[e.address] = allocations.size();
+      allocations.push_back({e.address, e.size, e.stack, index, UINT64_MAX, false});
+    } else if (e.action == TraceAction::kSegmentFree || e.action == TraceAction::kSegmentUnmap) {
+      end_range(e.address, e.size);
+    }
+    if (!is_alloc_or_free(e.action)) continue;
+    times.push_back(e.time_us);
+    ++index;
+  }
+  for (const SnapshotSegment& segment : snapshot.segments) {
+    if (segment.device != device) continue;
+    auto it = live.lower_bound(segment.address);
+    if (it != live.end() && it->first < segment.address + segment.total_size) continue;  // made in the trace
+    allocations.push_back({segment.address, segment.total_size, segment.stack, 0, UINT64_MAX, true});
+  }
+}
+
 }  // namespace
 
 Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& options) {
@@ -60,42 +153,17 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
       out.device >= 0 && static_cast<size_t>(out.device) < snapshot.device_traces.size()
           ? snapshot.device_traces[static_cast<size_t>(out.device)] : kNoTrace;
 
-  // Pair allocs with their free_completed, by address.
+  // The x axis counts alloc and free events; everything else happens between two of them.
   std::vector<Allocation> allocations;
-  std::unordered_map<uint64_t, size_t> live;  // address -> allocation
   std::vector<int64_t> times;
-  uint64_t index = 0;
   std::vector<TimelineMarker> markers;
-  for (const TraceEntry& e : trace) {
-    if (e.action == TraceAction::kOom) {
-      markers.push_back({index, "oom", "out of memory: " + format_bytes(static_cast<int64_t>(e.size))});
-      continue;
-    }
-    if (e.action == TraceAction::kAlloc) {
-      live[e.address] = allocations.size();
-      allocations.push_back({e.address, e.size, e.stack, index, UINT64_MAX, false});
-    } else if (e.action == TraceAction::kFreeCompleted) {
-      auto it = live.find(e.address);
-      if (it != live.end()) {
-        allocations[it->second].end = index;
-        live.erase(it);
-      } else {  // allocated before the trace began
-        allocations.push_back({e.address, e.size, e.stack, 0, index, true});
-      }
-    } else {
-      continue;
-    }
-    times.push_back(e.time_us);
-    ++index;
-  }
+  uint64_t index = 0;
+  if (options.kind == TimelineKind::kSegments)
+    collect_segments(snapshot, trace, out.device, allocations, times, markers, index);
+  else
+    collect_allocations(snapshot, trace, out.device, allocations, times, markers, index);
+  out.kind = options.kind;
   out.events = index;
-  // Blocks still active in the snapshot that the trace never allocated.
-  for (const SnapshotSegment& segment : snapshot.segments) {
-    if (segment.device != out.device) continue;
-    for (const SnapshotBlock& block : segment.blocks)
-      if (block.state != BlockState::kInactive && !live.count(block.address))
-        allocations.push_back({block.address, block.requested_size, block.stack, 0, UINT64_MAX, true});
-  }
   for (Allocation& a : allocations)
     if (a.end == UINT64_MAX) a.end = out.events;
   out.allocations = allocations.size();

@@ -18,7 +18,13 @@
 
 namespace memsnap {
 
+enum class TimelineKind {
+  kActive,    // allocations: active memory (PyTorch's Active Memory Timeline)
+  kSegments,  // segments and expandable mappings: reserved memory (its Active Cached Segment Timeline)
+};
+
 struct TimelineOptions {
+  TimelineKind kind = TimelineKind::kActive;
   std::optional<int64_t> device;  // default: the device with the most trace entries
   size_t max_bands = 150;
   size_t max_samples = 800;
@@ -53,7 +59,8 @@ struct Timeline {
   std::vector<uint64_t> other_bytes;   // per sample: the merged band
   std::vector<uint64_t> total_bytes;   // per sample
   std::vector<TimelineBand> bands;     // the largest allocations
-  uint64_t allocations = 0;            // all of them, merged or not
+  TimelineKind kind = TimelineKind::kActive;
+  uint64_t allocations = 0;            // all of them (or segments and mappings), merged or not
   uint64_t peak_bytes = 0;
   uint64_t peak_event = 0;
   std::vector<TimelineMarker> markers;  // in the window, in event order

@@ -197,6 +197,7 @@ std::string timeline_json(const Snapshot& snapshot, const Timeline& timeline, co
   for (size_t d = 0; d < snapshot.device_traces.size(); ++d)
     if (!snapshot.device_traces[d].empty()) out.value(d);
   out.end_array().field("events", timeline.events);
+  out.key("kind").string(timeline.kind == TimelineKind::kSegments ? "segments" : "active");
   out.key("window").begin_array().value(timeline.window_begin).value(timeline.window_end).end_array();
   out.key("samples").values(timeline.samples).key("time_us").values(timeline.event_time_us);
   out.key("total_bytes").values(timeline.total_bytes).key("other_bytes").values(timeline.other_bytes);

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 
+#include "replay/recorded_config.h"
+#include "replay/snapshot_replay.h"
+#include "snapshot/snapshot_loader.h"
 #include "viewer/timeline.h"
 
 namespace memsnap {
@@ -148,6 +151,29 @@ TEST(Timeline, OutOfMemoryErrorsAndAnnotationsAreMarkersOnTheEventAxis) {
   zoomed.window_begin = 0;
   zoomed.window_end = 1;
   EXPECT_EQ(compute_timeline(s, zoomed).markers.size(), 1u) << "only the window's markers";
+}
+
+// Reserved memory by segment (and expandable mapping): at the end it is the snapshot's
+// segments, and its peak is the recorded run's peak reserved.
+TEST(Timeline, SegmentsKindIsReservedMemory) {
+  for (const char* name : {"pytorch-2.11/two_streams.pickle", "pytorch-2.11-h100/expandable_streams.pickle",
+                           "pytorch-2.11-h100/transformer_s0.pickle.gz", "pytorch-2.11-h100/frag_oom.pickle"}) {
+    const auto loaded = load_snapshot(std::string(MEMSNAP_TEST_DATA_DIR) + "/" + name);
+    ASSERT_TRUE(loaded) << loaded.error();
+    const Snapshot& s = loaded.value().snapshot;
+    TimelineOptions options;
+    options.kind = TimelineKind::kSegments;
+    options.max_samples = 5000;
+    const Timeline t = compute_timeline(s, options);
+    uint64_t final_reserved = 0;
+    for (const SnapshotSegment& segment : s.segments) final_reserved += segment.device == t.device ? segment.total_size : 0;
+    EXPECT_EQ(t.total_bytes.back(), final_reserved) << name;
+    SnapshotReplayOptions replay_options;
+    replay_options.config = recorded_allocator_config(s).value();
+    const auto replay = replay_snapshot(s, replay_options);
+    ASSERT_TRUE(replay) << replay.error();
+    EXPECT_EQ(t.peak_bytes, replay->devices.at(0).recorded_peak_reserved) << name;
+  }
 }
 
 }  // namespace

@@ -133,6 +133,15 @@ TEST_F(ServerApi, TimelineIsDownsampledAndZooms) {
   EXPECT_EQ(get_json("/api/snapshots/1/timeline?begin=999999999")["window"], json::array({events, events}));
 }
 
+TEST_F(ServerApi, TimelineOfReservedMemoryBySegment) {
+  const json active = get_json("/api/snapshots/2/timeline");
+  const json segments = get_json("/api/snapshots/2/timeline?kind=segments");
+  EXPECT_EQ(active["kind"], "active");
+  EXPECT_EQ(segments["kind"], "segments");
+  EXPECT_EQ(segments["events"], active["events"]) << "one event axis for both";
+  EXPECT_GE(segments["peak_bytes"].get<uint64_t>(), active["peak_bytes"].get<uint64_t>()) << "reserved covers active";
+}
+
 TEST_F(ServerApi, TracePagesAndFilters) {
   const json page = get_json("/api/snapshots/1/trace?offset=5&limit=7");
   EXPECT_EQ(page["events"].size(), 7u);
@@ -216,6 +225,7 @@ TEST_F(ServerApi, RefusalsAreJsonWithTheRightStatus) {
       {"/api/snapshots/1/timeline?device=-1", 400},
       {"/api/snapshots/1/segments?device=1e3", 400},
       {"/api/snapshots/1/timeline?begin=500&end=100", 400},
+      {"/api/snapshots/1/timeline?kind=pie", 400},
       // A device the snapshot does not have: 404 on every view that takes one.
       {"/api/snapshots/1/trace?device=7", 404},
       {"/api/snapshots/1/flamegraph?device=7", 404},

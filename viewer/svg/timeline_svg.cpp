@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "allocator/counted.h"
 #include "viewer/svg/svg_document.h"
 #include "viewer/svg/svg_text.h"
 
@@ -65,9 +66,10 @@ std::string render_timeline(const Snapshot& snapshot, const Timeline& timeline,
   char buffer[512];
   out += open_document(width, height, "polygon.a:hover{stroke:#000;stroke-width:1}");
   out += heading(width, 20, options.title,
-                 "device " + std::to_string(timeline.device) + ": " + std::to_string(timeline.events) +
-                     " alloc/free events, " + std::to_string(timeline.allocations) + " allocations (" +
-                     std::to_string(timeline.bands.size()) + " largest drawn alone, the rest in grey), peak " +
+                 "device " + std::to_string(timeline.device) + ": " + counted(timeline.events, "alloc/free event") +
+                     ", " + counted(timeline.allocations, timeline.kind == TimelineKind::kSegments ? "segment or mapping" : "allocation",
+                                    timeline.kind == TimelineKind::kSegments ? "segments and mappings" : "allocations") +
+                     " (" + std::to_string(timeline.bands.size()) + " drawn alone, the rest in grey), peak " +
                      human_bytes(timeline.peak_bytes));
 
   // Axes and grid.

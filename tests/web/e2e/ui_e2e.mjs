@@ -159,6 +159,10 @@ try {
     await page.selectOption('select.detail', '500');
     await page.waitForFunction(() => /· 500 drawn on their own/.test(document.querySelector('.summary')?.textContent));
     await shot('timeline-detail');
+    await page.selectOption('select.kind', 'segments');
+    await page.waitForFunction(() => /segments and mappings/.test(document.querySelector('.summary')?.textContent));
+    await shot('timeline-segments');
+    await page.selectOption('select.kind', 'active');
   });
 
   await step('trace: page, filter, expand a stack', async () => {

@@ -3,7 +3,7 @@
 // The server downsamples; dragging across the plot zooms into that range of events, for which
 // the server picks the largest allocations again. Hover a band for its size, life and stack.
 import { api } from './api.js';
-import { escapeHtml, humanBytes, stableHash } from './format.js';
+import { counted, escapeHtml, humanBytes, stableHash } from './format.js';
 import { framesHtml, hideTooltip, loading, pinStacks, prepareCanvas, redrawOnResize, showTooltip } from './ui.js';
 
 const LEFT = 78, RIGHT = 12, TOP = 12, BOTTOM = 28, HEIGHT = 440;
@@ -28,10 +28,12 @@ function niceStep(max, count) {
 }
 
 export async function renderTimeline(container, { snapshot }) {
-  const state = { device: undefined, windows: [], bands: 150 };  // zoom history: [begin, end] pairs
+  const state = { device: undefined, windows: [], bands: 150, kind: 'active' };  // zoom history: [begin, end] pairs
   container.innerHTML = `
     <div class="toolbar">
       <span class="device-box"></span>
+      <label title="Active memory by allocation (PyTorch's Active Memory Timeline), or reserved memory by segment and expandable mapping (its Active Cached Segment Timeline)">Memory
+        <select class="kind" aria-label="Memory"><option value="active">active, by allocation</option><option value="segments">reserved, by segment</option></select></label>
       <label title="How many allocations are drawn on their own; the rest share the grey band">Detail
         <select class="detail" aria-label="Detail">${[50, 150, 500, 2000].map(n => `<option ${n === 150 ? 'selected' : ''}>${n}</option>`).join('')}</select></label>
       <button class="action back" disabled>Zoom out</button>
@@ -42,12 +44,13 @@ export async function renderTimeline(container, { snapshot }) {
     <div class="plot canvas-box"></div>`;
   const plot = container.querySelector('.plot');
   container.querySelector('.detail').addEventListener('change', e => { state.bands = Number(e.target.value); load(); });
+  container.querySelector('.kind').addEventListener('change', e => { state.kind = e.target.value; load(); });
   let data = null, canvas = null, brush = null;
 
   const load = async () => {
     const window = state.windows[state.windows.length - 1];
     loading(plot, 'timeline');
-    data = await api.timeline(snapshot.id, { device: state.device, begin: window?.[0], end: window?.[1], bands: state.bands });
+    data = await api.timeline(snapshot.id, { device: state.device, begin: window?.[0], end: window?.[1], bands: state.bands, kind: state.kind });
     plot.innerHTML = '<canvas tabindex="0" aria-label="Active memory timeline"></canvas>';
     canvas = plot.querySelector('canvas');
     attach();
@@ -58,7 +61,8 @@ export async function renderTimeline(container, { snapshot }) {
     }
     container.querySelector('.back').disabled = container.querySelector('.reset').disabled = state.windows.length === 0;
     const [begin, end] = data.window;
-    container.querySelector('.summary').textContent = `events ${begin}–${end} of ${data.events} · ${data.allocations} allocations · ` +
+    const things = data.kind === 'segments' ? ['segment or mapping', 'segments and mappings'] : ['allocation', 'allocations'];
+    container.querySelector('.summary').textContent = `events ${begin}–${end} of ${data.events} · ${counted(data.allocations, ...things)} · ` +
       `${data.bands.length} drawn on their own · peak ${humanBytes(data.peak_bytes)} at event ${data.peak_event}`;
     draw();
   };
