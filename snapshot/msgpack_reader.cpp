@@ -268,7 +268,7 @@ bool starts_like_a_memsnap_file(std::string_view bytes) {
 Result<Snapshot> snapshot_from_msgpack(std::string_view bytes) {
   if (bytes.empty()) return Result<Snapshot>::failure("empty file");
   if (!starts_like_a_memsnap_file(bytes))
-    return Result<Snapshot>::failure("not a snapshot (neither memsnap msgpack or JSON nor a PyTorch pickle)");
+    return Result<Snapshot>::failure("not a memsnap snapshot (nor any other snapshot memsnap reads)");
   if (bytes.size() > kMaxSnapshotFileBytes)
     return Result<Snapshot>::failure("file too large (over 2 GiB)");
   // Every array element and string byte needs at least one input byte, and every map entry

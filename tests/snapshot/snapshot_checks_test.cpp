@@ -90,13 +90,14 @@ TEST(SnapshotChecks, BytesThatAreNoSnapshotAreSaidToBeNone) {
                                    std::string("\x81\xa6" "formax", 8)}) {
     const auto loaded = memsnap::load_snapshot_from_memory(bytes);
     ASSERT_FALSE(loaded);
-    EXPECT_EQ(loaded.error().rfind("not a snapshot", 0), 0u) << loaded.error();
+    EXPECT_EQ(loaded.error().rfind("not a memsnap snapshot (nor any other snapshot memsnap reads)", 0), 0u)
+        << loaded.error();
   }
   // A memsnap file cut short is still called damaged, not foreign.
   const std::string whole = memsnap::to_msgpack(consistent());
   const auto cut = memsnap::load_snapshot_from_memory(whole.substr(0, 5));
   ASSERT_FALSE(cut);
-  EXPECT_EQ(cut.error().find("not a snapshot"), std::string::npos) << cut.error();
+  EXPECT_EQ(cut.error().find("not a memsnap snapshot"), std::string::npos) << cut.error();
 }
 
 }  // namespace snapshot_checks_test
