@@ -25,6 +25,11 @@ nlohmann::json block_json(const Snapshot& snapshot, const SnapshotBlock& block) 
 
 }  // namespace
 
+nlohmann::json setting_value_json(std::string_view value) {
+  nlohmann::json parsed = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+  return parsed.is_discarded() ? nlohmann::json(std::string(value)) : parsed;
+}
+
 nlohmann::json to_json(const Snapshot& snapshot) {
   nlohmann::json segments = nlohmann::json::array();
   for (const SnapshotSegment& segment : snapshot.segments) {
@@ -56,7 +61,7 @@ nlohmann::json to_json(const Snapshot& snapshot) {
     traces.push_back(entries);
   }
   nlohmann::json settings = nlohmann::json::object();
-  for (const auto& [key, value] : snapshot.allocator_settings) settings[key] = value;
+  for (const auto& [key, value] : snapshot.allocator_settings) settings[key] = setting_value_json(value);
   nlohmann::json annotations = nlohmann::json::array();
   for (const SnapshotAnnotation& a : snapshot.external_annotations)
     annotations.push_back(

@@ -9,5 +9,8 @@
 namespace memsnap {
 
 nlohmann::json to_json(const Snapshot& snapshot);
+// An allocator setting's value (JSON text) as JSON; text that is not JSON (files of older
+// versions) stays a string.
+nlohmann::json setting_value_json(std::string_view value);
 
 }  // namespace memsnap

@@ -1,6 +1,8 @@
 #include "snapshot/pickle_values.h"
 
 #include <charconv>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -161,6 +163,69 @@ std::string ValueStore::repr(Value v, int depth) const {
     if (step == 2) out += ": " + item(o.items[i + 1]);
   }
   return out + close;
+}
+
+namespace {
+
+std::string json_quoted(std::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char escaped[8];
+          std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(c));
+          out += escaped;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string ValueStore::json_text(Value v, int depth) const {
+  switch (v.tag()) {
+    case Tag::kNone: return "null";
+    case Tag::kFalse: return "false";
+    case Tag::kTrue: return "true";
+    case Tag::kInt:
+    case Tag::kWideInt:
+    case Tag::kWideUInt: return repr(v);
+    case Tag::kFloat: {
+      const double d = floats_[v.payload()];
+      return std::isfinite(d) ? repr(v) : json_quoted(repr(v));
+    }
+    case Tag::kString: return json_quoted(text(v));
+    case Tag::kEmptyList: return "[]";
+    case Tag::kHugeInt:
+    case Tag::kBytes:
+    case Tag::kLowered: return json_quoted(repr(v));
+    case Tag::kObject: break;
+  }
+  if (depth > 8) return "null";
+  const Object& o = object(v);
+  std::string out;
+  if (o.kind == ObjectKind::kDict) {
+    out = "{";
+    for (size_t i = 0; i + 2 <= o.items.size(); i += 2) {
+      if (i > 0) out += ",";
+      // JSON keys are strings: a non-string key is written as its Python form.
+      out += o.items[i].is(Tag::kString) ? json_quoted(text(o.items[i])) : json_quoted(repr(o.items[i]));
+      out += ":" + json_text(o.items[i + 1], depth + 1);
+    }
+    return out + "}";
+  }
+  out = "[";
+  for (size_t i = 0; i < o.items.size(); ++i) out += (i > 0 ? "," : "") + json_text(o.items[i], depth + 1);
+  return out + "]";
 }
 
 }  // namespace memsnap::pickle

@@ -86,8 +86,11 @@ class ValueStore {
   bool get_int64(Value v, int64_t& out) const;
   bool get_uint64(Value v, uint64_t& out) const;
   double floating_value(Value v) const { return floats_[v.payload()]; }
-  // A Python-like rendering (for settings values and error messages).
+  // A Python-like rendering (for error messages).
   std::string repr(Value v, int depth = 0) const;
+  // The value as compact JSON (allocator settings keep their types: booleans, numbers,
+  // tables); what JSON cannot hold (bytes, huge integers, NaN) becomes a string.
+  std::string json_text(Value v, int depth = 0) const;
   size_t live_objects() const { return objects_.size() - free_objects_.size(); }
 
  private:

@@ -384,7 +384,7 @@ void PyTorchDocument::convert_extras(const Object& root, Snapshot& out) {
   if (!(settings == kMissing)) {
     const Object& dict = dict_at(settings, "allocator_settings");
     for (size_t i = 0; i + 1 < dict.items.size(); i += 2)
-      out.allocator_settings.emplace_back(store_.repr(dict.items[i]), store_.repr(dict.items[i + 1]));
+      out.allocator_settings.emplace_back(store_.repr(dict.items[i]), store_.json_text(dict.items[i + 1]));
   }
   const Value annotations = field(root, k_external_annotations_);
   if (!(annotations == kMissing)) {

@@ -115,6 +115,8 @@ struct Snapshot {
   std::vector<std::vector<uint32_t>> stacks;  // frame indices, innermost first
   std::vector<SnapshotSegment> segments;
   std::vector<std::vector<TraceEntry>> device_traces;  // by device, oldest first
+  // Key and value, the value as JSON text ("true", "-1", "{\"1\":0}", "\"max_split_size_mb:128\""),
+  // so settings keep their types; files of older versions hold plain text.
   std::vector<std::pair<std::string, std::string>> allocator_settings;
   std::vector<SnapshotAnnotation> external_annotations;
   std::vector<Statistics> statistics;  // by device

@@ -8,6 +8,8 @@
 #include <string>
 #include <unordered_map>
 
+#include <nlohmann/json.hpp>
+
 #include "allocator/device_stats.h"
 #include "history/symbolizer.h"
 
@@ -129,22 +131,17 @@ ProcessInfo process_info(const SnapshotOptions& options) {
   return info;
 }
 
+// Values as JSON texts, so every reader keeps their types (snapshot.h).
 std::vector<std::pair<std::string, std::string>> settings_of(const AllocatorConfig& config) {
-  std::string divisions;
-  for (size_t i = 0; i < config.roundup_power2_divisions.size(); ++i) {
-    if (i > 0) divisions += ',';
-    divisions += std::to_string(config.roundup_power2_divisions[i]);
-  }
+  const auto json = [](const auto& value) { return nlohmann::json(value).dump(); };
   return {
-      {"config", config.source},
-      {"max_split_size", config.max_split_size == kNoMaxSplitSize
-                             ? "-1"
-                             : std::to_string(config.max_split_size)},
-      {"max_non_split_rounding_size", std::to_string(config.max_non_split_rounding_size)},
-      {"garbage_collection_threshold", std::to_string(config.garbage_collection_threshold)},
-      {"roundup_power2_divisions", divisions},
-      {"expandable_segments", config.expandable_segments ? "true" : "false"},
-      {"release_lock_on_cudamalloc", config.release_lock_on_cudamalloc ? "true" : "false"},
+      {"config", json(config.source)},
+      {"max_split_size", config.max_split_size == kNoMaxSplitSize ? "-1" : json(config.max_split_size)},
+      {"max_non_split_rounding_size", json(config.max_non_split_rounding_size)},
+      {"garbage_collection_threshold", json(config.garbage_collection_threshold)},
+      {"roundup_power2_divisions", json(config.roundup_power2_divisions)},
+      {"expandable_segments", json(config.expandable_segments)},
+      {"release_lock_on_cudamalloc", json(config.release_lock_on_cudamalloc)},
   };
 }
 

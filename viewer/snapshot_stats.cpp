@@ -1,6 +1,8 @@
 #include "viewer/snapshot_stats.h"
 
 #include "allocator/counted.h"
+#include "replay/recorded_config.h"
+#include "snapshot/json_writer.h"
 
 #include <algorithm>
 #include <cinttypes>
@@ -88,6 +90,15 @@ SnapshotStats compute_stats(const Snapshot& snapshot) {
   return stats;
 }
 
+// The settings the run used, as a config string a user could set again.
+std::string settings_line(const Snapshot& snapshot) {
+  if (snapshot.allocator_settings.empty()) return "allocator settings: not recorded";
+  const Result<AllocatorConfig> config = recorded_allocator_config(snapshot);
+  if (!config) return "allocator settings: " + config.error();
+  const std::string text = to_config_string(config.value());
+  return "allocator settings: " + (text.empty() ? std::string("PyTorch's defaults") : text);
+}
+
 nlohmann::json stats_to_json(const SnapshotStats& stats, const Snapshot& snapshot) {
   nlohmann::json out = totals_json(stats.totals);
   out["source"] = snapshot.source;
@@ -106,6 +117,11 @@ nlohmann::json stats_to_json(const SnapshotStats& stats, const Snapshot& snapsho
     streams.push_back(std::move(row));
   }
   out["by_stream"] = std::move(streams);
+  nlohmann::json settings = nlohmann::json::object();
+  for (const auto& [key, value] : snapshot.allocator_settings) settings[key] = setting_value_json(value);
+  out["allocator_settings"] = std::move(settings);
+  const Result<AllocatorConfig> config = recorded_allocator_config(snapshot);
+  out["allocator_config"] = config ? nlohmann::json(to_config_string(config.value())) : nlohmann::json(nullptr);
   return out;
 }
 
@@ -115,7 +131,8 @@ std::string stats_to_text(const SnapshotStats& stats, const Snapshot& snapshot) 
   const MemoryTotals& t = stats.totals;
   out += snapshot.source + " snapshot: " + counted(stats.devices, "device") + ", " +
          counted(t.segments, "segment") + ", " + counted(t.blocks, "block") + ", " +
-         counted(stats.trace_entries, "trace entry", "trace entries") + "\n\n";
+         counted(stats.trace_entries, "trace entry", "trace entries") + "\n";
+  out += settings_line(snapshot) + "\n\n";
   out += "device  stream              segments  blocks    reserved   allocated      active   requested  inactive split  largest free\n";
   auto row = [&](const std::string& device, const std::string& stream, const MemoryTotals& m) {
     std::snprintf(line, sizeof line, "%-7s %-18s %9" PRIu64 " %7" PRIu64 " %11s %11s %11s %11s %15s %13s\n",
