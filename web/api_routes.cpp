@@ -204,6 +204,17 @@ void add_view_routes(httplib::Server& server, SnapshotStore& store) {
     if (!state) throw ApiError(422, state.error());
     response.set_content(json_body(state_json(recorded, state.value())), kJson);
   });
+  route("/search", [](const StoredSnapshot& s, Request request, Response response) {
+    const RequestParams params(request);
+    SearchQuery query;
+    query.device = device_param(params, {&s});
+    query.text = params.text("q", 200).value_or("");
+    if (query.text.empty()) throw ApiError(400, "query parameter 'q': give a frame's text or an address");
+    // 0x-hex, or a decimal of at least 4096, reads as an address too (a line number never does).
+    const bool hex = query.text.size() > 2 && query.text[0] == '0' && (query.text[1] == 'x' || query.text[1] == 'X');
+    if (const auto number = parse_unsigned(query.text, true); number && (hex || *number >= 4096)) query.address = number;
+    response.set_content(json_body(search_json(s.loaded.snapshot, query, frame_filter(params))), kJson);
+  });
   route("/oom", [](const StoredSnapshot& s, Request request, Response response) {
     send(response, oom_view(s, device_param(RequestParams(request), {&s})), kJson);
   });

@@ -219,6 +219,70 @@ std::string timeline_json(const Snapshot& snapshot, const Timeline& timeline, co
   return out.end_array().end_object().take();
 }
 
+json search_json(const Snapshot& snapshot, const SearchQuery& query, const FrameFilter& filter) {
+  json out = {{"query", query.text}};
+  // An address: the block that holds it, and the trace events that cover it.
+  if (query.address) {
+    json where = nullptr;
+    for (size_t i = 0; i < snapshot.segments.size() && where.is_null(); ++i) {
+      const SnapshotSegment& s = snapshot.segments[i];
+      if (query.device && s.device != *query.device) continue;
+      if (*query.address < s.address || *query.address - s.address >= s.total_size) continue;
+      for (size_t b = 0; b < s.blocks.size(); ++b) {
+        const SnapshotBlock& block = s.blocks[b];
+        if (*query.address >= block.address && *query.address - block.address < block.size)
+          where = {{"segment", i}, {"block", b}, {"address", block.address}, {"size", block.size},
+                   {"state", std::string(block_state_name(block.state))}, {"stack", block.stack}};
+      }
+    }
+    uint64_t events = 0;
+    for (size_t d = 0; d < snapshot.device_traces.size(); ++d)
+      if (!query.device || static_cast<int64_t>(d) == *query.device)
+        for (const TraceEntry& e : snapshot.device_traces[d]) events += e.action != TraceAction::kOom && e.covers(*query.address);
+    out["address"] = *query.address;
+    out["block"] = std::move(where);
+    out["address_events"] = events;
+  }
+  // Frame text, case-insensitive, in the frames a view shows: the stacks that have it, and what
+  // they hold and did.
+  std::vector<bool> matched(snapshot.stacks.size(), false);
+  json stacks = json::array();
+  if (!query.text.empty()) {
+    std::string needle = query.text;
+    for (char& c : needle) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (size_t i = 0; i < snapshot.stacks.size(); ++i) {
+      for (uint32_t f : visible_frames_outermost_first(snapshot, static_cast<StackIndex>(i), filter)) {
+        const Frame& frame = snapshot.frames[f];
+        std::string hay = frame.function + "\n" + frame.file;
+        for (char& c : hay) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        if (hay.find(needle) != std::string::npos) {
+          matched[i] = true;
+          if (stacks.size() < SearchQuery::kMaxStacks) stacks.push_back(i);
+          break;
+        }
+      }
+    }
+  }
+  uint64_t blocks = 0, bytes = 0, events = 0;
+  for (const SnapshotSegment& s : snapshot.segments) {
+    if (query.device && s.device != *query.device) continue;
+    for (const SnapshotBlock& b : s.blocks)
+      if (b.state != BlockState::kInactive && b.stack >= 0 && matched[static_cast<size_t>(b.stack)]) {
+        ++blocks;
+        bytes += b.size;
+      }
+  }
+  for (size_t d = 0; d < snapshot.device_traces.size(); ++d)
+    if (!query.device || static_cast<int64_t>(d) == *query.device)
+      for (const TraceEntry& e : snapshot.device_traces[d]) events += e.stack >= 0 && matched[static_cast<size_t>(e.stack)];
+  out["stacks"] = std::move(stacks);
+  out["stacks_truncated"] = std::count(matched.begin(), matched.end(), true) > static_cast<long>(SearchQuery::kMaxStacks);
+  out["live_blocks"] = blocks;
+  out["live_bytes"] = bytes;
+  out["trace_events"] = events;
+  return out;
+}
+
 json trace_page_json(const Snapshot& snapshot, const TraceQuery& query, const FrameFilter& filter) {
   json events = json::array();
   uint64_t matched = 0;

@@ -34,6 +34,17 @@ nlohmann::json segments_json(const std::vector<SnapshotSegment>& segments, std::
 // entry itself, reserved/allocated/active bytes then, and whether the replay was exact.
 nlohmann::json state_json(const Snapshot& snapshot, const StateAfterEntry& state);
 
+// Search across views: an address (the block holding it, the events covering it) and frame
+// text (the stacks whose shown frames contain it, case-insensitive, with the live blocks and
+// bytes they hold and the trace events they made).
+struct SearchQuery {
+  static constexpr size_t kMaxStacks = 20000;
+  std::string text;                 // frame text; may be empty when searching an address
+  std::optional<uint64_t> address;  // set when the query reads as an address
+  std::optional<int64_t> device;
+};
+nlohmann::json search_json(const Snapshot& snapshot, const SearchQuery& query, const FrameFilter& filter);
+
 // One block in full: its history with each allocation's visible frames. Empty when the
 // indices are out of range.
 std::optional<nlohmann::json> block_json(const Snapshot& snapshot, size_t segment, size_t block,

@@ -328,5 +328,36 @@ TEST_F(ServerApi, StateAtAnEventIsTheStateAfterThatTraceEntry) {
   get_json("/api/snapshots/1/state?event=10&device=3", 404);
 }
 
+// Search across views: frame text finds the stacks that have it and counts what they hold and
+// did; an address finds its block and the events that touched it.
+TEST_F(ServerApi, SearchFindsFramesAndAddresses) {
+  const json by_text = get_json("/api/snapshots/1/search?q=FORWARD");
+  ASSERT_FALSE(by_text["stacks"].empty()) << "case-insensitive";
+  EXPECT_GT(by_text["trace_events"].get<uint64_t>(), 0u);
+  for (const json& stack : by_text["stacks"]) {
+    const json frames = get_json("/api/snapshots/1/stacks/" + stack.dump())["frames"];
+    bool has = false;
+    for (const json& f : frames) {
+      std::string text = f["function"].get<std::string>() + f["file"].get<std::string>();
+      for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      has |= text.find("forward") != std::string::npos;
+    }
+    EXPECT_TRUE(has) << stack;
+  }
+  EXPECT_TRUE(get_json("/api/snapshots/1/search?q=no_such_frame_anywhere")["stacks"].empty());
+  // An address inside the first block of the first segment.
+  const json segments = get_json("/api/snapshots/1/segments");
+  const uint64_t inside = segments["segments"][0]["address"].get<uint64_t>() + 10;
+  char hex[32];
+  std::snprintf(hex, sizeof hex, "0x%llx", static_cast<unsigned long long>(inside));
+  const json by_address = get_json(std::string("/api/snapshots/1/search?q=") + hex);
+  ASSERT_FALSE(by_address["block"].is_null());
+  EXPECT_EQ(by_address["block"]["segment"], 0);
+  EXPECT_EQ(by_address["block"]["block"], 0);
+  EXPECT_GT(by_address["address_events"].get<uint64_t>(), 0u);
+  get_json("/api/snapshots/1/search", 400);
+  get_json("/api/snapshots/1/search?q=forward&device=5", 404);
+}
+
 }  // namespace
 }  // namespace memsnap::web::testing

@@ -135,6 +135,16 @@ try {
     await shot('segments-at-event');
     await page.click('.final-state');
     await page.waitForFunction(text => document.querySelector('.counts').textContent === text, finalCounts);
+    await page.waitForTimeout(300);  // no late step may land on the final state
+    assert.equal(await page.locator('.counts').innerText(), finalCounts);
+    assert.match(await page.locator('.state-summary').innerText(), /final state/);
+    // Find: frame text across the snapshot, with counts; the matching blocks stand out.
+    await page.fill('input.find', 'adam');
+    await page.press('input.find', 'Enter');
+    await page.waitForFunction(() => /stacks · \d+ live blocks/.test(document.querySelector('.find-result')?.textContent));
+    await shot('segments-find');
+    await page.fill('input.find', '');
+    await page.press('input.find', 'Enter');
     await page.selectOption('select.order', 'size');
   });
 

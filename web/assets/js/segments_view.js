@@ -5,7 +5,7 @@
 // (rebuilt by the server's replay; the slider and the arrow keys step through events).
 import { api } from './api.js';
 import { counted, escapeHtml, hex, humanBytes, legendHtml, percent, stableHash, stateColours } from './format.js';
-import { framesHtml, hideTooltip, loading, pinStacks, prepareCanvas, redrawOnResize, showTooltip } from './ui.js';
+import { framesHtml, hideTooltip, loading, pinStacks, searchBox, prepareCanvas, redrawOnResize, showTooltip } from './ui.js';
 
 const ROW = 20, LABEL = 250;
 const stateNames = ['active_allocated', 'active_pending_free', 'inactive'];
@@ -60,6 +60,16 @@ export async function renderSegments(container, { snapshot }) {
   const spacer = box.querySelector('.spacer');
   let rows = [];
   const largest = Math.max(...data.segments.map(s => s.total_size));
+  // Search: blocks of the matching stacks stand out, the rest fade; an address's block is outlined.
+  let found = null;
+  searchBox(container.querySelector('.toolbar'), q => api.search(snapshot.id, { q }), result => {
+    found = result && { stacks: new Set(result.stacks), block: result.block };
+    if (found?.block && at.event === null) {
+      const row = rows.findIndex(s => s.index === found.block.segment);
+      if (row >= 0) box.scrollTop = Math.max(0, row * ROW - 3 * ROW);
+    }
+    draw();
+  });
 
   const arrange = () => {
     const device = container.querySelector('.device')?.value ?? '';
@@ -90,11 +100,19 @@ export async function renderSegments(container, { snapshot }) {
       context.fillStyle = '#333';
       context.fillText(`${s.device}  ${hex(s.address)}  ${humanBytes(s.total_size)}  ${s.segment_type}`, 6, y + ROW / 2);
       const scale = barScale(s, barWidth);
-      for (const [offset, size, , state, stack] of s.blocks) {
+      s.blocks.forEach(([offset, size, , state, stack, , lastHolder], b) => {
+        const faded = found && found.stacks.size > 0 && !found.stacks.has(stack) && !found.stacks.has(lastHolder);
+        context.globalAlpha = faded ? 0.18 : 1;
         context.fillStyle = blockColour(state, stack);
         const w = size * scale;
         context.fillRect(LABEL + offset * scale, y + 2, Math.max(w - (w > 4 ? 1 : 0), 0.6), ROW - 4);
-      }
+        context.globalAlpha = 1;
+        if (found?.block && at.event === null && found.block.segment === s.index && found.block.block === b) {
+          context.strokeStyle = '#111'; context.lineWidth = 2;
+          context.strokeRect(LABEL + offset * scale, y + 1, Math.max(w, 3), ROW - 2);
+          context.lineWidth = 1;
+        }
+      });
     }
   }
 
@@ -192,6 +210,7 @@ export async function renderSegments(container, { snapshot }) {
     slider.addEventListener('input', () => choose(slider.value, false));
     number.addEventListener('change', () => choose(number.value, true));
     container.querySelector('.final-state').addEventListener('click', () => {
+      clearTimeout(timer);  // a step still waiting must not land after this
       slider.value = number.value = at.events - 1;
       showState(null);
     });

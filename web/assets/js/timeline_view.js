@@ -4,7 +4,7 @@
 // the server picks the largest allocations again. Hover a band for its size, life and stack.
 import { api } from './api.js';
 import { counted, escapeHtml, humanBytes, stableHash } from './format.js';
-import { framesHtml, hideTooltip, loading, pinStacks, prepareCanvas, redrawOnResize, showTooltip } from './ui.js';
+import { framesHtml, hideTooltip, loading, pinStacks, searchBox, prepareCanvas, redrawOnResize, showTooltip } from './ui.js';
 
 const LEFT = 78, RIGHT = 12, TOP = 12, BOTTOM = 28, HEIGHT = 440;
 
@@ -43,6 +43,11 @@ export async function renderTimeline(container, { snapshot }) {
     <div class="hint">Drag across the plot to zoom into a range of events.</div>
     <div class="plot canvas-box"></div>`;
   const plot = container.querySelector('.plot');
+  let found = null;  // stacks matching the search: their bands stand out, the rest fade
+  searchBox(container.querySelector('.toolbar'), q => api.search(snapshot.id, { q, device: state.device }), result => {
+    found = result && result.stacks.length ? new Set(result.stacks) : null;
+    draw();
+  });
   container.querySelector('.detail').addEventListener('change', e => { state.bands = Number(e.target.value); load(); });
   container.querySelector('.kind').addEventListener('change', e => { state.kind = e.target.value; load(); });
   let data = null, canvas = null, brush = null;
@@ -92,11 +97,13 @@ export async function renderTimeline(container, { snapshot }) {
     data.bands.forEach((band, index) => {
       if (!band.points.length) return;
       context.fillStyle = bandColour(band, index);
+      context.globalAlpha = found && !found.has(band.stack) ? 0.15 : 1;
       context.beginPath();
       band.points.forEach(([s, bottom], i) => (i ? context.lineTo : context.moveTo).call(context, g.x(s), g.y(bottom + band.size)));
       for (let i = band.points.length - 1; i >= 0; --i) context.lineTo(g.x(band.points[i][0]), g.y(band.points[i][1]));
       context.closePath();
       context.fill();
+      context.globalAlpha = 1;
     });
     // Axes: bytes on the left, events (and seconds) below.
     context.strokeStyle = '#999'; context.fillStyle = '#444'; context.lineWidth = 1;

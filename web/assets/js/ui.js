@@ -1,6 +1,6 @@
 // Small pieces every view shares: the floating tooltip, crisp canvases on high-DPI screens,
 // and the status/error line.
-import { escapeHtml } from './format.js';
+import { escapeHtml, humanBytes } from './format.js';
 
 const tooltip = () => document.getElementById('tooltip');
 
@@ -103,3 +103,31 @@ export function unpinStacks() {
   const panel = document.getElementById('pinned');
   if (panel) panel.hidden = true;
 }
+
+// A search box for a view: frame text or an address, answered by the server across the whole
+// snapshot. `onResult(result | null)` gets the answer (null when cleared); the box shows the counts.
+export function searchBox(container, search, onResult) {
+  const box = document.createElement('span');
+  box.className = 'find-box';
+  box.innerHTML = `<input type="search" class="find" placeholder="Find frame text or 0x address" aria-label="Find"
+    size="28"><span class="find-result hint"></span>`;
+  container.appendChild(box);
+  const input = box.querySelector('input'), out = box.querySelector('.find-result');
+  const run = async () => {
+    const q = input.value.trim();
+    if (!q) { out.textContent = ''; onResult(null); return; }
+    try {
+      const result = await search(q);
+      const parts = [];
+      if (result.address !== undefined) parts.push(result.block ? `address in a ${result.block.state.replace(/_/g, ' ')} block` : 'address in no segment');
+      if (result.stacks.length) parts.push(`${result.stacks.length}${result.stacks_truncated ? '+' : ''} stacks · ${result.live_blocks} live blocks (${humanBytes(result.live_bytes)}) · ${result.trace_events} trace events`);
+      else if (result.address === undefined) parts.push('no frame matches');
+      out.textContent = parts.join(' · ');
+      onResult(result);
+    } catch (error) { out.textContent = error.message; }
+  };
+  input.addEventListener('keydown', e => { if (e.key === 'Enter') run(); });
+  input.addEventListener('search', run);  // the clear button
+  return input;
+}
+
