@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "viewer/oom_explanation.h"
+#include "viewer/settings_advisor.h"
 #include "viewer/snapshot_stats.h"
 #include "viewer/svg/flamegraph_svg.h"
 #include "viewer/svg/svg_text.h"
@@ -89,6 +90,17 @@ Body oom_view(const StoredSnapshot& s, std::optional<int64_t> device) {
     nlohmann::json body = oom_explanation_to_json(explanation.value());
     body["oom_devices"] = oom_devices(s.loaded.snapshot);
     return json_body(body);
+  });
+}
+
+Body tune_view(const StoredSnapshot& s, std::optional<int64_t> device) {
+  return s.cached("tune:" + device_key(device), [&] {
+    TuneOptions options;
+    options.device = device;
+    options.threads = std::min(4u, std::max(1u, std::thread::hardware_concurrency()));
+    Result<SettingsAdvice> advice = tune_settings(s.loaded.snapshot, options);
+    if (!advice) throw ApiError(422, advice.error());
+    return json_body(settings_advice_to_json(advice.value()));
   });
 }
 

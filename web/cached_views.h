@@ -31,6 +31,8 @@ Body timeline_view(const StoredSnapshot& s, const TimelineOptions& options, cons
 // Why the snapshot's last out-of-memory error (on `device`, when given) happened: explain-oom's
 // analysis, with the replays under candidate settings. ApiError 404 when there is none.
 Body oom_view(const StoredSnapshot& s, std::optional<int64_t> device);
+// memsnap tune's search of allocator settings, computed once per snapshot and device.
+Body tune_view(const StoredSnapshot& s, std::optional<int64_t> device);
 Body compare_view(const StoredSnapshot& before, const StoredSnapshot& after, const ViewOptions& options,
                   double min_share);
 

@@ -289,6 +289,11 @@ TEST(ServerOom, ExplainsTheRecordedOutOfMemoryErrorAsTheCliDoes) {
   EXPECT_EQ(answer, oom_explanation_to_json(expected.value()));
   EXPECT_EQ(answer["cause"], "fragmentation");
   EXPECT_EQ(client.Get("/api/snapshots/1/oom?device=0")->status, 200);
+  // memsnap tune's search, answered by the server.
+  const json tune = json::parse(client.Get("/api/snapshots/1/tune")->body);
+  EXPECT_TRUE(tune["recorded_oom"].get<bool>());
+  EXPECT_TRUE(tune["best"]["ok"].get<bool>());
+  EXPECT_GT(tune["ranked"].size(), 50u);
   // The timeline marks the error on its axis.
   const json timeline = json::parse(client.Get("/api/snapshots/1/timeline")->body);
   ASSERT_FALSE(timeline["markers"].empty());

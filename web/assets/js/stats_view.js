@@ -38,6 +38,41 @@ export async function renderStats(container, { snapshot }) {
       <td class="num">${stats.state_blocks?.[state] ?? ''}</td><td class="num">${percent(bytes, reserved)}</td></tr>`).join('')}</tbody></table>
     ${actions.length ? `<h2>Trace</h2><table class="data"><thead><tr><th>action</th><th class="num">events</th></tr></thead>
       <tbody>${actions.map(([a, n]) => `<tr><td>${escapeHtml(a)}</td><td class="num">${n}</td></tr>`).join('')}</tbody></table>` : ''}
+    <h2>Allocator settings</h2>
+    <div class="tune">${stats.trace_entries ? `<p class="hint">Used: ${escapeHtml(stats.allocator_config === '' ? "PyTorch's defaults" : stats.allocator_config ?? 'unreadable')}.
+      memsnap can replay this run's trace exactly under every combination of expandable_segments, max_split_size_mb,
+      roundup_power2_divisions and garbage_collection_threshold and say which reserves least.</p>
+      <button class="action tune-button">Find better settings</button><div class="tune-result"></div>`
+      : '<p class="hint">The snapshot has no trace to replay: record history at level \'all\' to compare settings.</p>'}</div>
     <h2>Summary</h2>
     <pre class="summary">${escapeHtml(text)}</pre>`;
+  container.querySelector('.tune-button')?.addEventListener('click', async (event) => {
+    const result = container.querySelector('.tune-result');
+    event.target.disabled = true;
+    result.innerHTML = '<div class="hint">Replaying the trace under each setting…</div>';
+    try {
+      result.innerHTML = tuneHtml(await api.tune(snapshot.id));
+    } catch (error) {
+      result.innerHTML = `<div class="message error">${escapeHtml(error.message)}</div>`;
+      event.target.disabled = false;
+    }
+  });
+}
+
+function tuneHtml(t) {
+  const name = c => c === '' ? "PyTorch's defaults" : c;
+  const best = t.best, recorded = t.recorded;
+  let head;
+  if (!best) head = 'No setting tried avoids the out-of-memory error: the program needs less memory at that point.';
+  else if (recorded && best.config === recorded.config) head = 'Keep the recorded settings: none tried reserves less.';
+  else head = `Recommended: <code>PYTORCH_CUDA_ALLOC_CONF=${escapeHtml(best.config)}</code> — peak reserved ${humanBytes(best.peak_reserved_bytes)}` +
+    (recorded ? ` (${humanBytes(Math.max(0, best.saving_bytes))} less, ${best.saving_percent.toFixed(1)}%)` : '') +
+    (t.recorded_oom && recorded && !recorded.ok ? ', and it avoids the recorded out-of-memory error' : '');
+  const rows = t.ranked.slice(0, 12).map((r, i) => `<tr${r.recorded ? ' class="recorded"' : ''}><td class="num">${i + 1}</td>
+    <td>${escapeHtml(name(r.config))}${r.recorded ? ' (recorded)' : ''}</td><td class="num">${humanBytes(r.peak_reserved_bytes)}</td>
+    <td class="num">${r.device_mallocs}</td><td class="num">${r.alloc_retries}</td><td>${r.ok ? 'yes' : 'no'}</td></tr>`).join('');
+  return `<p class="tune-headline">${head}</p>
+    <p class="hint">${t.settings_tried} settings replayed over ${t.events} events in ${t.seconds.toFixed(2)} s${t.note ? ` (${escapeHtml(t.note)})` : ''}.</p>
+    <table class="data tune-table"><thead><tr><th class="num">rank</th><th>settings</th><th class="num">peak reserved</th>
+      <th class="num">device mallocs</th><th class="num">retries</th><th>works</th></tr></thead><tbody>${rows}</tbody></table>`;
 }

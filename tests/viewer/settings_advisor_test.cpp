@@ -1,0 +1,77 @@
+// memsnap tune: every candidate is a valid setting, the ranking puts settings that work first
+// and then by peak reserved, its figures are those of an independent replay, and it finds the
+// setting that avoids a recorded fragmentation OOM.
+#include "viewer/settings_advisor.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "replay/snapshot_replay.h"
+#include "snapshot/snapshot_loader.h"
+
+namespace memsnap {
+namespace {
+
+Snapshot load(const std::string& name) {
+  auto loaded = load_snapshot(std::string(MEMSNAP_TEST_DATA_DIR) + "/" + name);
+  EXPECT_TRUE(loaded) << loaded.error();
+  return loaded ? std::move(loaded).value().snapshot : Snapshot{};
+}
+
+TEST(SettingsAdvisor, CandidatesAreDistinctValidSettings) {
+  const std::vector<std::string> candidates = tune_candidates();
+  EXPECT_EQ(std::set<std::string>(candidates.begin(), candidates.end()).size(), candidates.size());
+  for (const std::string& c : candidates) EXPECT_TRUE(parse_allocator_config(c)) << c;
+  EXPECT_GE(candidates.size(), 90u);
+}
+
+TEST(SettingsAdvisor, RanksWorkingSettingsByPeakReservedWithReplayedFigures) {
+  const Snapshot s = load("pytorch-2.11-h100/transformer_s0.pickle.gz");
+  const auto advice = tune_settings(s);
+  ASSERT_TRUE(advice) << advice.error();
+  ASSERT_TRUE(advice->recorded);
+  EXPECT_TRUE(advice->recorded->ok);
+  EXPECT_LE(advice->ranked.front().peak_reserved_bytes, advice->recorded->peak_reserved_bytes);
+  for (size_t i = 1; i < advice->ranked.size(); ++i) {
+    const TunedSetting &a = advice->ranked[i - 1], &b = advice->ranked[i];
+    EXPECT_TRUE(a.ok || !b.ok) << i;
+    if (a.ok == b.ok) {
+      EXPECT_LE(a.peak_reserved_bytes, b.peak_reserved_bytes) << i;
+    }
+  }
+  // Spot check against a replay of our own.
+  for (size_t i : {size_t{0}, advice->ranked.size() / 2, advice->ranked.size() - 1}) {
+    SnapshotReplayOptions options;
+    options.config = parse_allocator_config(advice->ranked[i].config).value();
+    const auto replay = replay_snapshot(s, options);
+    ASSERT_TRUE(replay);
+    EXPECT_EQ(replay->devices.at(0).stats.reserved_bytes[kAggregate].peak, advice->ranked[i].peak_reserved_bytes)
+        << advice->ranked[i].config;
+  }
+}
+
+TEST(SettingsAdvisor, FindsTheSettingThatAvoidsARecordedFragmentationOom) {
+  const auto advice = tune_settings(load("pytorch-2.11-h100/frag_oom.pickle"));
+  ASSERT_TRUE(advice) << advice.error();
+  EXPECT_TRUE(advice->recorded_oom);
+  ASSERT_TRUE(advice->recorded);
+  EXPECT_FALSE(advice->recorded->ok) << "the recorded settings run out of memory again";
+  EXPECT_TRUE(advice->ranked.front().ok);
+  EXPECT_NE(advice->ranked.front().config.find("expandable_segments:True"), std::string::npos);
+  const std::string text = settings_advice_to_text(advice.value());
+  EXPECT_NE(text.find("avoids the recorded out-of-memory error"), std::string::npos) << text;
+  const nlohmann::json json = settings_advice_to_json(advice.value());
+  EXPECT_EQ(json["best"]["config"], advice->ranked.front().config);
+  EXPECT_EQ(json["ranked"].size(), advice->ranked.size());
+}
+
+TEST(SettingsAdvisor, ASnapshotWithoutATraceIsAClearError) {
+  Snapshot s;
+  const auto advice = tune_settings(s);
+  ASSERT_FALSE(advice);
+  EXPECT_NE(advice.error().find("no trace to replay"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace memsnap

@@ -1,0 +1,202 @@
+#include "viewer/settings_advisor.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "allocator/device_stats.h"
+#include "replay/recorded_config.h"
+#include "replay/snapshot_replay.h"
+
+namespace memsnap {
+namespace {
+
+size_t keys_in(const std::string& config) {
+  return config.empty() ? 0 : static_cast<size_t>(std::count(config.begin(), config.end(), ',')) + 1;
+}
+
+// Better first: works, then lower peak reserved, fewer device allocations and retries, simpler.
+bool better(const TunedSetting& a, const TunedSetting& b) {
+  if (a.ok != b.ok) return a.ok;
+  if (a.peak_reserved_bytes != b.peak_reserved_bytes) return a.peak_reserved_bytes < b.peak_reserved_bytes;
+  if (a.device_mallocs != b.device_mallocs) return a.device_mallocs < b.device_mallocs;
+  if (a.alloc_retries != b.alloc_retries) return a.alloc_retries < b.alloc_retries;
+  if (keys_in(a.config) != keys_in(b.config)) return keys_in(a.config) < keys_in(b.config);
+  return a.config < b.config;
+}
+
+std::string bytes(int64_t value) { return format_bytes(value); }
+
+}  // namespace
+
+std::vector<std::string> tune_candidates() {
+  std::vector<std::string> out;
+  const std::vector<std::string> splits = {"", "max_split_size_mb:32", "max_split_size_mb:64", "max_split_size_mb:128",
+                                           "max_split_size_mb:256", "max_split_size_mb:512"};
+  const std::vector<std::string> roundups = {"", "roundup_power2_divisions:2", "roundup_power2_divisions:4",
+                                             "roundup_power2_divisions:8"};
+  const std::vector<std::string> collection = {"", "garbage_collection_threshold:0.8"};
+  for (const char* expandable : {"", "expandable_segments:True"})
+    for (const std::string& split : splits)
+      for (const std::string& roundup : roundups)
+        for (const std::string& gc : collection) {
+          std::string config;
+          for (const std::string& part : {std::string(expandable), split, roundup, gc})
+            if (!part.empty()) config += (config.empty() ? "" : ",") + part;
+          out.push_back(config);
+        }
+  return out;
+}
+
+Result<SettingsAdvice> tune_settings(const Snapshot& snapshot, const TuneOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  SettingsAdvice advice;
+  if (options.device) {
+    advice.device = *options.device;
+  } else {
+    size_t most = 0;
+    for (size_t d = 0; d < snapshot.device_traces.size(); ++d)
+      if (snapshot.device_traces[d].size() > most) most = snapshot.device_traces[d].size(), advice.device = static_cast<int64_t>(d);
+  }
+  if (advice.device < 0 || static_cast<size_t>(advice.device) >= snapshot.device_traces.size() ||
+      snapshot.device_traces[static_cast<size_t>(advice.device)].empty())
+    return Result<SettingsAdvice>::failure("tune: no trace to replay for device " + std::to_string(advice.device) +
+                                           " (record history at level 'all')");
+  const auto& trace = snapshot.device_traces[static_cast<size_t>(advice.device)];
+  advice.events = trace.size();
+  advice.recorded_oom = std::any_of(trace.begin(), trace.end(), [](const TraceEntry& e) { return e.action == TraceAction::kOom; });
+  const Result<AllocatorConfig> recorded = recorded_allocator_config(snapshot);
+  if (!recorded) return Result<SettingsAdvice>::failure("tune: " + recorded.error());
+  const std::string recorded_text = to_config_string(recorded.value());
+
+  std::vector<std::string> candidates = tune_candidates();
+  if (std::find(candidates.begin(), candidates.end(), recorded_text) == candidates.end())
+    candidates.insert(candidates.begin(), recorded_text);
+  std::vector<std::optional<TunedSetting>> results(candidates.size());
+  std::vector<std::string> errors(candidates.size());
+  std::atomic<size_t> next{0};
+  const auto work = [&] {
+    for (size_t i; (i = next++) < candidates.size();) {
+      const Result<AllocatorConfig> config = parse_allocator_config(candidates[i]);
+      if (!config) continue;
+      SnapshotReplayOptions replay_options;
+      replay_options.config = config.value();
+      replay_options.check_invariants = false;
+      const Result<SnapshotReplay> replay = replay_snapshot(snapshot, replay_options);
+      if (!replay) {
+        errors[i] = replay.error();
+        continue;
+      }
+      for (const DeviceReplay& d : replay->devices) {
+        if (d.device != advice.device) continue;
+        TunedSetting t;
+        t.config = candidates[i];
+        t.recorded = candidates[i] == recorded_text;
+        t.failed_allocs = d.failed_allocs;
+        t.ok = d.failed_allocs == 0 && d.reproduced_ooms == 0;
+        t.peak_reserved_bytes = d.stats.reserved_bytes[kAggregate].peak;
+        t.peak_allocated_bytes = d.stats.allocated_bytes[kAggregate].peak;
+        t.device_mallocs = d.stats.num_device_alloc;
+        t.alloc_retries = d.stats.num_alloc_retries;
+        if (t.recorded && (!d.start.problems.empty() || d.unknown_frees > 0))
+          advice.note = "the trace is inconsistent with the snapshot; the figures are only indicative";
+        if (t.recorded && advice.recorded_oom && d.reproduced_ooms == 0)
+          advice.note = "the replay under the recorded settings does not run out of memory where the recording did "
+                        "(the trace may be incomplete); the figures are only indicative";
+        results[i] = t;
+      }
+    }
+  };
+  const unsigned threads = std::max(1u, std::min<unsigned>(options.threads ? options.threads : std::thread::hardware_concurrency(),
+                                                           static_cast<unsigned>(candidates.size())));
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (!results[i]) continue;
+    if (results[i]->recorded) advice.recorded = results[i];
+    advice.ranked.push_back(*results[i]);
+  }
+  if (advice.ranked.empty())
+    return Result<SettingsAdvice>::failure("tune: no setting could be replayed" +
+                                           (errors.empty() || errors[0].empty() ? std::string() : ": " + errors[0]));
+  std::sort(advice.ranked.begin(), advice.ranked.end(), better);
+  advice.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return advice;
+}
+
+nlohmann::json settings_advice_to_json(const SettingsAdvice& advice) {
+  const auto one = [&](const TunedSetting& t) {
+    nlohmann::json j = {{"config", t.config}, {"recorded", t.recorded}, {"ok", t.ok},
+                        {"peak_reserved_bytes", t.peak_reserved_bytes}, {"peak_allocated_bytes", t.peak_allocated_bytes},
+                        {"device_mallocs", t.device_mallocs}, {"alloc_retries", t.alloc_retries},
+                        {"failed_allocs", t.failed_allocs}};
+    if (advice.recorded) {
+      j["saving_bytes"] = advice.recorded->peak_reserved_bytes - t.peak_reserved_bytes;
+      j["saving_percent"] = advice.recorded->peak_reserved_bytes > 0
+                                ? 100.0 * static_cast<double>(advice.recorded->peak_reserved_bytes - t.peak_reserved_bytes) /
+                                      static_cast<double>(advice.recorded->peak_reserved_bytes)
+                                : 0.0;
+    }
+    return j;
+  };
+  nlohmann::json ranked = nlohmann::json::array();
+  for (const TunedSetting& t : advice.ranked) ranked.push_back(one(t));
+  return {{"device", advice.device},
+          {"events", advice.events},
+          {"recorded_oom", advice.recorded_oom},
+          {"recorded", advice.recorded ? one(*advice.recorded) : nlohmann::json(nullptr)},
+          {"best", advice.ranked.front().ok ? one(advice.ranked.front()) : nlohmann::json(nullptr)},
+          {"settings_tried", advice.ranked.size()},
+          {"ranked", std::move(ranked)},
+          {"note", advice.note},
+          {"seconds", advice.seconds}};
+}
+
+std::string settings_advice_to_text(const SettingsAdvice& advice, size_t shown) {
+  std::string out;
+  char line[512];
+  const auto name = [](const std::string& config) { return config.empty() ? std::string("(PyTorch's defaults)") : config; };
+  std::snprintf(line, sizeof line, "Settings for device %lld: %zu replayed exactly over %zu trace events in %.1f s.\n",
+                static_cast<long long>(advice.device), advice.ranked.size(), advice.events, advice.seconds);
+  out += line;
+  if (advice.recorded) {
+    const TunedSetting& r = *advice.recorded;
+    out += "  recorded   " + name(r.config) + ": peak reserved " + bytes(r.peak_reserved_bytes) + ", " +
+           std::to_string(r.device_mallocs) + " device mallocs, " + std::to_string(r.alloc_retries) + " retries" +
+           (advice.recorded_oom ? (r.ok ? ", and no out-of-memory in the replay" : ", out of memory as recorded") : "") + "\n";
+  }
+  const TunedSetting& best = advice.ranked.front();
+  if (!best.ok) {
+    out += "  No setting tried avoids the out-of-memory error: the program needs less memory at that point.\n";
+  } else if (advice.recorded && best.config == advice.recorded->config) {
+    out += "  recommended: keep the recorded settings; none tried reserves less.\n";
+  } else {
+    const int64_t base = advice.recorded ? advice.recorded->peak_reserved_bytes : 0;
+    std::snprintf(line, sizeof line, "  recommended: PYTORCH_CUDA_ALLOC_CONF=%s\n", best.config.c_str());
+    out += line;
+    if (advice.recorded) {
+      std::snprintf(line, sizeof line, "               peak reserved %s (%s less, %.1f%%), %lld device mallocs, %lld retries%s\n",
+                    bytes(best.peak_reserved_bytes).c_str(), bytes(base - best.peak_reserved_bytes).c_str(),
+                    base > 0 ? 100.0 * static_cast<double>(base - best.peak_reserved_bytes) / static_cast<double>(base) : 0.0,
+                    static_cast<long long>(best.device_mallocs), static_cast<long long>(best.alloc_retries),
+                    advice.recorded_oom && !advice.recorded->ok ? "; avoids the recorded out-of-memory error" : "");
+      out += line;
+    }
+  }
+  out += "\n  rank  peak reserved   mallocs  retries  works  settings\n";
+  for (size_t i = 0; i < advice.ranked.size() && i < shown; ++i) {
+    const TunedSetting& t = advice.ranked[i];
+    std::snprintf(line, sizeof line, "  %4zu  %13s  %8lld  %7lld  %5s  %s%s\n", i + 1, bytes(t.peak_reserved_bytes).c_str(),
+                  static_cast<long long>(t.device_mallocs), static_cast<long long>(t.alloc_retries), t.ok ? "yes" : "no",
+                  name(t.config).c_str(), t.recorded ? "  (recorded)" : "");
+    out += line;
+  }
+  if (!advice.note.empty()) out += "\n(" + advice.note + ")\n";
+  return out;
+}
+
+}  // namespace memsnap

@@ -1,0 +1,58 @@
+// Which allocator settings would have served a recorded run best: `memsnap tune`.
+//
+// Replays the snapshot's trace exactly under each candidate setting (expandable segments,
+// max_split_size_mb, roundup_power2_divisions, garbage_collection_threshold, and their
+// combinations) on the simulated device with the memory the recording had, and ranks them:
+// a setting must make every recorded allocation succeed (and not run out of memory where the
+// recording did, when it did); among those, the lowest peak reserved wins, then the fewest
+// device allocations and retries, then the simplest setting. What users try by hand on GPUs,
+// one run per setting, takes seconds here.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "allocator/result.h"
+#include "snapshot/snapshot.h"
+
+namespace memsnap {
+
+struct TunedSetting {
+  std::string config;     // as PYTORCH_CUDA_ALLOC_CONF takes it; "" = PyTorch's defaults
+  bool recorded = false;  // the settings the run used
+  bool ok = false;        // every allocation succeeded and no OOM recurred
+  int64_t peak_reserved_bytes = 0;
+  int64_t peak_allocated_bytes = 0;
+  int64_t device_mallocs = 0;
+  int64_t alloc_retries = 0;
+  size_t failed_allocs = 0;
+};
+
+struct SettingsAdvice {
+  int64_t device = 0;
+  size_t events = 0;
+  bool recorded_oom = false;          // the recording ran out of memory
+  std::optional<TunedSetting> recorded;  // the baseline: the recorded settings, replayed
+  std::vector<TunedSetting> ranked;   // best first; settings that fail come last
+  std::string note;                   // caveats (inexact replay of the recorded settings)
+  double seconds = 0;
+};
+
+struct TuneOptions {
+  std::optional<int64_t> device;  // default: the device with the longest trace
+  unsigned threads = 0;           // 0: the machine's cores
+};
+
+// The candidate settings tried, as config strings.
+std::vector<std::string> tune_candidates();
+
+Result<SettingsAdvice> tune_settings(const Snapshot& snapshot, const TuneOptions& options = {});
+
+nlohmann::json settings_advice_to_json(const SettingsAdvice& advice);
+std::string settings_advice_to_text(const SettingsAdvice& advice, size_t shown = 12);
+
+}  // namespace memsnap
