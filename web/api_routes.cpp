@@ -215,6 +215,9 @@ void add_view_routes(httplib::Server& server, SnapshotStore& store) {
     if (const auto number = parse_unsigned(query.text, true); number && (hex || *number >= 4096)) query.address = number;
     response.set_content(json_body(search_json(s.loaded.snapshot, query, frame_filter(params))), kJson);
   });
+  route("/growth", [](const StoredSnapshot& s, Request request, Response response) {
+    send(response, growth_view(s, device_param(RequestParams(request), {&s})), kJson);
+  });
   route("/tune", [](const StoredSnapshot& s, Request request, Response response) {
     send(response, tune_view(s, device_param(RequestParams(request), {&s})), kJson);
   });

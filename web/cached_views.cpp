@@ -3,6 +3,7 @@
 #include <set>
 #include <thread>
 
+#include "viewer/growth.h"
 #include "viewer/oom_explanation.h"
 #include "viewer/settings_advisor.h"
 #include "viewer/snapshot_stats.h"
@@ -101,6 +102,16 @@ Body tune_view(const StoredSnapshot& s, std::optional<int64_t> device) {
     Result<SettingsAdvice> advice = tune_settings(s.loaded.snapshot, options);
     if (!advice) throw ApiError(422, advice.error());
     return json_body(settings_advice_to_json(advice.value()));
+  });
+}
+
+Body growth_view(const StoredSnapshot& s, std::optional<int64_t> device) {
+  return s.cached("growth:" + device_key(device), [&] {
+    GrowthOptions options;
+    options.device = device;
+    Result<Growth> growth = compute_growth(s.loaded.snapshot, options);
+    if (!growth) throw ApiError(422, growth.error());
+    return json_body(growth_to_json(s.loaded.snapshot, growth.value()));
   });
 }
 

@@ -33,6 +33,8 @@ Body timeline_view(const StoredSnapshot& s, const TimelineOptions& options, cons
 Body oom_view(const StoredSnapshot& s, std::optional<int64_t> device);
 // memsnap tune's search of allocator settings, computed once per snapshot and device.
 Body tune_view(const StoredSnapshot& s, std::optional<int64_t> device);
+// memsnap growth: call sites whose live memory grows from step to step.
+Body growth_view(const StoredSnapshot& s, std::optional<int64_t> device);
 Body compare_view(const StoredSnapshot& before, const StoredSnapshot& after, const ViewOptions& options,
                   double min_share);
 

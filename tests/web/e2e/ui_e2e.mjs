@@ -72,6 +72,8 @@ try {
     assert.match(await page.locator('.cards').innerText(), /reserved/);
     assert.match(await page.locator('pre.summary').innerText(), /snapshot: \d+ device/);
     await shot('stats');
+    await page.waitForFunction(() => !/Looking for memory/.test(document.querySelector('.growth')?.textContent));
+    assert.match(await page.locator('.growth').innerText(), /steps, from the/);
     await page.click('.tune-button');
     await page.waitForSelector('table.tune-table tbody tr', { timeout: 60000 });
     assert.match(await page.locator('.tune-result').innerText(), /settings replayed over \d+ events/);

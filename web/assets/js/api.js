@@ -59,6 +59,7 @@ export const api = {
   timeline: (id, params) => request(`/api/snapshots/${id}/timeline${query(withFrames(params))}`),
   oom: (id, params) => request(`/api/snapshots/${id}/oom${query(params)}`),
   state: (id, params) => request(`/api/snapshots/${id}/state${query(params)}`),
+  growth: (id, params) => request(`/api/snapshots/${id}/growth${query(params)}`),
   tune: (id, params) => request(`/api/snapshots/${id}/tune${query(params)}`),
   search: (id, params) => request(`/api/snapshots/${id}/search${query(withFrames(params))}`),
   trace: (id, params) => request(`/api/snapshots/${id}/trace${query(withFrames(params))}`),

@@ -38,6 +38,7 @@ export async function renderStats(container, { snapshot }) {
       <td class="num">${stats.state_blocks?.[state] ?? ''}</td><td class="num">${percent(bytes, reserved)}</td></tr>`).join('')}</tbody></table>
     ${actions.length ? `<h2>Trace</h2><table class="data"><thead><tr><th>action</th><th class="num">events</th></tr></thead>
       <tbody>${actions.map(([a, n]) => `<tr><td>${escapeHtml(a)}</td><td class="num">${n}</td></tr>`).join('')}</tbody></table>` : ''}
+    <h2>Growth by call site</h2><div class="growth"><div class="hint">Looking for memory that grows from step to step…</div></div>
     <h2>Allocator settings</h2>
     <div class="tune">${stats.trace_entries ? `<p class="hint">Used: ${escapeHtml(stats.allocator_config === '' ? "PyTorch's defaults" : stats.allocator_config ?? 'unreadable')}.
       memsnap can replay this run's trace exactly under every combination of expandable_segments, max_split_size_mb,
@@ -46,6 +47,8 @@ export async function renderStats(container, { snapshot }) {
       : '<p class="hint">The snapshot has no trace to replay: record history at level \'all\' to compare settings.</p>'}</div>
     <h2>Summary</h2>
     <pre class="summary">${escapeHtml(text)}</pre>`;
+  api.growth(snapshot.id).then(g => { container.querySelector('.growth').innerHTML = growthHtml(g); },
+    error => { container.querySelector('.growth').innerHTML = `<p class="hint">${escapeHtml(error.message)}</p>`; });
   container.querySelector('.tune-button')?.addEventListener('click', async (event) => {
     const result = container.querySelector('.tune-result');
     event.target.disabled = true;
@@ -57,6 +60,17 @@ export async function renderStats(container, { snapshot }) {
       event.target.disabled = false;
     }
   });
+}
+
+function growthHtml(g) {
+  const steps = g.step_events.length;
+  const head = `<p class="hint">${steps} steps, from the ${escapeHtml(g.steps_from)}. Live memory at the start of step 2:
+    ${humanBytes(g.live_bytes[1])}; of step ${steps}: ${humanBytes(g.live_bytes[steps - 1])}.</p>`;
+  if (!g.sites.length) return `${head}<p class="growth-headline">Nothing grows: no call site holds more memory from step to step.</p>`;
+  const rows = g.sites.map(s => `<tr><td class="num">${humanBytes(Math.round(s.bytes_per_step))}</td><td class="num">${humanBytes(s.growth_bytes)}</td>
+    <td class="num">${humanBytes(s.bytes[1])} → ${humanBytes(s.bytes[s.bytes.length - 1])}</td><td>${escapeHtml(s.label)}</td></tr>`).join('');
+  return `${head}<table class="data growth-table"><thead><tr><th class="num">per step</th><th class="num">in all</th>
+    <th class="num">step 2 → last</th><th>call site</th></tr></thead><tbody>${rows}</tbody></table>`;
 }
 
 function tuneHtml(t) {
