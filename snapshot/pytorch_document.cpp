@@ -49,7 +49,7 @@ PyTorchDocument::PyTorchDocument(pickle::ValueStore& store) : store_(store) {
   k_segment_pool_id_ = key("segment_pool_id"); k_is_expandable_ = key("is_expandable");
   k_blocks_ = key("blocks"); k_state_ = key("state"); k_history_ = key("history");
   k_real_size_ = key("real_size"); k_stage_ = key("stage"); k_source_ = key("source");
-  k_process_ = key("process"); k_devices_ = key("devices"); k_statistics_ = key("statistics");
+  k_format_ = key("format"); k_process_ = key("process"); k_devices_ = key("devices"); k_statistics_ = key("statistics");
   k_host_ = key("host"); k_pid_ = key("pid"); k_rank_ = key("rank");
   k_time_unix_us_ = key("time_unix_us"); k_clock_offset_us_ = key("clock_offset_us");
   k_index_ = key("index"); k_total_memory_ = key("total_memory");
@@ -444,7 +444,9 @@ Snapshot PyTorchDocument::convert(Value root) {
   const Object* root_dict = nullptr;
   if (root.is(Tag::kObject) && store_.object(root).kind == ObjectKind::kDict) {
     root_dict = &store_.object(root);
-    pytorch_source_ = string_field(*root_dict, k_source_, "", "pytorch") == "pytorch";
+    // Written by PyTorch, not exported by memsnap (whose JSON names its format, and keeps
+    // histories oldest first whatever the snapshot's source).
+    pytorch_source_ = string_field(*root_dict, k_format_, "", "") != "memsnap-snapshot";
     segments = field(*root_dict, k_segments_);
     if (segments == kMissing) fail("snapshot", "not a memory snapshot (no 'segments')");
   } else if (!root.is(Tag::kEmptyList) &&

@@ -67,7 +67,7 @@ class PyTorchDocument final : public pickle::Lowering {
       k_filename_, k_line_, k_segments_, k_device_traces_, k_allocator_settings_,
       k_external_annotations_, k_device_, k_address_, k_total_size_, k_allocated_size_,
       k_active_size_, k_requested_size_, k_segment_type_, k_segment_pool_id_, k_is_expandable_,
-      k_blocks_, k_state_, k_history_, k_real_size_, k_stage_, k_source_, k_process_, k_devices_,
+      k_blocks_, k_state_, k_history_, k_real_size_, k_stage_, k_source_, k_format_, k_process_, k_devices_,
       k_statistics_, k_host_, k_pid_, k_rank_, k_time_unix_us_, k_clock_offset_us_, k_index_,
       k_total_memory_;
   std::vector<FrameKey> frames_;

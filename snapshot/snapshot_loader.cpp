@@ -4,6 +4,7 @@
 #include "snapshot/msgpack_reader.h"
 #include "snapshot/pytorch_snapshot_reader.h"
 #include "snapshot/snapshot_checks.h"
+#include "snapshot/trace_history.h"
 
 namespace memsnap {
 namespace {
@@ -39,6 +40,8 @@ Result<LoadedSnapshot> load(ByteSource& source, const std::string& name) {
     if (!read) return failure(read.error());
     if (const std::optional<std::string> problem = check_snapshot(read.value()))
       return failure("inconsistent snapshot: " + *problem);
+    // PyTorch's snapshots keep no per-block history: the trace has it.
+    if (read.value().source == "pytorch") add_history_from_trace(read.value());
     return LoadedSnapshot{std::move(read).value(), *format, source.compressed()};
   } catch (const std::exception& error) {  // unreadable file, damaged compression
     return failure(error.what());

@@ -10,6 +10,7 @@
 
 #include "snapshot/file_contents.h"
 #include "snapshot/json_writer.h"
+#include "snapshot/trace_history.h"
 
 namespace {
 
@@ -130,6 +131,38 @@ TEST(SnapshotLoader, JsonExportLoadsBackToTheSameView) {
   ASSERT_TRUE(again.ok()) << again.error();
   EXPECT_EQ(again->format, memsnap::SnapshotFormat::kJson);
   EXPECT_EQ(memsnap::to_json(again->snapshot), memsnap::to_json(loaded->snapshot));
+}
+
+// PyTorch 2.x pickles carry no per-block history; the trace gives it: a free block names the
+// allocations that last lived in it, oldest first, each one an alloc of the trace inside it.
+TEST(SnapshotLoader, PyTorchBlocksGetTheirHistoryFromTheTrace) {
+  auto loaded = load_snapshot_from_memory(data_file("pytorch-2.11/two_streams.pickle"));
+  ASSERT_TRUE(loaded.ok()) << loaded.error();
+  const memsnap::Snapshot& s = loaded->snapshot;
+  size_t free_with_history = 0;
+  for (const memsnap::SnapshotSegment& segment : s.segments)
+    for (const memsnap::SnapshotBlock& block : segment.blocks) {
+      if (block.state != memsnap::BlockState::kInactive || block.history.empty()) continue;
+      ++free_with_history;
+      EXPECT_LE(block.history.size(), memsnap::kTraceHistoryPerBlock);
+      size_t previous = 0;
+      for (const memsnap::HistoryItem& item : block.history) {
+        EXPECT_GE(item.address, block.address);
+        EXPECT_LT(item.address, block.address + block.size);
+        // The item is an alloc of the trace, later than the one before it.
+        const auto& trace = s.device_traces.at(static_cast<size_t>(segment.device));
+        size_t found = trace.size();
+        for (size_t i = previous; i < trace.size(); ++i)
+          if (trace[i].action == memsnap::TraceAction::kAlloc && trace[i].address == item.address &&
+              trace[i].stack == item.stack) {
+            found = i;
+            break;
+          }
+        ASSERT_LT(found, trace.size()) << "history item not found in order in the trace";
+        previous = found + 1;
+      }
+    }
+  EXPECT_GT(free_with_history, 0u);
 }
 
 TEST(SnapshotLoader, RejectsWhatIsNotASnapshot) {
