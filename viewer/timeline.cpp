@@ -3,7 +3,9 @@
 #include "allocator/device_stats.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
+#include <tuple>
 #include <unordered_map>
 
 namespace memsnap {
@@ -251,7 +253,9 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
   for (size_t i = 0; i < allocations.size(); ++i) {
     if (is_band[i]) continue;
     deltas.push_back({allocations[i].start, static_cast<int64_t>(allocations[i].size)});
-    deltas.push_back({allocations[i].end, -static_cast<int64_t>(allocations[i].size)});
+    // Never freed: still live at the last event.
+    if (allocations[i].end < out.events)
+      deltas.push_back({allocations[i].end, -static_cast<int64_t>(allocations[i].size)});
   }
   std::sort(deltas.begin(), deltas.end());
   size_t next_delta = 0;
@@ -272,6 +276,28 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
         b.bottom.push_back({sample, b.bottom.empty() ? 0 : b.bottom.back().second});
     out.total_bytes.push_back(offset);
     out.event_time_us.push_back(sample < times.size() ? times[sample] : (times.empty() ? 0 : times.back()));
+  }
+  if (options.roles) {
+    // Bytes of each role at each sample: one sweep over every allocation's start and end.
+    const MemoryRoles roles(snapshot);
+    std::vector<std::tuple<uint64_t, int64_t, size_t>> role_deltas;
+    for (const Allocation& a : allocations) {
+      const size_t role = static_cast<size_t>(roles.of(a.stack));
+      role_deltas.emplace_back(a.start, static_cast<int64_t>(a.size), role);
+      if (a.end < out.events) role_deltas.emplace_back(a.end, -static_cast<int64_t>(a.size), role);
+    }
+    std::sort(role_deltas.begin(), role_deltas.end());
+    std::array<int64_t, kMemoryRoles> in_use{};
+    size_t next = 0;
+    for (uint64_t sample : samples) {
+      while (next < role_deltas.size() && std::get<0>(role_deltas[next]) <= sample) {
+        in_use[std::get<2>(role_deltas[next])] += std::get<1>(role_deltas[next]);
+        ++next;
+      }
+      RoleBytes bytes{};
+      for (size_t r = 0; r < kMemoryRoles; ++r) bytes[r] = static_cast<uint64_t>(std::max<int64_t>(in_use[r], 0));
+      out.role_bytes.push_back(bytes);
+    }
   }
   out.samples = std::move(samples);
   return out;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "snapshot/snapshot.h"
+#include "viewer/memory_roles.h"
 
 namespace memsnap {
 
@@ -28,6 +29,7 @@ struct TimelineOptions {
   std::optional<int64_t> device;  // default: the device with the most trace entries
   size_t max_bands = 150;
   size_t max_samples = 800;
+  bool roles = false;  // also the bytes of each memory role at each sample (memory_roles.h)
   // Zoom: only events [window_begin, window_end] are sampled, and bands go to the largest
   // allocations alive in that window (the web UI's brush). Clamped to the trace.
   uint64_t window_begin = 0;
@@ -64,6 +66,7 @@ struct Timeline {
   uint64_t peak_bytes = 0;
   uint64_t peak_event = 0;
   std::vector<TimelineMarker> markers;  // in the window, in event order
+  std::vector<RoleBytes> role_bytes;    // with options.roles: per sample, by MemoryRole
 };
 
 Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& options = {});

@@ -207,7 +207,19 @@ std::string timeline_json(const Snapshot& snapshot, const Timeline& timeline, co
     out.begin_object().field("event", marker.event).key("kind").string(marker.kind);
     out.key("label").string(marker.label).end_object();
   }
-  out.end_array().key("bands").begin_array();
+  out.end_array();
+  if (!timeline.role_bytes.empty()) {
+    out.key("roles").begin_array();
+    for (size_t r = 0; r < kMemoryRoles; ++r) out.string(memory_role_name(static_cast<MemoryRole>(r)));
+    out.end_array().key("role_bytes").begin_array();
+    for (const RoleBytes& bytes : timeline.role_bytes) {
+      out.begin_array();
+      for (uint64_t b : bytes) out.value(b);
+      out.end_array();
+    }
+    out.end_array();
+  }
+  out.key("bands").begin_array();
   for (const TimelineBand& band : timeline.bands) {
     out.begin_object().field("address", band.address).field("size", band.size).field("stack", band.stack);
     out.key("label").string(innermost_label(snapshot, band.stack, filter));

@@ -176,5 +176,27 @@ TEST(Timeline, SegmentsKindIsReservedMemory) {
   }
 }
 
+// Memory by role on a PyTorch transformer trained with Adam: the roles add up to the memory in
+// use at every sample, and Adam's state is about twice the parameters.
+TEST(Timeline, RolesAddUpAndReadAsATrainingStep) {
+  const auto loaded = load_snapshot(std::string(MEMSNAP_TEST_DATA_DIR) + "/pytorch-2.11-h100/transformer_s0.pickle.gz");
+  ASSERT_TRUE(loaded) << loaded.error();
+  TimelineOptions options;
+  options.roles = true;
+  const Timeline t = compute_timeline(loaded.value().snapshot, options);
+  ASSERT_EQ(t.role_bytes.size(), t.samples.size());
+  for (size_t i = 0; i < t.samples.size(); ++i) {
+    uint64_t sum = 0;
+    for (uint64_t bytes : t.role_bytes[i]) sum += bytes;
+    EXPECT_EQ(sum, t.total_bytes[i]) << "sample " << t.samples[i];
+  }
+  const RoleBytes& last = t.role_bytes.back();
+  const auto role = [&](MemoryRole r) { return static_cast<double>(last[static_cast<size_t>(r)]); };
+  EXPECT_GT(role(MemoryRole::kParameters), 0);
+  EXPECT_GT(role(MemoryRole::kOptimizerState), 1.8 * role(MemoryRole::kParameters));
+  EXPECT_LT(role(MemoryRole::kOptimizerState), 3.0 * role(MemoryRole::kParameters));
+  EXPECT_GT(role(MemoryRole::kActivations) + role(MemoryRole::kBackward), 0);
+}
+
 }  // namespace
 }  // namespace memsnap

@@ -178,6 +178,12 @@ try {
     await page.selectOption('select.kind', 'segments');
     await page.waitForFunction(() => /segments and mappings/.test(document.querySelector('.summary')?.textContent));
     await shot('timeline-segments');
+    await page.selectOption('select.kind', 'roles');
+    await page.waitForFunction(() => /activations/.test(document.querySelector('.role-legend')?.textContent));
+    await page.mouse.move(box.x + box.width * 0.5, box.y + 200);
+    await tooltip.waitFor({ state: 'visible' });
+    assert.match(await tooltip.innerText(), /parameters .*\n.*optimizer state/s);
+    await shot('timeline-roles');
     await page.selectOption('select.kind', 'active');
   });
 

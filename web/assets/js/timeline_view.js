@@ -3,7 +3,7 @@
 // The server downsamples; dragging across the plot zooms into that range of events, for which
 // the server picks the largest allocations again. Hover a band for its size, life and stack.
 import { api } from './api.js';
-import { counted, escapeHtml, humanBytes, stableHash } from './format.js';
+import { counted, escapeHtml, humanBytes, legendHtml, stableHash } from './format.js';
 import { framesHtml, hideTooltip, loading, pinStacks, searchBox, prepareCanvas, redrawOnResize, showTooltip } from './ui.js';
 
 const LEFT = 78, RIGHT = 12, TOP = 12, BOTTOM = 28, HEIGHT = 440;
@@ -11,6 +11,8 @@ const LEFT = 78, RIGHT = 12, TOP = 12, BOTTOM = 28, HEIGHT = 440;
 // Bands stacked next to each other never share a colour: hues step by the golden angle in
 // stacking order (an allocator reuses addresses, so colouring by address gave neighbours at
 // the same address the same colour); the stack shades it a little.
+const roleColours = ['hsl(215, 55%, 55%)', 'hsl(275, 45%, 60%)', 'hsl(35, 85%, 58%)', 'hsl(145, 45%, 52%)', 'hsl(0, 0%, 78%)'];
+
 const bandColour = (band, index) => {
   const jitter = (stableHash(band.label || String(band.stack)) % 1000) / 1000;
   return `hsl(${(index * 137.508 + 20 * jitter) % 360}, ${50 + 15 * jitter}%, ${60 + 8 * (index % 2)}%)`;
@@ -33,7 +35,8 @@ export async function renderTimeline(container, { snapshot }) {
     <div class="toolbar">
       <span class="device-box"></span>
       <label title="Active memory by allocation (PyTorch's Active Memory Timeline), or reserved memory by segment and expandable mapping (its Active Cached Segment Timeline)">Memory
-        <select class="kind" aria-label="Memory"><option value="active">active, by allocation</option><option value="segments">reserved, by segment</option></select></label>
+        <select class="kind" aria-label="Memory"><option value="active">active, by allocation</option><option value="roles">active, by role</option><option value="segments">reserved, by segment</option></select></label>
+      <span class="role-legend"></span>
       <label title="How many allocations are drawn on their own; the rest share the grey band">Detail
         <select class="detail" aria-label="Detail">${[50, 150, 500, 2000].map(n => `<option ${n === 150 ? 'selected' : ''}>${n}</option>`).join('')}</select></label>
       <button class="action back" disabled>Zoom out</button>
@@ -55,7 +58,11 @@ export async function renderTimeline(container, { snapshot }) {
   const load = async () => {
     const window = state.windows[state.windows.length - 1];
     loading(plot, 'timeline');
-    data = await api.timeline(snapshot.id, { device: state.device, begin: window?.[0], end: window?.[1], bands: state.bands, kind: state.kind });
+    const byRole = state.kind === 'roles';
+    data = await api.timeline(snapshot.id, { device: state.device, begin: window?.[0], end: window?.[1], bands: state.bands,
+                                             kind: byRole ? 'active' : state.kind, roles: byRole ? 1 : undefined });
+    container.querySelector('.role-legend').innerHTML = data.roles
+      ? legendHtml(data.roles.map((name, r) => [roleColours[r], name])) : '';
     plot.innerHTML = '<canvas tabindex="0" aria-label="Active memory timeline"></canvas>';
     canvas = plot.querySelector('canvas');
     attach();
@@ -94,7 +101,21 @@ export async function renderTimeline(container, { snapshot }) {
     data.samples.forEach((s, i) => context.lineTo(g.x(s), g.y(data.other_bytes[i])));
     context.lineTo(g.x(data.samples[data.samples.length - 1]), g.y(0));
     context.fill();
-    data.bands.forEach((band, index) => {
+    if (data.roles) {
+      // Memory by role: stacked areas, parameters at the bottom.
+      let below = data.samples.map(() => 0);
+      data.roles.forEach((name, r) => {
+        const above = below.map((b, i) => b + data.role_bytes[i][r]);
+        context.fillStyle = roleColours[r];
+        context.beginPath();
+        data.samples.forEach((s, i) => (i ? context.lineTo : context.moveTo).call(context, g.x(s), g.y(above[i])));
+        for (let i = data.samples.length - 1; i >= 0; --i) context.lineTo(g.x(data.samples[i]), g.y(below[i]));
+        context.closePath();
+        context.fill();
+        below = above;
+      });
+    }
+    if (!data.roles) data.bands.forEach((band, index) => {
       if (!band.points.length) return;
       context.fillStyle = bandColour(band, index);
       context.globalAlpha = found && !found.has(band.stack) ? 0.15 : 1;
@@ -191,6 +212,14 @@ export async function renderTimeline(container, { snapshot }) {
       const px = e.clientX - rect.left, py = e.clientY - rect.top;
       lastPointerY = py;
       if (brush) { brush.x1 = px; draw(); return; }
+      if (data.roles) {  // the breakdown at the event under the pointer
+        const g = geometry(), event = g.eventAt(px);
+        if (px < LEFT || event < data.window[0] || event > data.window[1]) { hideTooltip(); return; }
+        const i = Math.max(0, Math.min(lowerBound(data.samples, event + 1) - 1, data.samples.length - 1));
+        const rows = data.roles.map((name, r) => `<div><span class="k">${escapeHtml(name)}</span> ${humanBytes(data.role_bytes[i][r])}</div>`).join('');
+        showTooltip(e, `<div class="title">At event ${data.samples[i]}</div>${rows}`);
+        return;
+      }
       const hit = hitTest(px, py);
       if (!hit) { hovered = null; hideTooltip(); return; }
       if (hit.other !== undefined) {
