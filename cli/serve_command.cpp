@@ -4,6 +4,10 @@
 #include <pthread.h>
 #include <signal.h>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <atomic>
 #include <cstdio>
 #include <memory>
@@ -68,6 +72,12 @@ CommandRunner add_serve_command(CLI::App& app) {
       ->check(CLI::Range(1, 1000));
   return [command, options] {
     if (!command->parsed()) return;
+#if defined(__GLIBC__)
+    // Snapshots are loaded and dropped by whichever server thread takes the request; with glibc's
+    // default of one malloc arena per thread, each arena keeps the high-water mark of what passed
+    // through it and a long-running viewer's footprint grows with uploads it no longer holds.
+    mallopt(M_ARENA_MAX, 2);
+#endif
     web::SnapshotStore store(std::max(options->max_snapshots, options->files.size()));
     for (const std::string& file : options->files) {
       auto added = store.add_file(file);

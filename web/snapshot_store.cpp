@@ -2,6 +2,10 @@
 
 #include <sys/stat.h>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 namespace memsnap::web {
 
 std::shared_ptr<const std::string> StoredSnapshot::cached(const std::string& key,
@@ -69,8 +73,21 @@ std::shared_ptr<const StoredSnapshot> SnapshotStore::find(const std::string& id)
 bool SnapshotStore::remove(const std::string& id) {
   const auto key = parse_id(id);
   if (!key) return false;
-  std::lock_guard lock(mutex_);
-  return snapshots_.erase(*key) > 0;
+  std::shared_ptr<const StoredSnapshot> removed;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = snapshots_.find(*key);
+    if (it == snapshots_.end()) return false;
+    removed = std::move(it->second);
+    snapshots_.erase(it);
+  }
+  // A loaded snapshot is many small allocations spread over the server threads' malloc arenas;
+  // give the pages back so a long-running viewer's footprint follows what it holds.
+  removed.reset();
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+  return true;
 }
 
 bool SnapshotStore::full() const {
