@@ -30,6 +30,10 @@ nlohmann::json setting_value_json(std::string_view value) {
   return parsed.is_discarded() ? nlohmann::json(std::string(value)) : parsed;
 }
 
+static nlohmann::json optional_json(const std::optional<int64_t>& value) {
+  return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+}
+
 nlohmann::json to_json(const Snapshot& snapshot) {
   nlohmann::json segments = nlohmann::json::array();
   for (const SnapshotSegment& segment : snapshot.segments) {
@@ -82,7 +86,9 @@ nlohmann::json to_json(const Snapshot& snapshot) {
           {"process",
            {{"host", p.host},
             {"pid", p.pid},
-            {"rank", p.rank ? nlohmann::json(*p.rank) : nlohmann::json(nullptr)},
+            {"rank", optional_json(p.rank)},
+            {"local_rank", optional_json(p.local_rank)},
+            {"world_size", optional_json(p.world_size)},
             {"time_unix_us", p.time_unix_us},
             {"clock_offset_us", p.clock_offset_us}}},
           {"devices", devices},

@@ -41,6 +41,11 @@ int64_t as_int(const msgpack::object& o, const std::string& where) {
   return static_cast<int64_t>(o.via.u64);
 }
 
+std::optional<int64_t> optional_int(const msgpack::object& o, const std::string& where) {
+  if (o.type == msgpack::type::NIL) return std::nullopt;
+  return as_int(o, where);
+}
+
 std::string as_string(const msgpack::object& o, const std::string& where) {
   if (o.type != msgpack::type::STR) fail(where, "expected a string");
   return std::string(o.via.str.ptr, o.via.str.size);
@@ -141,9 +146,10 @@ class Reader {
       const std::string where = "process." + key;
       if (key == "host") snapshot_.process.host = as_string(value, where);
       else if (key == "pid") snapshot_.process.pid = as_int(value, where);
-      else if (key == "rank") {
-        if (value.type != msgpack::type::NIL) snapshot_.process.rank = as_int(value, where);
-      } else if (key == "time_unix_us") snapshot_.process.time_unix_us = as_int(value, where);
+      else if (key == "rank") snapshot_.process.rank = optional_int(value, where);
+      else if (key == "local_rank") snapshot_.process.local_rank = optional_int(value, where);
+      else if (key == "world_size") snapshot_.process.world_size = optional_int(value, where);
+      else if (key == "time_unix_us") snapshot_.process.time_unix_us = as_int(value, where);
       else if (key == "clock_offset_us") snapshot_.process.clock_offset_us = as_int(value, where);
     }
   }

@@ -18,16 +18,19 @@ void pack_array_header(Packer& out, const T& items) {
 }
 
 void pack_process(Packer& out, const ProcessInfo& process) {
-  out.pack_map(5);
+  out.pack_map(7);
   pack_string(out, "host");
   pack_string(out, process.host);
   pack_string(out, "pid");
   out.pack_int64(process.pid);
-  pack_string(out, "rank");
-  if (process.rank)
-    out.pack_int64(*process.rank);
-  else
-    out.pack_nil();
+  for (const auto& [key, value] : {std::pair{"rank", process.rank}, std::pair{"local_rank", process.local_rank},
+                                   std::pair{"world_size", process.world_size}}) {
+    pack_string(out, key);
+    if (value)
+      out.pack_int64(*value);
+    else
+      out.pack_nil();
+  }
   pack_string(out, "time_unix_us");
   out.pack_int64(process.time_unix_us);
   pack_string(out, "clock_offset_us");

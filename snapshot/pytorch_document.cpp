@@ -51,6 +51,7 @@ PyTorchDocument::PyTorchDocument(pickle::ValueStore& store) : store_(store) {
   k_real_size_ = key("real_size"); k_stage_ = key("stage"); k_source_ = key("source");
   k_format_ = key("format"); k_process_ = key("process"); k_devices_ = key("devices"); k_statistics_ = key("statistics");
   k_host_ = key("host"); k_pid_ = key("pid"); k_rank_ = key("rank");
+  k_local_rank_ = key("local_rank"); k_world_size_ = key("world_size");
   k_time_unix_us_ = key("time_unix_us"); k_clock_offset_us_ = key("clock_offset_us");
   k_index_ = key("index"); k_total_memory_ = key("total_memory");
 }
@@ -258,6 +259,13 @@ int64_t PyTorchDocument::int_field(const Object& dict, uint32_t key, const std::
   return out;
 }
 
+std::optional<int64_t> PyTorchDocument::optional_int_field(const Object& dict, uint32_t key,
+                                                           const std::string& where) const {
+  const Value v = field(dict, key);
+  if (v == kMissing || v.is(Tag::kNone)) return std::nullopt;
+  return int_field(dict, key, where, 0);
+}
+
 std::string PyTorchDocument::string_field(const Object& dict, uint32_t key, const std::string& where,
                                           std::string fallback) const {
   const Value v = field(dict, key);
@@ -404,8 +412,9 @@ void PyTorchDocument::convert_extras(const Object& root, Snapshot& out) {
     const Object& p = dict_at(process, "process");
     out.process.host = string_field(p, k_host_, "process", "");
     out.process.pid = int_field(p, k_pid_, "process", 0);
-    if (const Value rank = field(p, k_rank_); !(rank == kMissing) && !rank.is(Tag::kNone))
-      out.process.rank = int_field(p, k_rank_, "process", 0);
+    out.process.rank = optional_int_field(p, k_rank_, "process");
+    out.process.local_rank = optional_int_field(p, k_local_rank_, "process");
+    out.process.world_size = optional_int_field(p, k_world_size_, "process");
     out.process.time_unix_us = int_field(p, k_time_unix_us_, "process", 0);
     out.process.clock_offset_us = int_field(p, k_clock_offset_us_, "process", 0);
   }

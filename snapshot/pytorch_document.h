@@ -53,6 +53,7 @@ class PyTorchDocument final : public pickle::Lowering {
                       uint64_t fallback, bool required = false) const;
   int64_t int_field(const pickle::Object& dict, uint32_t key, const std::string& where,
                     int64_t fallback) const;
+  std::optional<int64_t> optional_int_field(const pickle::Object& dict, uint32_t key, const std::string& where) const;
   std::string string_field(const pickle::Object& dict, uint32_t key, const std::string& where,
                            std::string fallback) const;
   StackIndex stack_field(const pickle::Object& dict, uint32_t key, const std::string& where);
@@ -68,7 +69,7 @@ class PyTorchDocument final : public pickle::Lowering {
       k_external_annotations_, k_device_, k_address_, k_total_size_, k_allocated_size_,
       k_active_size_, k_requested_size_, k_segment_type_, k_segment_pool_id_, k_is_expandable_,
       k_blocks_, k_state_, k_history_, k_real_size_, k_stage_, k_source_, k_format_, k_process_, k_devices_,
-      k_statistics_, k_host_, k_pid_, k_rank_, k_time_unix_us_, k_clock_offset_us_, k_index_,
+      k_statistics_, k_host_, k_pid_, k_rank_, k_local_rank_, k_world_size_, k_time_unix_us_, k_clock_offset_us_, k_index_,
       k_total_memory_;
   std::vector<FrameKey> frames_;
   std::unordered_map<FrameKey, uint32_t, FrameKeyHash> frame_ids_;

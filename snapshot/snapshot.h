@@ -101,7 +101,9 @@ struct DeviceInfo {
 struct ProcessInfo {
   std::string host;
   int64_t pid = 0;
-  std::optional<int64_t> rank;
+  std::optional<int64_t> rank;        // in a distributed job
+  std::optional<int64_t> local_rank;  // on its host
+  std::optional<int64_t> world_size;  // processes in the job
   int64_t time_unix_us = 0;   // when the snapshot was taken
   int64_t clock_offset_us = 0;  // add to a time_us to get Unix time in µs
   bool operator==(const ProcessInfo&) const = default;

@@ -114,18 +114,7 @@ int64_t unix_time_us() {
 }
 
 ProcessInfo process_info(const SnapshotOptions& options) {
-  ProcessInfo info;
-  char host[256] = {};
-  if (gethostname(host, sizeof host - 1) == 0) info.host = host;
-  info.pid = getpid();
-  info.rank = options.rank;
-  if (!info.rank) {
-    if (const char* rank = std::getenv("RANK")) {
-      char* end = nullptr;
-      const long long value = std::strtoll(rank, &end, 10);
-      if (end != rank && *end == '\0' && value >= 0) info.rank = value;
-    }
-  }
+  ProcessInfo info = current_process(options.job);
   info.time_unix_us = unix_time_us();
   info.clock_offset_us = info.time_unix_us - steady_time_us();
   return info;

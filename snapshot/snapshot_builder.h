@@ -10,12 +10,13 @@
 
 #include "allocator/caching_allocator.h"
 #include "history/history_recorder.h"
+#include "snapshot/process_identity.h"
 #include "snapshot/snapshot.h"
 
 namespace memsnap {
 
 struct SnapshotOptions {
-  std::optional<int64_t> rank;  // for multi-process jobs; also read from $RANK when unset
+  JobPlace job;  // what is unset comes from $RANK, $LOCAL_RANK, $WORLD_SIZE (process_identity.h)
   bool include_traces = true;
 };
 

@@ -65,9 +65,17 @@ std::optional<std::string> dump_snapshot(CachingAllocator& allocator, HistoryRec
   }
 }
 
-std::string expand_dump_path(const std::string& pattern, int device, uint64_t count) {
+std::string expand_dump_path(const std::string& pattern, int device, uint64_t count,
+                             const SnapshotOptions& options) {
   std::string path = pattern;
-  replace_all(path, "{pid}", std::to_string(getpid()));
+  const ProcessInfo process = current_process(options.job);
+  std::string host = process.host;
+  for (char& c : host)
+    if (c == '/') c = '_';
+  replace_all(path, "{pid}", std::to_string(process.pid));
+  replace_all(path, "{host}", host);
+  replace_all(path, "{rank}", std::to_string(process.rank.value_or(0)));
+  replace_all(path, "{local_rank}", std::to_string(process.local_rank.value_or(0)));
   replace_all(path, "{device}", std::to_string(device));
   replace_all(path, "{n}", std::to_string(count));
   return path;
@@ -78,7 +86,7 @@ void dump_snapshot_on_oom(CachingAllocator& allocator, HistoryRecorder* recorder
   auto dumps = std::make_shared<std::atomic<uint64_t>>(0);
   allocator.add_oom_observer([&allocator, recorder, pattern = std::move(pattern),
                               options = std::move(options), dumps](const OomInfo& info) {
-    const std::string path = expand_dump_path(pattern, info.device, ++*dumps);
+    const std::string path = expand_dump_path(pattern, info.device, ++*dumps, options);
     if (auto error = dump_snapshot(allocator, recorder, path, options))
       std::fprintf(stderr, "memsnap: out of memory; snapshot not written: %s\n", error->c_str());
     else

@@ -22,15 +22,17 @@ std::optional<std::string> dump_snapshot(CachingAllocator& allocator, HistoryRec
                                          const SnapshotOptions& options = {});
 
 // From now on, every out-of-memory error first writes a snapshot to a path made from
-// `pattern`: "{pid}", "{device}" and "{n}" (a count of dumps by this process, from 1) are
-// replaced. The snapshot is taken from the OOM observer, which runs without the allocator's
+// `pattern`: its placeholders (expand_dump_path) are filled in. The snapshot is taken from the OOM observer, which runs without the allocator's
 // lock and allocates no device memory. Failures to write go to stderr as one line; the
 // allocation still fails with its OutOfMemoryError. The hook stays for the allocator's
 // lifetime, so `recorder` (if given) must live as long as the allocator does.
 void dump_snapshot_on_oom(CachingAllocator& allocator, HistoryRecorder* recorder,
                           std::string pattern, SnapshotOptions options = {});
 
-// `pattern` with its placeholders filled in.
-std::string expand_dump_path(const std::string& pattern, int device, uint64_t count);
+// `pattern` with its placeholders filled in: "{pid}", "{device}", "{n}" (`count`: dumps by this
+// process, from 1), "{host}" (the host name), "{rank}" and "{local_rank}" (the job place of
+// `options`, completed from the environment; 0 in a process that is not part of a job).
+std::string expand_dump_path(const std::string& pattern, int device, uint64_t count,
+                             const SnapshotOptions& options = {});
 
 }  // namespace memsnap

@@ -74,7 +74,7 @@ void dump(const std::string& path) {
   std::optional<std::string> error;
   {
     py::gil_scoped_release unlocked;
-    error = dump_snapshot(torch.allocator(), &torch.recorder(), path);
+    error = dump_snapshot(torch.allocator(), &torch.recorder(), path, torch.snapshot_options());
   }
   if (error) throw std::runtime_error(*error);
 }
@@ -84,7 +84,7 @@ py::dict torch_layout_snapshot(bool include_traces) {
   Snapshot snapshot;
   {
     py::gil_scoped_release unlocked;
-    SnapshotOptions options;
+    SnapshotOptions options = torch.snapshot_options();
     options.include_traces = include_traces;
     snapshot = take_snapshot(torch.allocator(), &torch.recorder(), options);
   }
@@ -120,6 +120,16 @@ PYBIND11_MODULE(_native, m) {
   m.def("dump_snapshot_on_oom", [](std::string pattern) {
     require_installed().set_oom_snapshot_pattern(std::move(pattern));
   });
+  m.def("set_job_place", [](std::optional<int64_t> rank, std::optional<int64_t> world_size) {
+    if (rank && *rank < 0) throw std::invalid_argument("rank must be at least 0, not " + std::to_string(*rank));
+    if (world_size && (*world_size < 1 || (rank && *rank >= *world_size)))
+      throw std::invalid_argument("world size " + std::to_string(*world_size) + " does not hold rank " +
+                                  (rank ? std::to_string(*rank) : std::string("0")));
+    JobPlace place;
+    place.rank = rank;
+    place.world_size = world_size;
+    require_installed().set_job_place(place);
+  }, py::arg("rank"), py::arg("world_size"));
   m.def("annotate", [](const std::string& name, bool start) {
     require_installed().recorder().annotate(name, start);
   });

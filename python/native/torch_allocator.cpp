@@ -405,15 +405,29 @@ void TorchAllocator::set_oom_snapshot_pattern(std::string pattern) {
   oom_pattern_ = std::move(pattern);
 }
 
+void TorchAllocator::set_job_place(const JobPlace& place) {
+  std::lock_guard<std::mutex> lock(controls_mutex_);
+  job_place_ = place;
+}
+
+SnapshotOptions TorchAllocator::snapshot_options() {
+  std::lock_guard<std::mutex> lock(controls_mutex_);
+  SnapshotOptions options;
+  options.job = job_place_;
+  return options;
+}
+
 // An OOM observer: runs without the allocator's lock, before the error is raised.
 void TorchAllocator::write_oom_snapshot(const OomInfo& info) {
   std::string path;
+  SnapshotOptions options;
   {
     std::lock_guard<std::mutex> lock(controls_mutex_);
     if (oom_pattern_.empty()) return;
-    path = expand_dump_path(oom_pattern_, info.device, ++oom_snapshots_written_);
+    options.job = job_place_;
+    path = expand_dump_path(oom_pattern_, info.device, ++oom_snapshots_written_, options);
   }
-  if (std::optional<std::string> error = dump_snapshot(*allocator_, recorder_.get(), path))
+  if (std::optional<std::string> error = dump_snapshot(*allocator_, recorder_.get(), path, options))
     std::fprintf(stderr, "memsnap: out-of-memory snapshot not written: %s\n", error->c_str());
   else
     std::fprintf(stderr, "memsnap: out-of-memory snapshot written to %s\n", path.c_str());

@@ -21,6 +21,7 @@
 #include "allocator/allocator_config.h"
 #include "allocator/caching_allocator.h"
 #include "history/history_recorder.h"
+#include "snapshot/snapshot_builder.h"
 
 namespace memsnap::pytorch {
 
@@ -87,6 +88,10 @@ class TorchAllocator final : public torch_alloc::CUDAAllocator {
   const AllocatorConfig& config() const { return config_; }
   // Where an out-of-memory snapshot goes ("" for none): written before the error is raised.
   void set_oom_snapshot_pattern(std::string pattern);
+  // The process's place in a distributed job as torch.distributed knows it; what is unset comes
+  // from the environment. Every snapshot, and the OOM snapshot's path, use it.
+  void set_job_place(const JobPlace& place);
+  SnapshotOptions snapshot_options();
 
  private:
   void* malloc(size_t size, c10::DeviceIndex device, cudaStream_t stream);
@@ -105,6 +110,7 @@ class TorchAllocator final : public torch_alloc::CUDAAllocator {
   std::mutex controls_mutex_;  // the members below
   std::vector<torch_alloc::OutOfMemoryObserver> pending_observers_;  // attached before init
   std::string oom_pattern_;
+  JobPlace job_place_;
   uint64_t oom_snapshots_written_ = 0;
   std::string user_metadata_;
 };

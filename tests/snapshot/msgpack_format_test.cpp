@@ -21,7 +21,7 @@ TEST(MsgpackFormat, RoundTripKeepsTheWholeModel) {
   RecordedProgram program;
   run_training_step(program);
   memsnap::SnapshotOptions options;
-  options.rank = 3;
+  options.job.rank = 3;
   const memsnap::Snapshot original = memsnap::take_snapshot(program.allocator, &program.recorder, options);
   ASSERT_FALSE(original.frames.empty());
   ASSERT_FALSE(original.device_traces.at(0).empty());

@@ -101,17 +101,32 @@ def history_settings() -> dict:
     return _native.history_settings()
 
 
+def _note_job_place() -> None:
+    """Tells the native side this process's rank and world size when torch.distributed knows
+    them (launchers that set no ``RANK``/``WORLD_SIZE`` variables); otherwise it reads those."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        _native.set_job_place(dist.get_rank(), dist.get_world_size())
+    else:
+        _native.set_job_place(None, None)
+
+
 def dump_snapshot(path) -> None:
     """Writes a memsnap snapshot (msgpack) of every device: segments, blocks, history, the
     trace, statistics and settings. ``memsnap`` (stats, serve, explain-oom, replay) reads it."""
     _require_installed()
+    _note_job_place()
     _native.dump_snapshot(_path(path))
 
 
 def dump_snapshot_on_oom(pattern) -> None:
     """Writes a snapshot at every out-of-memory error, before the error is raised. ``pattern``
-    may hold ``{pid}``, ``{device}`` and ``{n}`` (the error's number); None or "" stops it."""
+    may hold ``{pid}``, ``{device}``, ``{n}`` (the error's number), ``{host}``, ``{rank}`` and
+    ``{local_rank}`` (from torch.distributed once it is initialized, else from the ``RANK`` and
+    ``LOCAL_RANK`` variables torchrun sets; 0 outside a job); None or "" stops it."""
     _require_installed()
+    _note_job_place()
     _native.dump_snapshot_on_oom("" if pattern is None else _path(pattern))
 
 
