@@ -22,6 +22,7 @@ CommandRunner add_replay_command(CLI::App& app);
 CommandRunner add_explain_oom_command(CLI::App& app);
 CommandRunner add_tune_command(CLI::App& app);
 CommandRunner add_growth_command(CLI::App& app);
+CommandRunner add_ranks_command(CLI::App& app);
 CommandRunner add_stats_command(CLI::App& app);
 CommandRunner add_flamegraph_command(CLI::App& app);
 CommandRunner add_folded_command(CLI::App& app);

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
       memsnap::cli::add_explain_oom_command(app),
       memsnap::cli::add_tune_command(app),
       memsnap::cli::add_growth_command(app),
+      memsnap::cli::add_ranks_command(app),
       memsnap::cli::add_stats_command(app),
       memsnap::cli::add_flamegraph_command(app),
       memsnap::cli::add_folded_command(app),

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "allocator/default_backend.h"
+#include "job.h"
 #include "snapshot/snapshot_file.h"
 #include "training_loop.h"
 
@@ -85,6 +86,11 @@ int main(int argc, char** argv) {
   size_t max_entries = 100000;
   app.add_option("--out", out, "where to write the snapshot");
   app.add_flag("--oom", oom, "run out of memory on purpose; the snapshot is the OOM dump");
+  int ranks = 0;
+  app.add_option("--ranks", ranks,
+                 "simulate a distributed job of this many ranks on simulated devices: --out is a folder "
+                 "that gets one snapshot per rank (rank0.msgpack, ...); memsnap ranks compares them")
+      ->check(CLI::Range(1, 100000));
   app.add_option("--steps", steps, "training steps")->check(CLI::Range(1, 100000));
   app.add_option("--max-entries", max_entries, "trace events kept (the ring buffer's size; default 100000)")
       ->check(CLI::Range(size_t{1}, size_t{10000000}));
@@ -96,6 +102,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    if (ranks > 0) return demo::run_job({out, ranks, steps, max_entries, oom});
     return demo::run(out, oom, steps, max_entries);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "memsnap-demo: error: %s\n", error.what());

@@ -1,5 +1,6 @@
 #include "viewer/frame_labels.h"
 
+#include <algorithm>
 #include <array>
 
 namespace memsnap {
@@ -205,6 +206,17 @@ std::optional<uint32_t> headline_frame(const Snapshot& snapshot, StackIndex stac
   for (auto it = frames.rbegin(); it != frames.rend(); ++it)
     if (frame_is_python(snapshot.frames[*it])) return *it;
   return frames.back();
+}
+
+std::string call_site_label(const Snapshot& snapshot, StackIndex stack) {
+  if (stack == kNoStackIndex) return "<no stack recorded>";
+  const std::optional<uint32_t> headline = headline_frame(snapshot, stack, {});
+  if (!headline) return "<no visible frames>";
+  const std::vector<uint32_t> frames = visible_frames_outermost_first(snapshot, stack, {});
+  const auto at = std::find(frames.begin(), frames.end(), *headline);
+  std::string label = frame_label(snapshot.frames[*headline]);
+  if (at != frames.begin() && at != frames.end()) label += " <- " + frame_label(snapshot.frames[*(at - 1)]);
+  return label;
 }
 
 }  // namespace memsnap

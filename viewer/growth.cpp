@@ -103,19 +103,6 @@ double slope(const std::vector<uint64_t>& ys, size_t first) {
   return den > 0 ? num / den : 0;
 }
 
-// The call site: its headline frame (the user's line) and the frame that called it, since
-// sites often share their innermost frame (a helper that allocates for every caller).
-std::string site_label(const Snapshot& snapshot, StackIndex stack) {
-  if (stack == kNoStackIndex) return "<no stack recorded>";
-  const std::optional<uint32_t> headline = headline_frame(snapshot, stack, {});
-  if (!headline) return "<no visible frames>";
-  const std::vector<uint32_t> frames = visible_frames_outermost_first(snapshot, stack, {});
-  const auto at = std::find(frames.begin(), frames.end(), *headline);
-  std::string label = frame_label(snapshot.frames[*headline]);
-  if (at != frames.begin() && at != frames.end()) label += " <- " + frame_label(snapshot.frames[*(at - 1)]);
-  return label;
-}
-
 }  // namespace
 
 Result<Growth> compute_growth(const Snapshot& snapshot, const GrowthOptions& options) {
@@ -142,7 +129,7 @@ Result<Growth> compute_growth(const Snapshot& snapshot, const GrowthOptions& opt
   } else {
     StackIndex site = kNoStackIndex;
     growth.step_events = steps_from_regular_site(trace, site);
-    growth.steps_from = "allocation site that recurs most evenly, " + site_label(snapshot, site);
+    growth.steps_from = "allocation site that recurs most evenly, " + call_site_label(snapshot, site);
   }
   if (growth.step_events.size() < 3)
     return Result<Growth>::failure("growth: fewer than 3 steps found; annotate steps (memsnap.torch.annotate, "
@@ -199,7 +186,7 @@ Result<Growth> compute_growth(const Snapshot& snapshot, const GrowthOptions& opt
 nlohmann::json growth_to_json(const Snapshot& snapshot, const Growth& growth) {
   nlohmann::json sites = nlohmann::json::array();
   for (const GrowthSite& s : growth.sites)
-    sites.push_back({{"stack", s.stack}, {"label", site_label(snapshot, s.stack)}, {"bytes", s.bytes},
+    sites.push_back({{"stack", s.stack}, {"label", call_site_label(snapshot, s.stack)}, {"bytes", s.bytes},
                      {"bytes_per_step", s.bytes_per_step}, {"growth_bytes", s.growth_bytes}});
   return {{"device", growth.device}, {"steps_from", growth.steps_from}, {"step_events", growth.step_events},
           {"live_bytes", growth.live_bytes}, {"sites", std::move(sites)}};
@@ -225,7 +212,7 @@ std::string growth_to_text(const Snapshot& snapshot, const Growth& growth) {
     std::snprintf(line, sizeof line, "  %11s  %9s   %s -> %s   %s\n",
                   format_bytes(static_cast<int64_t>(s.bytes_per_step)).c_str(), format_bytes(s.growth_bytes).c_str(),
                   format_bytes(static_cast<int64_t>(s.bytes[1])).c_str(),
-                  format_bytes(static_cast<int64_t>(s.bytes.back())).c_str(), site_label(snapshot, s.stack).c_str());
+                  format_bytes(static_cast<int64_t>(s.bytes.back())).c_str(), call_site_label(snapshot, s.stack).c_str());
     out += line;
   }
   return out;

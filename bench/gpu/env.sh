@@ -14,6 +14,18 @@ if [[ ! -f "$MEMSNAP_DEPS/.unpacked" ]]; then
   # The .pc files name /usr; make them name the prefix.
   find "$MEMSNAP_DEPS" -name '*.pc' -exec sed -i -E \
     "s#^(prefix|exec_prefix|libdir|includedir)=/usr#\\1=$MEMSNAP_DEPS/usr#" {} +
+  # A development link (libz.so -> libz.so.1.2.13) whose library the host has, so its package
+  # was not carried, would dangle and leave CMake the static archive, which cannot go into a
+  # shared module: point it at the host's copy.
+  for link in "$MEMSNAP_DEPS"/usr/lib/x86_64-linux-gnu/*.so; do
+    [[ -L "$link" && ! -e "$link" ]] || continue
+    name=$(basename "$link")
+    target=$(basename "$(readlink "$link")")
+    for dir in /lib/x86_64-linux-gnu /usr/lib/x86_64-linux-gnu /lib64 /usr/lib64; do
+      host_copy=$(ls "$dir/$target" "$dir/$name".[0-9]* 2>/dev/null | head -1 || true)
+      if [[ -n "$host_copy" ]]; then ln -sf "$host_copy" "$link"; break; fi
+    done
+  done
   # Runtime libraries the host lacks, linked from one folder (the host's own stay first).
   mkdir -p "$MEMSNAP_DEPS/runtime"
   for lib in "$MEMSNAP_DEPS"/usr/lib/x86_64-linux-gnu/*.so.* "$MEMSNAP_DEPS"/lib/x86_64-linux-gnu/*.so.*; do

@@ -11,7 +11,7 @@ if [[ ! -x "$root/build-gpu/cli/memsnap" ]]; then
 fi
 log=${MEMSNAP_PIP_LOG:-/tmp/memsnap-pip.log}
 python3 -m pip install --no-build-isolation --no-deps --no-index -v "$root/python" >"$log" 2>&1 \
-  || { grep -E 'error|Error|CMake' "$log" | head -60 >&2; exit 1; }
+  || { grep -E 'error|Error|FAILED|/ld:' "$log" | tail -40 >&2; exit 1; }
 echo "memsnap package installed ($(python3 -c 'import memsnap, os; print(os.path.dirname(memsnap.__file__))'))"
 export MEMSNAP_CLI="$root/build-gpu/cli/memsnap"
 cd "$root/python/tests"

@@ -1,0 +1,263 @@
+// memsnap ranks: a job's snapshots as one table. The rank that runs out of memory is named with
+// its request, a rank that keeps more memory than its peers is flagged with the call site that
+// makes the difference, ranks come from snapshots or from PyTorch pickles' file names, and a
+// file that does not load is listed, not fatal.
+#include "viewer/job_ranks.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "allocator/caching_allocator.h"
+#include "allocator/out_of_memory.h"
+#include "allocator/simulated_backend.h"
+#include "history/history_recorder.h"
+#include "snapshot/snapshot_builder.h"
+#include "snapshot/snapshot_loader.h"
+
+namespace job_ranks_test {
+
+using namespace memsnap;
+
+constexpr size_t kMiB = 1 << 20;
+
+__attribute__((noinline)) void* parameters(CachingAllocator& allocator, size_t bytes) {
+  void* p = allocator.allocate(bytes);
+  asm volatile("" ::: "memory");
+  return p;
+}
+
+__attribute__((noinline)) void* activations(CachingAllocator& allocator, size_t bytes) {
+  void* p = allocator.allocate(bytes);
+  asm volatile("" ::: "memory");
+  return p;
+}
+
+__attribute__((noinline)) void* metrics_cache(CachingAllocator& allocator) {
+  void* p = allocator.allocate(4 * kMiB);
+  asm volatile("" ::: "memory");
+  return p;
+}
+
+struct RankRun {
+  bool keeps_metrics = false;
+  bool runs_out = false;
+  std::optional<int64_t> world_size = 5;
+};
+
+// One rank of a small data-parallel job: parameters, then steps whose activations come and
+// go. Returns its snapshot, taken at the end (or after its out-of-memory error).
+Snapshot run_rank(int64_t rank, const RankRun& run) {
+  SimulatedBackend::Options device;
+  device.capacity_bytes = size_t{4} << 30;
+  auto backend = std::make_shared<SimulatedBackend>(device);
+  CachingAllocator allocator(backend);
+  HistoryRecorder recorder(allocator);
+  recorder.configure({HistoryLevel::kAll, 100000, true});
+  std::vector<void*> kept;
+  kept.push_back(parameters(allocator, 64 * kMiB));
+  for (int step = 0; step < 10; ++step) {
+    void* a = activations(allocator, 40 * kMiB);
+    void* b = activations(allocator, 24 * kMiB);
+    if (run.keeps_metrics) kept.push_back(metrics_cache(allocator));
+    allocator.deallocate(b);
+    allocator.deallocate(a);
+  }
+  if (run.runs_out) {
+    allocator.set_memory_fraction(double(256 * kMiB) / double(device.capacity_bytes), 0);
+    try {
+      activations(allocator, 512 * kMiB);
+      ADD_FAILURE() << "expected an out-of-memory error";
+    } catch (const OutOfMemoryError&) {
+    }
+  }
+  SnapshotOptions options;
+  options.job.rank = rank;
+  options.job.world_size = run.world_size;
+  Snapshot snapshot = take_snapshot(allocator, &recorder, options);
+  for (void* p : kept) allocator.deallocate(p);
+  return snapshot;
+}
+
+SnapshotLoader loader_of(const std::map<std::string, Snapshot>& files) {
+  return [&files](const std::string& file) -> Result<Snapshot> {
+    auto it = files.find(file);
+    if (it == files.end()) return Result<Snapshot>::failure(file + ": no such file");
+    return it->second;
+  };
+}
+
+std::vector<std::string> names_of(const std::map<std::string, Snapshot>& files) {
+  std::vector<std::string> names;
+  for (const auto& [name, snapshot] : files) names.push_back(name);
+  return names;
+}
+
+const RankSummary& row_of_rank(const JobRanks& job, int64_t rank) {
+  for (const RankSummary& r : job.ranks)
+    if (r.rank == rank) return r;
+  throw std::runtime_error("no row for rank " + std::to_string(rank));
+}
+
+TEST(JobRanks, NamesTheRankThatRanOutAndTheOneThatKeepsMore) {
+  std::map<std::string, Snapshot> files;
+  for (int64_t rank = 0; rank < 5; ++rank) {
+    RankRun run;
+    run.keeps_metrics = rank == 3;
+    run.runs_out = rank == 1;
+    files["job/rank" + std::to_string(rank) + ".msgpack"] = run_rank(rank, run);
+  }
+  const Result<JobRanks> result = summarize_job(names_of(files), loader_of(files));
+  ASSERT_TRUE(result.ok()) << result.error();
+  const JobRanks& job = result.value();
+  ASSERT_EQ(job.ranks.size(), 5u);
+  for (size_t row = 0; row < 5; ++row) {
+    EXPECT_EQ(job.ranks[row].rank, static_cast<int64_t>(row));
+    EXPECT_EQ(job.ranks[row].rank_from, "snapshot");
+    EXPECT_TRUE(job.ranks[row].peaks_from_statistics);
+  }
+  const RankSummary& normal = row_of_rank(job, 0);
+  EXPECT_EQ(normal.peak_allocated_bytes, 128 * kMiB);  // parameters and one step's activations
+  EXPECT_EQ(normal.alloc_retries, 0);
+  EXPECT_EQ(normal.ooms, 0u);
+  EXPECT_EQ(normal.active_timeline.size(), RankSummary::kTimelinePoints < normal.trace_events
+                                               ? RankSummary::kTimelinePoints
+                                               : normal.trace_events);
+  EXPECT_EQ(*std::max_element(normal.active_timeline.begin(), normal.active_timeline.end()), 128 * kMiB);
+
+  // Rank 1 ran out of memory asking for 512 MiB.
+  ASSERT_EQ(job.oom_rows.size(), 1u);
+  const RankSummary& failed = job.ranks[job.oom_rows[0]];
+  EXPECT_EQ(failed.rank, 1);
+  ASSERT_TRUE(failed.last_oom.has_value());
+  EXPECT_EQ(failed.last_oom->requested_bytes, 512 * kMiB);
+  EXPECT_EQ(failed.ooms, 1u);
+
+  // Rank 3 kept 40 MiB more than the others: flagged, with the call site that kept it.
+  const RankSummary& median = job.ranks[job.median_row];
+  EXPECT_TRUE(median.rank == 0 || median.rank == 2 || median.rank == 4 || median.rank == 1);
+  ASSERT_EQ(job.outliers.size(), 1u) << job_ranks_to_text(job);
+  const RankOutlier& outlier = job.outliers[0];
+  EXPECT_EQ(job.ranks[outlier.row].rank, 3);
+  EXPECT_GT(outlier.percent, 20.0);
+  ASSERT_FALSE(outlier.sites.empty());
+  EXPECT_NE(outlier.sites[0].site.find("metrics_cache"), std::string::npos) << outlier.sites[0].site;
+  EXPECT_EQ(outlier.sites[0].difference(), static_cast<int64_t>(40 * kMiB));
+
+  const std::string text = job_ranks_to_text(job);
+  EXPECT_NE(text.find("rank 1: device 0"), std::string::npos) << text;
+  EXPECT_NE(text.find("requesting 512.00 MiB"), std::string::npos) << text;
+  EXPECT_NE(text.find("rank 3 reserves"), std::string::npos) << text;
+  EXPECT_NE(text.find("metrics_cache"), std::string::npos) << text;
+
+  const nlohmann::json json = job_ranks_to_json(job);
+  EXPECT_EQ(json["ranks"].size(), 5u);
+  EXPECT_EQ(json["ranks"][1]["last_oom"]["requested_bytes"], 512 * kMiB);
+  EXPECT_EQ(json["outliers"][0]["rank"], 3);
+  EXPECT_EQ(json["oom_rows"][0], 1);
+  EXPECT_EQ(json["ranks"][0]["world_size"], 5);
+}
+
+TEST(JobRanks, PeaksFromTheTraceAgreeWithTheStatistics) {
+  RankRun run;
+  run.keeps_metrics = true;
+  const Snapshot with = run_rank(0, run);
+  Snapshot without = with;
+  without.statistics.clear();
+  const RankSummary a = summarize_rank(with, "a");
+  const RankSummary b = summarize_rank(without, "b");
+  EXPECT_TRUE(a.peaks_from_statistics);
+  EXPECT_FALSE(b.peaks_from_statistics);
+  EXPECT_EQ(a.peak_reserved_bytes, b.peak_reserved_bytes);
+  EXPECT_EQ(a.peak_allocated_bytes, b.peak_allocated_bytes);
+  EXPECT_FALSE(b.alloc_retries.has_value());
+}
+
+TEST(JobRanks, RanksComeFromFileNames) {
+  const std::pair<const char*, std::optional<int64_t>> cases[] = {
+      {"rank3.pickle", 3},
+      {"snapshot_rank_12.pickle.gz", 12},
+      {"RANK-7.msgpack", 7},
+      {"out/snapshot_3.pickle", 3},
+      {"oom-5.pkl.gz", 5},
+      {"job/rank2/snapshot.pickle", 2},
+      {"job/rank2/", 2},
+      {"gpt2.pickle", std::nullopt},
+      {"snapshot.pickle", std::nullopt},
+      {"rank.pickle", std::nullopt},
+      {"rank99999999999.pickle", std::nullopt},
+      {"", std::nullopt},
+      {"_", std::nullopt},
+      {".pickle", std::nullopt},
+  };
+  for (const auto& [name, rank] : cases) EXPECT_EQ(rank_from_file_name(name), rank) << name;
+}
+
+TEST(JobRanks, PyTorchPicklesTakeTheirRankFromTheirNames) {
+  const Result<LoadedSnapshot> pickle = load_snapshot(std::string(MEMSNAP_TEST_DATA_DIR) + "/pytorch-2.11/mlp_train.pickle");
+  ASSERT_TRUE(pickle.ok()) << pickle.error();
+  std::map<std::string, Snapshot> files;
+  files["run/snapshot_1.pickle"] = pickle.value().snapshot;
+  files["run/snapshot_0.pickle"] = pickle.value().snapshot;
+  files["run/gpu3-of-4.pickle"] = pickle.value().snapshot;
+  {
+    const Result<JobRanks> job = summarize_job(names_of(files), loader_of(files));
+    ASSERT_TRUE(job.ok()) << job.error();
+    // "gpu3-of-4" ends in 4, which is a guess the default rule makes; ranks 0 and 1 first.
+    EXPECT_EQ(job.value().ranks[0].rank, 0);
+    EXPECT_EQ(job.value().ranks[0].rank_from, "file name");
+    EXPECT_EQ(job.value().ranks[1].rank, 1);
+    EXPECT_FALSE(job.value().ranks[0].peaks_from_statistics);
+    EXPECT_GT(job.value().ranks[0].peak_reserved_bytes, 0u);
+  }
+  JobRanksOptions options;
+  options.rank_pattern = "gpu(\\d+)";
+  const Result<JobRanks> job = summarize_job(names_of(files), loader_of(files), options);
+  ASSERT_TRUE(job.ok()) << job.error();
+  EXPECT_EQ(job.value().ranks[0].rank, 3);
+  EXPECT_EQ(job.value().ranks[0].rank_from, "--rank-pattern");
+  EXPECT_FALSE(job.value().ranks[1].rank.has_value());  // the pattern replaces the default rule
+  EXPECT_NE(job_ranks_to_text(job.value()).find("name no rank"), std::string::npos);
+}
+
+TEST(JobRanks, MissingDuplicateAndUnreadableFilesAreSaidNotFatal) {
+  std::map<std::string, Snapshot> files;
+  for (int64_t rank : {0, 1, 1, 3}) {
+    RankRun run;
+    run.world_size = 6;
+    files["job/r" + std::to_string(files.size()) + "/rank" + std::to_string(rank) + ".msgpack"] = run_rank(rank, run);
+  }
+  std::vector<std::string> names = names_of(files);
+  names.push_back("job/broken.msgpack");
+  const Result<JobRanks> result = summarize_job(names, loader_of(files));
+  ASSERT_TRUE(result.ok()) << result.error();
+  const JobRanks& job = result.value();
+  EXPECT_EQ(job.ranks.size(), 4u);
+  ASSERT_EQ(job.skipped.size(), 1u);
+  EXPECT_EQ(job.skipped[0].file, "job/broken.msgpack");
+  const std::string text = job_ranks_to_text(job);
+  EXPECT_NE(text.find("more than one snapshot for rank 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("no snapshot for rank 2, 4, 5 of a world of 6"), std::string::npos) << text;
+  EXPECT_NE(text.find("broken.msgpack: job/broken.msgpack: no such file"), std::string::npos) << text;
+
+  const Result<JobRanks> none = summarize_job({"a", "b"}, loader_of(files));
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.error().find("no snapshot could be read"), std::string::npos);
+  EXPECT_FALSE(summarize_job({}, loader_of(files)).ok());
+}
+
+TEST(JobRanks, ABadRankPatternIsOneClearError) {
+  std::map<std::string, Snapshot> files;
+  files["rank0.msgpack"] = run_rank(0, {});
+  JobRanksOptions options;
+  options.rank_pattern = "rank(\\d+";
+  Result<JobRanks> job = summarize_job(names_of(files), loader_of(files), options);
+  ASSERT_FALSE(job.ok());
+  EXPECT_NE(job.error().find("not a regular expression"), std::string::npos) << job.error();
+  options.rank_pattern = "rank\\d+";
+  job = summarize_job(names_of(files), loader_of(files), options);
+  ASSERT_FALSE(job.ok());
+  EXPECT_NE(job.error().find("needs a group"), std::string::npos) << job.error();
+}
+
+}  // namespace job_ranks_test

@@ -1,0 +1,73 @@
+// A whole job's memory in one table: every rank's summary (rank_summary.h), the median rank,
+// the ranks that ran out of memory, and the outliers — ranks whose peak reserved memory is
+// `outlier_percent` above or below the median rank's — with the call sites whose live bytes
+// at the peak differ most from the median rank's. Snapshots are loaded, summarized and
+// dropped one per worker thread, so memory follows the largest file, not the job's sum.
+// `memsnap ranks` and the web viewer's Ranks view.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "allocator/result.h"
+#include "snapshot/snapshot.h"
+#include "viewer/rank_summary.h"
+
+namespace memsnap {
+
+struct JobRanksOptions {
+  // A regular expression with one group that captures the rank from a file's base name, for
+  // snapshots that carry none (PyTorch pickles). Without it: rank_from_file_name.
+  std::string rank_pattern;
+  double outlier_percent = 20;
+  size_t threads = 0;  // 0: the machine's cores, at most 8
+  size_t max_site_differences = 5;
+};
+
+struct SiteDifference {
+  std::string site;
+  uint64_t rank_bytes = 0;
+  uint64_t median_bytes = 0;
+  int64_t difference() const { return static_cast<int64_t>(rank_bytes) - static_cast<int64_t>(median_bytes); }
+};
+
+struct RankOutlier {
+  size_t row = 0;            // into JobRanks::ranks
+  double percent = 0;        // peak reserved against the median rank's, +25 = 25% more
+  std::vector<SiteDifference> sites;  // largest difference first
+};
+
+struct SkippedFile {
+  std::string file;
+  std::string error;
+};
+
+struct JobRanks {
+  std::vector<RankSummary> ranks;  // by rank (unknown ranks last), then file
+  std::vector<SkippedFile> skipped;
+  size_t median_row = 0;
+  std::vector<RankOutlier> outliers;  // largest first
+  std::vector<size_t> oom_rows;       // ranks that ran out of memory, earliest first
+  std::vector<std::string> notes;     // duplicate ranks, ranks of the world with no snapshot
+  double outlier_percent = 20;
+};
+
+using SnapshotLoader = std::function<Result<Snapshot>(const std::string& file)>;
+
+// Fails when no file loads or the rank pattern is not a valid expression with one group.
+Result<JobRanks> summarize_job(const std::vector<std::string>& files, const SnapshotLoader& load,
+                               const JobRanksOptions& options = {});
+
+// Outliers and OOM rows from summaries already made (summarize_job ends with it).
+void compare_ranks(JobRanks& job, const JobRanksOptions& options);
+
+nlohmann::json rank_summary_to_json(const RankSummary& rank);
+nlohmann::json job_ranks_to_json(const JobRanks& job);
+std::string job_ranks_to_text(const JobRanks& job);
+
+}  // namespace memsnap

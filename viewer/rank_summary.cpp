@@ -1,0 +1,265 @@
+#include "viewer/rank_summary.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <unordered_map>
+
+#include "viewer/frame_labels.h"
+#include "viewer/snapshot_stats.h"
+
+namespace memsnap {
+namespace {
+
+std::optional<int64_t> statistic(const Statistics& statistics, std::string_view key) {
+  for (const auto& [name, value] : statistics)
+    if (name == key) return value;
+  return std::nullopt;
+}
+
+// A trace entry's effect on active (allocated and not yet reusable) and reserved bytes.
+int64_t active_change(const TraceEntry& e) {
+  if (e.action == TraceAction::kAlloc) return static_cast<int64_t>(e.size);
+  if (e.action == TraceAction::kFreeCompleted) return -static_cast<int64_t>(e.size);
+  return 0;
+}
+int64_t reserved_change(const TraceEntry& e) {
+  if (e.action == TraceAction::kSegmentAlloc || e.action == TraceAction::kSegmentMap) return static_cast<int64_t>(e.size);
+  if (e.action == TraceAction::kSegmentFree || e.action == TraceAction::kSegmentUnmap) return -static_cast<int64_t>(e.size);
+  return 0;
+}
+
+// The value before the trace's first entry, given the value at the snapshot and the entries'
+// net change (a trace that lost its oldest entries to the ring buffer starts mid-run).
+int64_t start_value(uint64_t at_snapshot, const std::vector<TraceEntry>& trace, int64_t (*change)(const TraceEntry&)) {
+  int64_t net = 0;
+  for (const TraceEntry& e : trace) net += change(e);
+  return std::max<int64_t>(0, static_cast<int64_t>(at_snapshot) - net);
+}
+
+struct DeviceBytes {
+  uint64_t reserved = 0;
+  uint64_t active = 0;
+};
+
+std::vector<DeviceBytes> bytes_by_device(const Snapshot& snapshot, size_t devices) {
+  std::vector<DeviceBytes> out(devices);
+  for (const SnapshotSegment& segment : snapshot.segments) {
+    if (segment.device < 0 || static_cast<size_t>(segment.device) >= devices) continue;
+    out[segment.device].reserved += segment.total_size;
+    out[segment.device].active += segment.active_size;
+  }
+  return out;
+}
+
+// Live bytes by stack at event `peak` of `trace` (entries before it applied), starting from
+// `start_active` bytes whose stacks the trace does not know.
+std::unordered_map<StackIndex, uint64_t> live_by_stack_at(const std::vector<TraceEntry>& trace, size_t peak,
+                                                          int64_t start_active) {
+  struct Live {
+    uint64_t size;
+    StackIndex stack;
+  };
+  std::unordered_map<uint64_t, Live> live;
+  int64_t before_trace = start_active;
+  for (size_t i = 0; i < peak && i < trace.size(); ++i) {
+    const TraceEntry& e = trace[i];
+    if (e.action == TraceAction::kAlloc) {
+      live[e.address] = {e.size, e.stack};
+    } else if (e.action == TraceAction::kFreeCompleted) {
+      auto it = live.find(e.address);
+      if (it != live.end())
+        live.erase(it);
+      else
+        before_trace -= static_cast<int64_t>(e.size);
+    }
+  }
+  std::unordered_map<StackIndex, uint64_t> by_stack;
+  for (const auto& [address, block] : live) by_stack[block.stack] += block.size;
+  if (before_trace > 0) by_stack[kNoStackIndex - 1] += static_cast<uint64_t>(before_trace);
+  return by_stack;
+}
+
+std::vector<SiteBytes> top_sites(const Snapshot& snapshot, const std::unordered_map<StackIndex, uint64_t>& by_stack) {
+  std::unordered_map<std::string, uint64_t> by_site;
+  for (const auto& [stack, bytes] : by_stack) {
+    const std::string site = stack == kNoStackIndex - 1 ? "<allocated before the trace began>"
+                             : stack >= 0 && static_cast<size_t>(stack) >= snapshot.stacks.size()
+                                 ? "<no stack recorded>"
+                                 : call_site_label(snapshot, stack);
+    by_site[site] += bytes;
+  }
+  std::vector<SiteBytes> sites;
+  sites.reserve(by_site.size());
+  for (auto& [site, bytes] : by_site) sites.push_back({site, bytes});
+  std::sort(sites.begin(), sites.end(), [](const SiteBytes& a, const SiteBytes& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.site < b.site;
+  });
+  if (sites.size() > RankSummary::kMaxSites) sites.resize(RankSummary::kMaxSites);
+  return sites;
+}
+
+std::optional<int64_t> digits_at(std::string_view text, size_t at) {
+  size_t end = at;
+  while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+  if (end == at || end - at > 9) return std::nullopt;
+  int64_t value = 0;
+  std::from_chars(text.data() + at, text.data() + end, value);
+  return value;
+}
+
+// The number after "rank" in a name, if any.
+std::optional<int64_t> rank_word(std::string name) {
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (size_t at = name.find("rank"); at != std::string::npos; at = name.find("rank", at + 1)) {
+    size_t digits = at + 4;
+    if (digits < name.size() && (name[digits] == '_' || name[digits] == '-' || name[digits] == '=' || name[digits] == '.'))
+      ++digits;
+    if (auto rank = digits_at(name, digits)) return rank;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+RankSummary summarize_rank(const Snapshot& snapshot, std::string file) {
+  RankSummary out;
+  out.file = std::move(file);
+  out.rank = snapshot.process.rank;
+  if (out.rank) out.rank_from = "snapshot";
+  out.host = snapshot.process.host;
+  out.pid = snapshot.process.pid;
+  out.world_size = snapshot.process.world_size;
+  out.source = snapshot.source;
+
+  const std::vector<int64_t> devices = devices_of(snapshot);
+  out.devices = devices.size();
+  size_t device_slots = snapshot.device_traces.size();
+  for (int64_t d : devices) device_slots = std::max(device_slots, static_cast<size_t>(d) + 1);
+  const std::vector<DeviceBytes> final_bytes = bytes_by_device(snapshot, device_slots);
+
+  MemoryTotals totals;
+  for (const SnapshotSegment& segment : snapshot.segments) totals.add(segment);
+  out.segments = totals.segments;
+  out.reserved_bytes = totals.reserved_bytes;
+  out.allocated_bytes = totals.allocated_bytes;
+  out.fragmentation = totals.reserved_bytes
+                          ? static_cast<double>(totals.inactive_split_bytes) / static_cast<double>(totals.reserved_bytes)
+                          : 0.0;
+
+  // Peaks: the statistics cover the process's whole life; the trace only its own window.
+  bool have_statistics = false;
+  uint64_t stat_reserved = 0, stat_allocated = 0;
+  int64_t retries = 0, stat_ooms = 0;
+  for (const Statistics& statistics : snapshot.statistics) {
+    const auto reserved = statistic(statistics, "reserved_bytes.all.peak");
+    const auto allocated = statistic(statistics, "allocated_bytes.all.peak");
+    if (!reserved || !allocated) continue;
+    have_statistics = true;
+    stat_reserved += static_cast<uint64_t>(std::max<int64_t>(0, *reserved));
+    stat_allocated += static_cast<uint64_t>(std::max<int64_t>(0, *allocated));
+    retries += std::max<int64_t>(0, statistic(statistics, "num_alloc_retries").value_or(0));
+    stat_ooms += std::max<int64_t>(0, statistic(statistics, "num_ooms").value_or(0));
+  }
+
+  uint64_t trace_reserved_peak = 0, trace_active_peak = 0, trace_ooms = 0;
+  size_t longest = 0;
+  for (size_t d = 0; d < snapshot.device_traces.size(); ++d) {
+    const std::vector<TraceEntry>& trace = snapshot.device_traces[d];
+    out.trace_events += trace.size();
+    if (trace.size() > snapshot.device_traces[longest].size()) longest = d;
+    int64_t reserved = start_value(final_bytes[d].reserved, trace, reserved_change);
+    int64_t active = start_value(final_bytes[d].active, trace, active_change);
+    int64_t reserved_peak = reserved, active_peak = active;
+    for (size_t i = 0; i < trace.size(); ++i) {
+      const TraceEntry& e = trace[i];
+      reserved += reserved_change(e);
+      active += active_change(e);
+      reserved_peak = std::max(reserved_peak, reserved);
+      active_peak = std::max(active_peak, active);
+      if (e.action != TraceAction::kOom) continue;
+      ++trace_ooms;
+      RankOom oom;
+      oom.device = static_cast<int64_t>(d);
+      oom.event = i;
+      oom.time_us = e.time_us;
+      if (snapshot.source == "pytorch")
+        oom.unix_time_us = e.time_us;  // PyTorch's trace times are Unix times
+      else if (snapshot.process.clock_offset_us != 0)
+        oom.unix_time_us = e.time_us + snapshot.process.clock_offset_us;
+      oom.requested_bytes = e.size;
+      if (e.address > 0) oom.device_free_bytes = e.address;
+      const bool later = !out.last_oom || (oom.unix_time_us && out.last_oom->unix_time_us
+                                               ? *oom.unix_time_us >= *out.last_oom->unix_time_us
+                                               : oom.time_us >= out.last_oom->time_us);
+      if (later) out.last_oom = oom;
+    }
+    trace_reserved_peak += static_cast<uint64_t>(std::max<int64_t>(0, reserved_peak));
+    trace_active_peak += static_cast<uint64_t>(std::max<int64_t>(0, active_peak));
+  }
+  if (have_statistics) {
+    out.peaks_from_statistics = true;
+    out.peak_reserved_bytes = stat_reserved;
+    out.peak_allocated_bytes = stat_allocated;
+    out.alloc_retries = retries;
+    out.ooms = std::max<uint64_t>(static_cast<uint64_t>(stat_ooms), trace_ooms);
+  } else {
+    out.peak_reserved_bytes = std::max(trace_reserved_peak, out.reserved_bytes);
+    out.peak_allocated_bytes = std::max(trace_active_peak, out.allocated_bytes);
+    out.ooms = trace_ooms;
+  }
+
+  // The longest trace's active memory over time, and what was live at its peak.
+  std::unordered_map<StackIndex, uint64_t> at_peak;
+  if (!snapshot.device_traces.empty() && !snapshot.device_traces[longest].empty()) {
+    const std::vector<TraceEntry>& trace = snapshot.device_traces[longest];
+    const int64_t start = start_value(final_bytes[longest].active, trace, active_change);
+    const size_t points = std::min(RankSummary::kTimelinePoints, trace.size());
+    out.active_timeline.assign(points, 0);
+    int64_t active = start, peak_value = start;
+    size_t peak_at = 0;  // entries applied at the peak
+    for (size_t i = 0; i < trace.size(); ++i) {
+      active += active_change(trace[i]);
+      if (active > peak_value) peak_value = active, peak_at = i + 1;
+      uint64_t& point = out.active_timeline[i * points / trace.size()];
+      point = std::max(point, static_cast<uint64_t>(std::max<int64_t>(0, active)));
+    }
+    at_peak = live_by_stack_at(trace, peak_at, start);
+  } else {
+    for (const SnapshotSegment& segment : snapshot.segments)
+      for (const SnapshotBlock& block : segment.blocks)
+        if (block.state != BlockState::kInactive) at_peak[block.stack] += block.size;
+  }
+  out.sites_at_peak = top_sites(snapshot, at_peak);
+  return out;
+}
+
+std::optional<int64_t> rank_from_file_name(std::string_view path) {
+  while (!path.empty() && path.back() == '/') path.remove_suffix(1);
+  const size_t slash = path.find_last_of('/');
+  std::string name(path.substr(slash == std::string_view::npos ? 0 : slash + 1));
+  if (auto rank = rank_word(name)) return rank;
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  // "snapshot_3.pickle.gz": drop the extensions (a dot followed by letters), then take the
+  // number after the last separator.
+  size_t end = name.size();
+  while (true) {
+    const size_t dot = name.rfind('.', end == 0 ? 0 : end - 1);
+    if (dot == std::string::npos || dot == 0) break;
+    const std::string_view extension(name.data() + dot + 1, end - dot - 1);
+    if (extension.empty() || !std::all_of(extension.begin(), extension.end(), [](unsigned char c) { return std::isalpha(c); }))
+      break;
+    end = dot;
+  }
+  size_t start = end;
+  while (start > 0 && std::isdigit(static_cast<unsigned char>(name[start - 1]))) --start;
+  if (start != end && start > 0 && (name[start - 1] == '_' || name[start - 1] == '-'))
+    return digits_at(std::string_view(name).substr(0, end), start);
+  // "rank3/snapshot.pickle": the folder says it.
+  if (slash == std::string_view::npos) return std::nullopt;
+  const std::string_view folder = path.substr(0, slash);
+  const size_t folder_slash = folder.find_last_of('/');
+  return rank_word(std::string(folder.substr(folder_slash == std::string_view::npos ? 0 : folder_slash + 1)));
+}
+
+}  // namespace memsnap
