@@ -44,10 +44,10 @@ CommandRunner add_ranks_command(CLI::App& app) {
     job_options.rank_pattern = options->rank_pattern;
     job_options.outlier_percent = options->outlier_percent;
     job_options.threads = options->threads;
-    const SnapshotLoader load = [](const std::string& file) -> Result<Snapshot> {
+    const SnapshotLoader load = [](const std::string& file) -> Result<std::shared_ptr<const Snapshot>> {
       Result<LoadedSnapshot> loaded = load_snapshot(file);
-      if (!loaded) return Result<Snapshot>::failure(loaded.error());
-      return std::move(loaded).value().snapshot;
+      if (!loaded) return Result<std::shared_ptr<const Snapshot>>::failure(loaded.error());
+      return std::make_shared<const Snapshot>(std::move(std::move(loaded).value().snapshot));
     };
     Result<JobRanks> job = summarize_job(files.value(), load, job_options);
     if (!job) throw CommandError(job.error());

@@ -1,4 +1,4 @@
-// memsnap serve [--host H] [--port P] [--max-upload-mb N] [--max-snapshots N] FILE...
+// memsnap serve [--host H] [--port P] [--max-upload-mb N] [--max-snapshots N] [--rank-pattern RE] FILE_OR_DIR...
 #include "cli/command.h"
 
 #include <pthread.h>
@@ -13,7 +13,13 @@
 #include <memory>
 #include <thread>
 
+#include <filesystem>
+#include <map>
+
+#include "snapshot/snapshot_files.h"
+#include "viewer/job_ranks.h"
 #include "web/cached_views.h"
+#include "web/job_catalog.h"
 #include "web/viewer_server.h"
 
 namespace memsnap::cli {
@@ -56,13 +62,18 @@ CommandRunner add_serve_command(CLI::App& app) {
     int port = 8080;
     uint64_t max_upload_mb = 512;
     size_t max_snapshots = 32;
+    std::string rank_pattern;
   };
   auto options = std::make_shared<Options>();
   CLI::App* command = app.add_subcommand(
       "serve",
       "Serve the web viewer: flamegraph, segments, timeline, trace, compare and stats views of the "
-      "given snapshots (more can be uploaded from the page) at http://127.0.0.1:PORT/. Ctrl-C stops it.");
-  command->add_option("FILE", options->files, "snapshot files to open");
+      "given snapshots (more can be uploaded from the page) at http://127.0.0.1:PORT/. Given a folder "
+      "or several snapshots of a distributed job, a Ranks view compares the ranks and opens each on "
+      "demand. Ctrl-C stops it.");
+  command->add_option("FILE_OR_DIR", options->files, "snapshot files to open, or folders of a job's rank snapshots");
+  command->add_option("--rank-pattern", options->rank_pattern,
+                      "regular expression whose first group is the rank in a file name (as memsnap ranks)");
   command->add_option("--host", options->host,
                       "address to listen on (default 127.0.0.1; anything else exposes your snapshots to the network)");
   command->add_option("--port", options->port, "port (default 8080; 0 picks a free one)")->check(CLI::Range(0, 65535));
@@ -78,19 +89,51 @@ CommandRunner add_serve_command(CLI::App& app) {
     // through it and a long-running viewer's footprint grows with uploads it no longer holds.
     mallopt(M_ARENA_MAX, 2);
 #endif
-    web::SnapshotStore store(std::max(options->max_snapshots, options->files.size()));
-    for (const std::string& file : options->files) {
-      auto added = store.add_file(file);
-      if (!added) throw CommandError(added.error());
-      web::warm_up(*added.value());
-      std::fprintf(stderr, "memsnap serve: loaded %s (%llu trace events)\n", file.c_str(),
-                   static_cast<unsigned long long>(added.value()->trace_events));
+    Result<std::vector<std::string>> files = expand_snapshot_paths(options->files);
+    if (!files) throw CommandError(files.error());
+    bool any_folder = false;
+    for (const std::string& path : options->files) {
+      std::error_code error;
+      any_folder |= std::filesystem::is_directory(path, error);
+    }
+    // A folder is a job: its ranks are summarized now and each opened when asked for. Files
+    // named one by one are opened now, and compared as ranks too when there are several.
+    web::SnapshotStore store(any_folder ? options->max_snapshots : std::max(options->max_snapshots, files.value().size()));
+    std::map<std::string, std::shared_ptr<const web::StoredSnapshot>> opened;
+    if (!any_folder) {
+      for (const std::string& file : files.value()) {
+        auto added = store.add_file(file);
+        if (!added) throw CommandError(added.error());
+        web::warm_up(*added.value());
+        opened[file] = added.value();
+        std::fprintf(stderr, "memsnap serve: loaded %s (%llu trace events)\n", file.c_str(),
+                     static_cast<unsigned long long>(added.value()->trace_events));
+      }
+    }
+    std::unique_ptr<web::JobCatalog> job;
+    if (any_folder || files.value().size() > 1) {
+      JobRanksOptions job_options;
+      job_options.rank_pattern = options->rank_pattern;
+      const SnapshotLoader load = [&opened](const std::string& file) -> Result<std::shared_ptr<const Snapshot>> {
+        if (auto it = opened.find(file); it != opened.end())
+          return std::shared_ptr<const Snapshot>(it->second, &it->second->loaded.snapshot);
+        Result<LoadedSnapshot> loaded = load_snapshot(file);
+        if (!loaded) return Result<std::shared_ptr<const Snapshot>>::failure(loaded.error());
+        return std::make_shared<const Snapshot>(std::move(std::move(loaded).value().snapshot));
+      };
+      Result<JobRanks> ranks = summarize_job(files.value(), load, job_options);
+      if (!ranks) throw CommandError(ranks.error());
+      for (const SkippedFile& skipped : ranks.value().skipped)
+        std::fprintf(stderr, "memsnap serve: not a rank: %s\n", skipped.error.c_str());
+      std::fprintf(stderr, "memsnap serve: %zu ranks (the Ranks view)\n", ranks.value().ranks.size());
+      job = std::make_unique<web::JobCatalog>(store, std::move(ranks).value());
+      for (const auto& [file, stored] : opened) job->note_open(file, stored->id);
     }
     web::ServerOptions server_options;
     server_options.host = options->host;
     server_options.port = options->port;
     server_options.limits.max_upload_bytes = options->max_upload_mb << 20;
-    web::ViewerServer server(store, server_options);
+    web::ViewerServer server(store, server_options, job.get());
     if (!web::is_loopback_host(options->host))
       std::fprintf(stderr, "memsnap serve: warning: listening on %s: anyone who can reach this machine can read "
                            "the snapshots and upload files\n", options->host.c_str());

@@ -156,12 +156,12 @@ Result<JobRanks> summarize_job(const std::vector<std::string>& files, const Snap
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t i = next++; i < files.size(); i = next++) {
-      Result<Snapshot> snapshot = load(files[i]);
-      if (!snapshot) {
-        errors[i] = snapshot.error();
+      Result<std::shared_ptr<const Snapshot>> snapshot = load(files[i]);
+      if (!snapshot || !snapshot.value()) {
+        errors[i] = snapshot ? std::string("not loaded") : snapshot.error();
         continue;
       }
-      summaries[i] = summarize_rank(snapshot.value(), files[i]);
+      summaries[i] = summarize_rank(*snapshot.value(), files[i]);
       name_rank(*summaries[i], pattern);
     }
   };

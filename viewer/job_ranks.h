@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,7 +58,9 @@ struct JobRanks {
   double outlier_percent = 20;
 };
 
-using SnapshotLoader = std::function<Result<Snapshot>(const std::string& file)>;
+// Gives a file's snapshot; shared so a caller that already holds it (memsnap serve's store)
+// lends it without a copy.
+using SnapshotLoader = std::function<Result<std::shared_ptr<const Snapshot>>(const std::string& file)>;
 
 // Fails when no file loads or the rank pattern is not a valid expression with one group.
 Result<JobRanks> summarize_job(const std::vector<std::string>& files, const SnapshotLoader& load,

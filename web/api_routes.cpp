@@ -250,6 +250,34 @@ void add_view_routes(httplib::Server& server, SnapshotStore& store) {
   });
 }
 
+size_t rank_row(const JobCatalog& job, const std::string& text) {
+  if (text.size() > 9 || std::stoull(text) >= job.ranks()) throw ApiError(404, "no rank row " + text.substr(0, 24));
+  return std::stoull(text);
+}
+
+void add_rank_routes(httplib::Server& server, JobCatalog* job) {
+  auto require_job = [job]() -> JobCatalog& {
+    if (!job) throw ApiError(404, "no job here: memsnap serve shows ranks when given a folder or several snapshots");
+    return *job;
+  };
+  server.Get("/api/ranks", guarded([require_job](const httplib::Request&, httplib::Response& response) {
+    send(response, require_job().table_json(), kJson);
+  }));
+  server.Get(R"(/api/ranks/(\d+))", guarded([require_job](const httplib::Request& request, httplib::Response& response) {
+    JobCatalog& catalog = require_job();
+    response.set_content(catalog.rank_json(rank_row(catalog, request.matches[1])), kJson);
+  }));
+  server.Post(R"(/api/ranks/(\d+)/open)", guarded([require_job](const httplib::Request& request, httplib::Response& response) {
+    // A content type a cross-site form cannot send without a preflight this server never grants.
+    if (request.get_header_value("Content-Type").rfind("application/json", 0) != 0)
+      throw ApiError(415, "opening a rank needs Content-Type: application/json");
+    JobCatalog& catalog = require_job();
+    auto opened = catalog.open(rank_row(catalog, request.matches[1]));
+    if (!opened) throw ApiError(422, opened.error());
+    response.set_content(json_body(snapshot_summary_json(*opened.value())), kJson);
+  }));
+}
+
 }  // namespace
 
 void send_json_error(httplib::Response& response, int status, const std::string& message) {
@@ -257,7 +285,7 @@ void send_json_error(httplib::Response& response, int status, const std::string&
   response.set_content(json_body(json{{"error", message}}) + "\n", kJson);
 }
 
-void add_api_routes(httplib::Server& server, SnapshotStore& store, const ApiLimits& limits) {
+void add_api_routes(httplib::Server& server, SnapshotStore& store, const ApiLimits& limits, JobCatalog* job) {
   server.Get("/api/snapshots", guarded([&store](const httplib::Request&, httplib::Response& response) {
     json list = json::array();
     for (const Stored& s : store.list()) list.push_back(snapshot_summary_json(*s));
@@ -285,6 +313,7 @@ void add_api_routes(httplib::Server& server, SnapshotStore& store, const ApiLimi
     const double min_share = params.real("min_share", 0, 1).value_or(kDefaultMinShare);
     send(response, compare_view(*before, *after, view_options(params, {before.get(), after.get()}), min_share), kJson);
   }));
+  add_rank_routes(server, job);
   // Anything else under /api is a JSON 404, not the UI's page.
   auto unknown = guarded([](const httplib::Request& request, httplib::Response&) {
     throw ApiError(404, "no such API route: " + request.path.substr(0, 200));

@@ -7,6 +7,7 @@
 
 #include <httplib.h>
 
+#include "web/job_catalog.h"
 #include "web/snapshot_store.h"
 
 namespace memsnap::web {
@@ -15,7 +16,8 @@ struct ApiLimits {
   uint64_t max_upload_bytes = uint64_t{512} << 20;
 };
 
-void add_api_routes(httplib::Server& server, SnapshotStore& store, const ApiLimits& limits);
+// `job` (may be null): the ranks of a job the server was given, under /api/ranks.
+void add_api_routes(httplib::Server& server, SnapshotStore& store, const ApiLimits& limits, JobCatalog* job);
 
 // {"error": message} with `status`, for every refusal the server makes.
 void send_json_error(httplib::Response& response, int status, const std::string& message);

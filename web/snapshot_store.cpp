@@ -27,13 +27,14 @@ std::shared_ptr<const std::string> StoredSnapshot::cached(const std::string& key
   return made;
 }
 
-Result<std::shared_ptr<const StoredSnapshot>> SnapshotStore::add_file(const std::string& path) {
+Result<std::shared_ptr<const StoredSnapshot>> SnapshotStore::add_file(const std::string& path, std::string name) {
   Result<LoadedSnapshot> loaded = load_snapshot(path);
   if (!loaded) return Result<std::shared_ptr<const StoredSnapshot>>::failure(loaded.error());
   struct stat info {};
   const uint64_t file_bytes = ::stat(path.c_str(), &info) == 0 ? static_cast<uint64_t>(info.st_size) : 0;
   const size_t slash = path.rfind('/');
-  auto kept = keep(slash == std::string::npos ? path : path.substr(slash + 1), file_bytes, std::move(loaded).value());
+  if (name.empty()) name = slash == std::string::npos ? path : path.substr(slash + 1);
+  auto kept = keep(std::move(name), file_bytes, std::move(loaded).value());
   if (!kept)
     return Result<std::shared_ptr<const StoredSnapshot>>::failure(
         path + ": already holding " + std::to_string(max_snapshots_) + " snapshots (the limit)");

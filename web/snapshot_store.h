@@ -46,8 +46,9 @@ class SnapshotStore {
 
   // Keeps a parsed snapshot; nothing (null) when the store already holds max_snapshots.
   std::shared_ptr<const StoredSnapshot> keep(std::string name, uint64_t file_bytes, LoadedSnapshot loaded);
-  // Loads a file (any format memsnap reads) and keeps it; the error names the file.
-  Result<std::shared_ptr<const StoredSnapshot>> add_file(const std::string& path);
+  // Loads a file (any format memsnap reads) and keeps it, named `name` or else by the file's
+  // base name; the error names the file.
+  Result<std::shared_ptr<const StoredSnapshot>> add_file(const std::string& path, std::string name = "");
 
   std::shared_ptr<const StoredSnapshot> find(const std::string& id) const;
   bool remove(const std::string& id);

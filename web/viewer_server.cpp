@@ -59,8 +59,8 @@ bool is_loopback_host(const std::string& host) {
   return ::inet_pton(AF_INET, host.c_str(), &address) == 1 && (ntohl(address.s_addr) >> 24) == 127;
 }
 
-ViewerServer::ViewerServer(SnapshotStore& store, ServerOptions options)
-    : store_(store), options_(std::move(options)), server_(std::make_unique<httplib::Server>()) {
+ViewerServer::ViewerServer(SnapshotStore& store, ServerOptions options, JobCatalog* job)
+    : store_(store), options_(std::move(options)), job_(job), server_(std::make_unique<httplib::Server>()) {
   const size_t threads = options_.threads;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server_->set_read_timeout(options_.read_timeout_seconds, 0);
@@ -107,7 +107,7 @@ void ViewerServer::add_routes() {
     }
     return 100;
   });
-  add_api_routes(*server_, store_, options_.limits);
+  add_api_routes(*server_, store_, options_.limits, job_);
   server_->Get(".*", [](const httplib::Request& request, httplib::Response& response) {
     const auto asset = find_asset(request.path);
     if (!asset) {

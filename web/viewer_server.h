@@ -30,7 +30,8 @@ bool is_loopback_host(const std::string& host);
 
 class ViewerServer {
  public:
-  ViewerServer(SnapshotStore& store, ServerOptions options);
+  // `job` (may be null): the ranks of a job, for the Ranks view; it must outlive the server.
+  ViewerServer(SnapshotStore& store, ServerOptions options, JobCatalog* job = nullptr);
   ~ViewerServer();
   ViewerServer(const ViewerServer&) = delete;
   ViewerServer& operator=(const ViewerServer&) = delete;
@@ -48,6 +49,7 @@ class ViewerServer {
 
   SnapshotStore& store_;
   ServerOptions options_;
+  JobCatalog* job_ = nullptr;
   std::unique_ptr<httplib::Server> server_;
 };
 

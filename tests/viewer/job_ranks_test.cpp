@@ -80,10 +80,10 @@ Snapshot run_rank(int64_t rank, const RankRun& run) {
 }
 
 SnapshotLoader loader_of(const std::map<std::string, Snapshot>& files) {
-  return [&files](const std::string& file) -> Result<Snapshot> {
+  return [&files](const std::string& file) -> Result<std::shared_ptr<const Snapshot>> {
     auto it = files.find(file);
-    if (it == files.end()) return Result<Snapshot>::failure(file + ": no such file");
-    return it->second;
+    if (it == files.end()) return Result<std::shared_ptr<const Snapshot>>::failure(file + ": no such file");
+    return std::shared_ptr<const Snapshot>(std::shared_ptr<const Snapshot>(), &it->second);  // borrowed
   };
 }
 

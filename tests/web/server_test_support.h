@@ -28,13 +28,13 @@ class RunningServer {
     options.port = 0;
     options_ = options;
   }
-  // Loads files, then starts serving.
-  void start(const std::vector<std::string>& files) {
+  // Loads files, then starts serving (with a job's ranks when given).
+  void start(const std::vector<std::string>& files, JobCatalog* job = nullptr) {
     for (const std::string& file : files) {
       auto added = store_.add_file(file);
       ASSERT_TRUE(added) << added.error();
     }
-    server_ = std::make_unique<ViewerServer>(store_, options_);
+    server_ = std::make_unique<ViewerServer>(store_, options_, job);
     auto port = server_->bind();
     ASSERT_TRUE(port) << port.error();
     port_ = port.value();

@@ -63,5 +63,9 @@ export const api = {
   tune: (id, params) => request(`/api/snapshots/${id}/tune${query(params)}`),
   search: (id, params) => request(`/api/snapshots/${id}/search${query(withFrames(params))}`),
   trace: (id, params) => request(`/api/snapshots/${id}/trace${query(withFrames(params))}`),
+  ranks: () => request('/api/ranks'),
+  openRank: (row) => request(`/api/ranks/${row}/open`, {
+    method: 'POST', headers: { 'Content-Type': 'application/json' }, body: '{}',
+  }),
   compare: (before, after, params) => request(`/api/compare${query({ before, after, ...params })}`),
 };

@@ -1,12 +1,14 @@
 // The page: the list of open snapshots (pick one; Compare picks two), the view tabs, opening
 // files by picker or drag and drop, and the address bar (#view/id) so a view can be bookmarked
-// or reloaded.
+// or reloaded. A server given a job (a folder of rank snapshots) also has the Ranks view,
+// which needs no open snapshot and opens ranks on demand.
 import { allFramesShown, api, showAllFrames } from './api.js';
 import { counted, escapeHtml, humanBytes } from './format.js';
 import { hideTooltip, setMessage, unpinStacks } from './ui.js';
 import { renderCompare } from './compare_view.js';
 import { renderFlamegraph } from './flamegraph_view.js';
 import { renderOom } from './oom_view.js';
+import { loadJob, renderRanks } from './ranks_view.js';
 import { renderSegments } from './segments_view.js';
 import { renderStats } from './stats_view.js';
 import { renderTimeline } from './timeline_view.js';
@@ -14,9 +16,9 @@ import { renderTrace } from './trace_view.js';
 
 const views = {
   stats: renderStats, flamegraph: renderFlamegraph, segments: renderSegments,
-  timeline: renderTimeline, trace: renderTrace, compare: renderCompare, oom: renderOom,
+  timeline: renderTimeline, trace: renderTrace, compare: renderCompare, oom: renderOom, ranks: renderRanks,
 };
-const state = { snapshots: [], selected: null, view: 'stats' };
+const state = { snapshots: [], selected: null, view: 'stats', hasJob: false, compareBefore: null };
 let renderCount = 0;
 
 function readLocation() {
@@ -50,9 +52,10 @@ async function renderView() {
   const snapshot = state.snapshots.find(s => s.id === state.selected);
   // The OOM tab is offered only for a snapshot that holds an out-of-memory error.
   document.querySelector('.tabs button[data-view="oom"]').hidden = !(snapshot?.has_oom || state.view === 'oom');
+  document.querySelector('.tabs button[data-view="ranks"]').hidden = !state.hasJob;
   const mine = ++renderCount;
   container.replaceChildren();
-  if (!snapshot) {
+  if (!snapshot && !(state.view === 'ranks' && state.hasJob)) {
     container.innerHTML = `<div class="empty">Open a snapshot: memsnap <code>.msgpack</code> or PyTorch <code>.pickle</code> (gzip or not).<br>
       Use <b>Open snapshot…</b> above or drop files anywhere on this page.</div>`;
     return;
@@ -61,7 +64,7 @@ async function renderView() {
   const body = document.createElement('div');
   container.appendChild(body);
   try {
-    await views[state.view](body, { snapshot, snapshots: state.snapshots });
+    await views[state.view](body, { snapshot, snapshots: state.snapshots, compareBefore: state.compareBefore, openRank });
   } catch (error) {
     console.error(`${state.view} view:`, error.stack || error);
     if (mine === renderCount) body.innerHTML = `<div class="message error">${escapeHtml(error.message)}</div>`;
@@ -90,6 +93,26 @@ async function upload(files) {
   setTimeout(() => setMessage(''), 3000);
   if (last) state.selected = last.id;
   await refresh();
+  renderView();
+}
+
+// Opens a rank of the job (loading its snapshot on the server) in `view`; with `beforeRow`, the
+// Compare view shows that rank as "before".
+async function openRank(row, view, beforeRow = null) {
+  try {
+    setMessage('Opening the rank…');
+    const before = beforeRow === null ? null : await api.openRank(beforeRow);
+    const opened = await api.openRank(row);
+    setMessage('');
+    await refresh();
+    state.selected = opened.id;
+    state.compareBefore = before?.id ?? null;
+    state.view = view;
+  } catch (error) {
+    setMessage(error.message, true);
+    return;
+  }
+  renderSnapshotList();
   renderView();
 }
 
@@ -164,6 +187,11 @@ async function start() {
     setMessage(`Cannot reach the memsnap server: ${error.message}`, true);
     return;
   }
+  try {
+    await loadJob();
+    state.hasJob = true;
+    if (!location.hash.replace(/^#\/?/, '') && state.snapshots.length === 0) state.view = 'ranks';
+  } catch { /* not a job: no Ranks view */ }
   renderView();
 }
 

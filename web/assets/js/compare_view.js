@@ -22,15 +22,16 @@ function change(before, after) {
   return `${humanBytes(before)} → ${humanBytes(after)} <span class="${delta > 0 ? 'grew' : delta < 0 ? 'shrank' : ''}">(${signedBytes(delta)})</span>`;
 }
 
-export async function renderCompare(container, { snapshots, snapshot }) {
+export async function renderCompare(container, { snapshots, snapshot, compareBefore }) {
   if (snapshots.length < 2) {
     container.innerHTML = '<div class="empty">Open a second snapshot to compare (Open snapshot… or drop a file here).</div>';
     return;
   }
   const others = snapshots.filter(s => s.id !== snapshot.id);
+  const before = others.some(s => s.id === compareBefore) ? compareBefore : others[0].id;
   container.innerHTML = `
     <div class="toolbar">
-      <label>Before <select class="before" aria-label="Before">${options(snapshots, others[0].id)}</select></label>
+      <label>Before <select class="before" aria-label="Before">${options(snapshots, before)}</select></label>
       <label>After <select class="after" aria-label="After">${options(snapshots, snapshot.id)}</select></label>
       <span class="hint">red: grew · blue: shrank · width: before + after</span>
     </div>

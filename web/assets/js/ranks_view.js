@@ -1,0 +1,148 @@
+// Ranks: a distributed job's snapshots side by side (memsnap serve DIR). One row per rank,
+// sortable by any column, with each rank's active memory over its trace drawn on the same
+// scale for every rank; the rank that ran out of memory and the outliers against the median
+// rank stand out, with the call sites that make the difference. A row opens its rank's views;
+// "vs median" opens the Compare view against the median rank.
+import { api } from './api.js';
+import { escapeHtml, humanBytes, signedBytes } from './format.js';
+import { loading } from './ui.js';
+
+const columns = [
+  { key: 'rank', label: 'rank', num: true, value: r => r.rank ?? Infinity, show: r => r.rank ?? '?' },
+  { key: 'host', label: 'host', value: r => r.host || '', show: r => escapeHtml(r.host || '—') },
+  { key: 'peak_reserved_bytes', label: 'peak reserved', num: true, bytes: true },
+  { key: 'peak_allocated_bytes', label: 'peak allocated', num: true, bytes: true },
+  { key: 'reserved_bytes', label: 'reserved', num: true, bytes: true, title: 'when the snapshot was taken' },
+  { key: 'allocated_bytes', label: 'allocated', num: true, bytes: true, title: 'when the snapshot was taken' },
+  { key: 'fragmentation', label: 'frag', num: true, show: r => `${(100 * r.fragmentation).toFixed(1)}%`,
+    title: 'free bytes stranded in segments that hold live blocks, as a share of reserved' },
+  { key: 'segments', label: 'segments', num: true },
+  { key: 'alloc_retries', label: 'retries', num: true, value: r => r.alloc_retries ?? -1, show: r => r.alloc_retries ?? '—',
+    title: 'device allocations that failed and were retried after freeing the cache' },
+  { key: 'ooms', label: 'OOMs', num: true },
+  { key: 'versus', label: 'vs median', num: true, title: 'peak reserved against the median rank' },
+];
+
+// The job table, fetched once per page load (it never changes while the server runs).
+let jobPromise = null;
+export function loadJob() {
+  jobPromise ??= api.ranks().catch(error => { jobPromise = null; throw error; });
+  return jobPromise;
+}
+
+let sortKey = 'rank', descending = false, onlyNotable = false;
+
+function sparkline(values, scale) {
+  if (!values.length || !scale) return '<span class="hint">no trace</span>';
+  const w = 160, h = 26;
+  const step = values.length > 1 ? w / (values.length - 1) : 0;
+  const points = values.map((v, i) => `${(i * step).toFixed(1)},${(h - 1 - (h - 2) * v / scale).toFixed(1)}`).join(' ');
+  return `<svg class="spark" width="${w}" height="${h}" viewBox="0 0 ${w} ${h}" aria-hidden="true">
+    <polyline points="0,${h - 1} ${points} ${w},${h - 1}" /></svg>`;
+}
+
+function describeOom(r) {
+  const o = r.last_oom;
+  if (!o) return `${r.ooms} out-of-memory error(s), counted by the allocator`;
+  const free = o.device_free_bytes == null ? '' : `, ${humanBytes(o.device_free_bytes)} free on the device`;
+  return `asked for ${humanBytes(o.requested_bytes)} at event ${o.event.toLocaleString('en-US')} of device ${o.device}${free}`;
+}
+
+export async function renderRanks(container, { openRank }) {
+  loading(container, 'ranks');
+  const job = await loadJob();
+  const ranks = job.ranks.map((r, row) => ({ ...r, row }));
+  const median = ranks[job.median_row];
+  const outlierOf = new Map(job.outliers.map(o => [o.row, o]));
+  for (const r of ranks)
+    r.versus = median.peak_reserved_bytes ? 100 * (r.peak_reserved_bytes / median.peak_reserved_bytes - 1) : 0;
+  const scale = Math.max(1, ...ranks.map(r => Math.max(0, ...r.active_timeline)));
+  const name = r => (r.rank == null ? escapeHtml(r.file.split('/').pop()) : `rank ${r.rank}`);
+
+  const ooms = job.oom_rows.map(row => ranks[row]);
+  container.innerHTML = `
+    <div class="cards">
+      <div class="card"><div class="label">ranks</div><div class="value">${ranks.length.toLocaleString('en-US')}</div></div>
+      <div class="card" title="the rank in the middle when ordered by peak reserved memory"><div class="label">median rank</div>
+        <div class="value">${name(median)}: ${humanBytes(median.peak_reserved_bytes)}</div></div>
+      <div class="card"><div class="label">out of memory</div><div class="value ${ooms.length ? 'grew' : ''}">${
+        ooms.length ? ooms.slice(0, 3).map(name).join(', ') + (ooms.length > 3 ? ` +${ooms.length - 3}` : '') : 'none'}</div></div>
+      <div class="card" title="peak reserved ${job.outlier_percent}% or more from the median rank's"><div class="label">outliers</div>
+        <div class="value">${job.outliers.length}</div></div>
+    </div>
+    ${ooms.map(r => `<div class="oom-headline"><div class="cause">${name(r)} ran out of memory</div>
+      ${escapeHtml(describeOom(r))} · <button class="action" data-open="${r.row}" data-view="oom">Explain</button></div>`).join('')}
+    ${job.notes.map(n => `<div class="hint">note: ${escapeHtml(n)}</div>`).join('')}
+    ${job.skipped.length ? `<div class="hint">not read: ${job.skipped.slice(0, 5).map(s => escapeHtml(s.error)).join('; ')}${
+      job.skipped.length > 5 ? ` … ${job.skipped.length - 5} more` : ''}</div>` : ''}
+    <div class="toolbar">
+      <label><input type="checkbox" class="notable" ${onlyNotable ? 'checked' : ''}> only ranks that ran out of memory or stand out</label>
+      <span class="hint">click a rank to open its views · memory over time on one scale (${humanBytes(scale)} at the top)</span>
+    </div>
+    <div class="table-box"></div>
+    <div class="outliers"></div>`;
+
+  const box = container.querySelector('.table-box');
+  const drawTable = () => {
+    const column = columns.find(c => c.key === sortKey);
+    const value = column.value || (r => r[column.key]);
+    const shown = ranks.filter(r => !onlyNotable || r.ooms > 0 || outlierOf.has(r.row));
+    shown.sort((a, b) => {
+      const x = value(a), y = value(b);
+      const order = typeof x === 'string' ? x.localeCompare(y) : x - y;
+      return (descending ? -order : order) || a.row - b.row;
+    });
+    const cell = (c, r) => {
+      if (c.key === 'versus') {
+        if (r.row === job.median_row) return 'median';
+        const o = outlierOf.get(r.row);
+        return `<span class="${o ? (r.versus > 0 ? 'grew' : 'shrank') : ''}">${r.versus >= 0 ? '+' : ''}${r.versus.toFixed(0)}%</span>`;
+      }
+      if (c.show) return c.show(r);
+      return c.bytes ? humanBytes(r[c.key]) : escapeHtml(String(r[c.key]));
+    };
+    box.innerHTML = `<table class="data ranks"><thead><tr>${columns.map(c => `<th class="${c.num ? 'num' : ''} sortable"
+        data-sort="${c.key}" title="${escapeHtml(c.title || 'sort')}" aria-sort="${c.key === sortKey ? (descending ? 'descending' : 'ascending') : 'none'}">${
+        c.label}${c.key === sortKey ? (descending ? ' ▾' : ' ▴') : ''}</th>`).join('')}<th>active memory over time</th><th></th></tr></thead>
+      <tbody>${shown.map(r => `<tr data-row="${r.row}" class="${r.ooms ? 'oom' : outlierOf.has(r.row) ? 'outlier' : ''}" tabindex="0"
+          title="${escapeHtml(r.file)}">${columns.map(c => `<td class="${c.num ? 'num' : ''}">${cell(c, r)}</td>`).join('')}
+          <td>${sparkline(r.active_timeline, scale)}</td>
+          <td>${r.row === job.median_row ? '' : `<button class="action" data-compare="${r.row}">vs median</button>`}</td></tr>`).join('')}
+      </tbody></table>${shown.length ? '' : '<div class="hint">No rank ran out of memory or stands out.</div>'}`;
+  };
+  drawTable();
+
+  container.querySelector('.outliers').innerHTML = job.outliers.length ? `<h2>Outliers against the median rank (${name(median)})</h2>
+    ${job.outliers.slice(0, 50).map(o => {
+      const r = ranks[o.row];
+      return `<div class="outlier-box"><b>${name(r)}</b> reserves ${Math.abs(o.percent_vs_median).toFixed(0)}% ${o.percent_vs_median > 0 ? 'more' : 'less'}
+        than the median rank (${humanBytes(r.peak_reserved_bytes)} against ${humanBytes(median.peak_reserved_bytes)})
+        <button class="action" data-compare="${o.row}">Compare with the median rank</button>
+        ${o.sites.length ? `<table class="data"><thead><tr><th class="num">difference</th><th class="num">${name(r)}</th>
+          <th class="num">median rank</th><th>call site (live at each rank's peak)</th></tr></thead><tbody>${o.sites.map(s => `<tr>
+          <td class="num ${s.difference_bytes > 0 ? 'grew' : 'shrank'}">${signedBytes(s.difference_bytes)}</td>
+          <td class="num">${humanBytes(s.rank_bytes)}</td><td class="num">${humanBytes(s.median_bytes)}</td>
+          <td class="frame">${escapeHtml(s.site)}</td></tr>`).join('')}</tbody></table>` : ''}</div>`;
+    }).join('')}${job.outliers.length > 50 ? `<div class="hint">… and ${job.outliers.length - 50} more outliers</div>` : ''}` : '';
+
+  container.querySelector('.notable').addEventListener('change', e => { onlyNotable = e.target.checked; drawTable(); });
+  container.addEventListener('click', async e => {
+    const header = e.target.closest('th[data-sort]');
+    if (header) {
+      descending = header.dataset.sort === sortKey ? !descending : header.dataset.sort !== 'rank' && header.dataset.sort !== 'host';
+      sortKey = header.dataset.sort;
+      drawTable();
+      return;
+    }
+    const compare = e.target.closest('[data-compare]');
+    if (compare) { await openRank(Number(compare.dataset.compare), 'compare', job.median_row); return; }
+    const open = e.target.closest('[data-open]');
+    if (open) { await openRank(Number(open.dataset.open), open.dataset.view || 'stats'); return; }
+    const row = e.target.closest('tr[data-row]');
+    if (row) await openRank(Number(row.dataset.row), 'timeline');
+  });
+  container.addEventListener('keydown', async e => {
+    const row = e.target.closest('tr[data-row]');
+    if (row && e.key === 'Enter') await openRank(Number(row.dataset.row), 'timeline');
+  });
+}
