@@ -82,33 +82,49 @@ export async function renderRanks(container, { openRank }) {
     <div class="table-box"></div>
     <div class="outliers"></div>`;
 
+  // The rows are made once; sorting moves them and the filter hides them, so a thousand-rank
+  // job re-sorts without redrawing its sparklines.
   const box = container.querySelector('.table-box');
+  const cell = (c, r) => {
+    if (c.key === 'versus') {
+      if (r.row === job.median_row) return 'median';
+      const o = outlierOf.get(r.row);
+      return `<span class="${o ? (r.versus > 0 ? 'grew' : 'shrank') : ''}">${r.versus >= 0 ? '+' : ''}${r.versus.toFixed(0)}%</span>`;
+    }
+    if (c.show) return c.show(r);
+    return c.bytes ? humanBytes(r[c.key]) : escapeHtml(String(r[c.key]));
+  };
+  box.innerHTML = `<table class="data ranks"><thead><tr>${columns.map(c => `<th class="${c.num ? 'num' : ''} sortable"
+      data-sort="${c.key}" title="${escapeHtml(c.title || 'sort')}">${c.label}</th>`).join('')}<th>active memory over time</th><th></th></tr></thead>
+    <tbody>${ranks.map(r => `<tr data-row="${r.row}" class="${r.ooms ? 'oom' : outlierOf.has(r.row) ? 'outlier' : ''}" tabindex="0"
+        title="${escapeHtml(r.file)}">${columns.map(c => `<td class="${c.num ? 'num' : ''}">${cell(c, r)}</td>`).join('')}
+        <td>${sparkline(r.active_timeline, scale)}</td>
+        <td>${r.row === job.median_row ? '' : `<button class="action" data-compare="${r.row}">vs median</button>`}</td></tr>`).join('')}
+    </tbody></table><div class="hint none-shown" hidden>No rank ran out of memory or stands out.</div>`;
+  const tbody = box.querySelector('tbody');
+  const rowElements = [...tbody.children];
   const drawTable = () => {
     const column = columns.find(c => c.key === sortKey);
     const value = column.value || (r => r[column.key]);
-    const shown = ranks.filter(r => !onlyNotable || r.ooms > 0 || outlierOf.has(r.row));
-    shown.sort((a, b) => {
+    const order = [...ranks].sort((a, b) => {
       const x = value(a), y = value(b);
-      const order = typeof x === 'string' ? x.localeCompare(y) : x - y;
-      return (descending ? -order : order) || a.row - b.row;
+      const byValue = typeof x === 'string' ? x.localeCompare(y) : x - y;
+      return (descending ? -byValue : byValue) || a.row - b.row;
     });
-    const cell = (c, r) => {
-      if (c.key === 'versus') {
-        if (r.row === job.median_row) return 'median';
-        const o = outlierOf.get(r.row);
-        return `<span class="${o ? (r.versus > 0 ? 'grew' : 'shrank') : ''}">${r.versus >= 0 ? '+' : ''}${r.versus.toFixed(0)}%</span>`;
-      }
-      if (c.show) return c.show(r);
-      return c.bytes ? humanBytes(r[c.key]) : escapeHtml(String(r[c.key]));
-    };
-    box.innerHTML = `<table class="data ranks"><thead><tr>${columns.map(c => `<th class="${c.num ? 'num' : ''} sortable"
-        data-sort="${c.key}" title="${escapeHtml(c.title || 'sort')}" aria-sort="${c.key === sortKey ? (descending ? 'descending' : 'ascending') : 'none'}">${
-        c.label}${c.key === sortKey ? (descending ? ' ▾' : ' ▴') : ''}</th>`).join('')}<th>active memory over time</th><th></th></tr></thead>
-      <tbody>${shown.map(r => `<tr data-row="${r.row}" class="${r.ooms ? 'oom' : outlierOf.has(r.row) ? 'outlier' : ''}" tabindex="0"
-          title="${escapeHtml(r.file)}">${columns.map(c => `<td class="${c.num ? 'num' : ''}">${cell(c, r)}</td>`).join('')}
-          <td>${sparkline(r.active_timeline, scale)}</td>
-          <td>${r.row === job.median_row ? '' : `<button class="action" data-compare="${r.row}">vs median</button>`}</td></tr>`).join('')}
-      </tbody></table>${shown.length ? '' : '<div class="hint">No rank ran out of memory or stands out.</div>'}`;
+    let shown = 0;
+    for (const r of order) {
+      const visible = !onlyNotable || r.ooms > 0 || outlierOf.has(r.row);
+      rowElements[r.row].hidden = !visible;
+      shown += visible;
+    }
+    tbody.append(...order.map(r => rowElements[r.row]));
+    box.querySelector('.none-shown').hidden = shown > 0;
+    for (const th of box.querySelectorAll('th[data-sort]')) {
+      const column = columns.find(c => c.key === th.dataset.sort);
+      const active = column.key === sortKey;
+      th.setAttribute('aria-sort', active ? (descending ? 'descending' : 'ascending') : 'none');
+      th.textContent = column.label + (active ? (descending ? ' ▾' : ' ▴') : '');
+    }
   };
   drawTable();
 
