@@ -55,19 +55,45 @@ def test_memory_fraction_caps_what_the_allocator_reserves(memsnap_torch):
     assert device_total == total and 0 < free <= total
 
 
-def test_record_stream_keeps_memory_until_the_other_stream_is_done(memsnap_torch):
+RECORD_STREAM_SCENARIO = """
+    import json, torch
+    {install}
+    torch.ones(1, device="cuda")
     side = torch.cuda.Stream()
-    x = torch.empty(8 * MiB, dtype=torch.uint8, device="cuda")
+    x = torch.empty(8 << 20, dtype=torch.uint8, device="cuda")
     address = x.data_ptr()
+    torch.cuda.synchronize()
     with torch.cuda.stream(side):
-        torch.cuda._sleep(50_000_000)  # keeps the side stream busy
+        torch.cuda._sleep(2_000_000_000)  # about a second of the side stream's time
         x.add_(1)
     x.record_stream(side)
+    busy_after_launch = not side.query()
     del x
-    y = torch.empty(8 * MiB, dtype=torch.uint8, device="cuda")
-    assert y.data_ptr() != address  # still in use on the side stream
+    stats = torch.cuda.memory_stats()
+    busy_after_free = not side.query()
+    y = torch.empty(8 << 20, dtype=torch.uint8, device="cuda")
+    reused = y.data_ptr() == address
+    busy_at_end = not side.query()
     side.synchronize()
     del y
+    z = torch.empty(8 << 20, dtype=torch.uint8, device="cuda")
+    print(json.dumps({{
+        "busy": [busy_after_launch, busy_after_free, busy_at_end], "reused": reused,
+        "active_after_free": stats["active_bytes.all.current"], "allocated_after_free": stats["allocated_bytes.all.current"],
+        "reused_once_done": z.data_ptr() == address,
+    }}))
+"""
+
+
+def test_record_stream_keeps_memory_until_the_other_stream_is_done():
+    # The same program on PyTorch's allocator and on memsnap's, each in a fresh process: while the
+    # side stream still runs, the freed block stays active and is not handed out again.
+    pytorch = run_python(RECORD_STREAM_SCENARIO.format(install=""))
+    memsnap = run_python(RECORD_STREAM_SCENARIO.format(install="import memsnap.torch; memsnap.torch.install()"))
+    for key in ("reused", "active_after_free", "allocated_after_free", "reused_once_done"):
+        assert memsnap[key] == pytorch[key], (key, memsnap, pytorch)
+    if pytorch["busy"][2]:  # the side stream was still running when y was allocated
+        assert not memsnap["reused"] and memsnap["active_after_free"] >= 8 << 20, (memsnap, pytorch)
 
 
 def test_raw_allocation_entry_points(memsnap_torch):
@@ -88,3 +114,14 @@ def test_unsupported_features_raise_a_clear_error_and_the_process_goes_on(memsna
     assert raised is not None and "memsnap" in raised and "private memory pool" in raised
     torch.cuda.synchronize()
     assert (static + 1).sum().item() == 32
+    # Nothing was left half-started: random numbers work and the default stream is current.
+    assert torch.randn(1024, device="cuda").isfinite().all()
+    assert torch.cuda.current_stream() == torch.cuda.default_stream()
+    direct = torch.cuda.CUDAGraph()
+    try:
+        direct.capture_begin()
+        raised = None
+    except RuntimeError as error:
+        raised = str(error)
+    assert raised is not None and "private memory pool" in raised
+    assert torch.randn(16, device="cuda").isfinite().all()

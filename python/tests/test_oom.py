@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import torch
 
-from conftest import memsnap_cli
+from conftest import memsnap_cli, run_python
 
 GiB = 1 << 30
 
@@ -25,9 +25,51 @@ def test_a_request_larger_than_the_device_raises_and_the_process_goes_on(memsnap
     assert torch.cuda.memory_stats()["num_ooms"] >= 1
 
 
-def test_training_goes_on_after_an_oom_under_a_memory_cap(memsnap_torch, tmp_path):
-    # A cap of 2 GiB: a batch-size finder halves its batch until a step fits.
+# A batch-size finder under a 2 GiB cap: halve the batch at every out-of-memory error until three
+# training steps in a row fit.
+BATCH_FINDER = """
+    import json, torch
+    {install}
     total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction(2 * (1 << 30) / total)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096)).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    batch, failures, fitted, last_message = 1 << 17, 0, 0, ""
+    while fitted < 3:
+        try:
+            x = torch.randn(batch, 4096, device="cuda")
+            model(x).square().mean().backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            x = None
+            fitted += 1
+        except torch.OutOfMemoryError as error:
+            failures, fitted, last_message, x = failures + 1, 0, str(error), None
+            optimizer.zero_grad(set_to_none=True)
+            batch //= 2
+    torch.cuda.synchronize()
+    torch.cuda.set_per_process_memory_fraction(1.0)
+    print(json.dumps({{"batch": batch, "failures": failures, "last_message": last_message,
+                      "peak_reserved": torch.cuda.max_memory_reserved()}}))
+"""
+
+
+def test_a_batch_size_finder_ends_where_pytorchs_allocator_ends():
+    pytorch = run_python(BATCH_FINDER.format(install=""))
+    memsnap = run_python(BATCH_FINDER.format(install="import memsnap.torch; memsnap.torch.install()"))
+    assert pytorch["failures"] >= 1
+    assert (memsnap["batch"], memsnap["failures"], memsnap["peak_reserved"]) == \
+        (pytorch["batch"], pytorch["failures"], pytorch["peak_reserved"]), (memsnap, pytorch)
+    # The same first line up to the device's free memory, which other processes change.
+    assert memsnap["last_message"].split(" GPU 0")[0] == pytorch["last_message"].split(" GPU 0")[0]
+    assert "memsnap: the memory fraction cap refused it" in memsnap["last_message"]
+
+
+def test_training_goes_on_after_an_oom_under_a_memory_cap(memsnap_torch, tmp_path):
+    total = torch.cuda.get_device_properties(0).total_memory
+    memsnap_torch.record_history("all", stacks="python")  # explain-oom reads the failed request from the trace
     torch.cuda.empty_cache()
     torch.cuda.set_per_process_memory_fraction(2 * GiB / total)
     memsnap_torch.dump_snapshot_on_oom(str(tmp_path / "oom-{n}.msgpack"))
@@ -38,30 +80,26 @@ def test_training_goes_on_after_an_oom_under_a_memory_cap(memsnap_torch, tmp_pat
     try:
         model = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096)).cuda()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-        batch, failures = 1 << 17, 0
-        while True:
+        batch, failures, fitted = 1 << 17, 0, 0
+        while fitted < 3:  # halve at each out-of-memory error until three steps in a row fit
             try:
                 x = torch.randn(batch, 4096, device="cuda")
                 model(x).square().mean().backward()
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
-                break
-            except torch.OutOfMemoryError as error:
-                failures += 1
-                last_message = str(error)
                 x = None
+                fitted += 1
+            except torch.OutOfMemoryError as error:
+                failures, fitted, last_message, x = failures + 1, 0, str(error), None
                 optimizer.zero_grad(set_to_none=True)
                 batch //= 2
         assert failures >= 1 and batch >= 1024
         assert "allowed;" in last_message and "memsnap: " in last_message
-        for _ in range(3):  # and training goes on at the batch that fits
-            model(torch.randn(batch, 4096, device="cuda")).square().mean().backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)
         memsnap_torch.dump_snapshot_on_oom(None)
+        memsnap_torch.record_history("off")
     # PyTorch's observers: (device, bytes tried, the memory the device allows, free bytes), called
     # after memsnap's snapshot of the same error was written.
     assert len(observed) == failures

@@ -231,11 +231,38 @@ def _patch_torch() -> None:
             f"memsnap.torch.install(settings=...) (asked: {settings!r}, in effect: {_native.settings()!r})"
         )
 
+    _refuse_graph_capture()
     C._cuda_record_memory_history = record_memory_history
     C._cuda_record_memory_history_legacy = record_memory_history_legacy
     C._cuda_memorySnapshot = memory_snapshot
     torch.cuda.memory._set_allocator_settings = set_allocator_settings
     _patched = True
+
+
+_GRAPH_CAPTURE_REFUSED = (
+    "memsnap: CUDA graph capture allocates from a private memory pool, which memsnap does not "
+    "support yet; capture with PyTorch's own allocator (run without memsnap.torch.install())"
+)
+
+
+def _refuse_graph_capture() -> None:
+    """Refuses CUDA graph capture before PyTorch starts it. PyTorch's capture_begin puts the
+    random number generators into capture mode before it asks the allocator for a private
+    pool, so a refusal from the allocator would leave every later ``torch.randn`` failing and
+    the capture stream current; refused here, nothing has changed yet."""
+    graphs = torch.cuda.graphs
+
+    def capture_begin(self, *args, **kwargs):
+        raise RuntimeError(_GRAPH_CAPTURE_REFUSED)
+
+    def enter(self):
+        raise RuntimeError(_GRAPH_CAPTURE_REFUSED)
+
+    try:
+        graphs.CUDAGraph.capture_begin = capture_begin
+        graphs.graph.__enter__ = enter
+    except (AttributeError, TypeError):  # another torch layout: the allocator still refuses
+        pass
 
 
 def _entries_for_pytorch(max_entries) -> int:
