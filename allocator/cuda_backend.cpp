@@ -82,6 +82,15 @@ DeviceMemoryInfo CudaBackend::memory_info(int device) {
   return info;
 }
 
+std::string CudaBackend::device_name(int device) const {
+  cudaDeviceProp properties{};
+  if (cudaGetDeviceProperties(&properties, device) != cudaSuccess) {
+    cudaGetLastError();
+    return "CUDA device " + std::to_string(device);
+  }
+  return properties.name;
+}
+
 EventHandle CudaBackend::record_event(int device, StreamId stream) {
   DeviceGuard guard(device);
   PooledEvent* pooled = nullptr;

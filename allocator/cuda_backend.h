@@ -24,6 +24,7 @@ class CudaBackend final : public DeviceBackend {
   static bool available();
 
   std::string name() const override { return "cuda"; }
+  std::string device_name(int device) const override;
   int device_count() const override { return device_count_; }
   std::optional<uintptr_t> reserve(int device, size_t bytes) override;
   void release(int device, uintptr_t address, size_t bytes) override;

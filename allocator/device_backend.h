@@ -46,6 +46,8 @@ class DeviceBackend {
 
   virtual std::string name() const = 0;
   virtual int device_count() const = 0;
+  // The device's model as its driver names it ("NVIDIA H100 80GB HBM3"), for snapshots.
+  virtual std::string device_name(int device) const { return name() + " device " + std::to_string(device); }
 
   // Reserves a segment of `bytes` on `device`; std::nullopt when the device is out of
   // memory (any other failure throws DeviceError).

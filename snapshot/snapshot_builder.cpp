@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <map>
@@ -113,6 +114,16 @@ int64_t unix_time_us() {
       .count();
 }
 
+// Whether the trace already holds this error (history at level "all" records it before the
+// observers run; other threads' events may have come after it).
+bool has_recent_oom(const std::vector<TraceEntry>& trace, const OomInfo& oom) {
+  const size_t look = std::min<size_t>(trace.size(), 256);
+  for (size_t i = trace.size() - look; i < trace.size(); ++i)
+    if (trace[i].action == TraceAction::kOom && trace[i].size == oom.requested_bytes && trace[i].stream == oom.stream)
+      return true;
+  return false;
+}
+
 ProcessInfo process_info(const SnapshotOptions& options) {
   ProcessInfo info = current_process(options.job);
   info.time_unix_us = unix_time_us();
@@ -185,13 +196,15 @@ Snapshot take_snapshot(CachingAllocator& allocator, HistoryRecorder* recorder,
       snapshot.segments.push_back(segment_of(record, recorder, stacks));
     snapshot.statistics.push_back(to_memory_stats(allocator.device_stats(d)));
     const DeviceMemoryInfo memory = allocator.backend().memory_info(d);
-    snapshot.devices.push_back({d, allocator.backend().name() + " device " + std::to_string(d),
-                                memory.total_bytes});
+    snapshot.devices.push_back({d, allocator.backend().device_name(d), memory.total_bytes});
     std::vector<TraceEntry>& trace = snapshot.device_traces.emplace_back();
-    if (recorder == nullptr || !options.include_traces) continue;
-    for (const HistoryEvent& event : recorder->trace(d))
-      trace.push_back({event.action, event.address, event.size, event.stream, event.time_us,
-                       stacks.index_of(d, event.stack)});
+    if (recorder != nullptr && options.include_traces)
+      for (const HistoryEvent& event : recorder->trace(d))
+        trace.push_back({event.action, event.address, event.size, event.stream, event.time_us,
+                         stacks.index_of(d, event.stack)});
+    if (options.oom && options.oom->device == d && !has_recent_oom(trace, *options.oom))
+      trace.push_back({TraceAction::kOom, options.oom->device_free_bytes, options.oom->requested_bytes,
+                       options.oom->stream, steady_time_us(), kNoStackIndex});
   }
   if (recorder != nullptr) {
     for (const Annotation& annotation : recorder->annotations())

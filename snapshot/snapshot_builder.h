@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "allocator/caching_allocator.h"
+#include "allocator/out_of_memory.h"
 #include "history/history_recorder.h"
 #include "snapshot/process_identity.h"
 #include "snapshot/snapshot.h"
@@ -18,6 +19,9 @@ namespace memsnap {
 struct SnapshotOptions {
   JobPlace job;  // what is unset comes from $RANK, $LOCAL_RANK, $WORLD_SIZE (process_identity.h)
   bool include_traces = true;
+  // The out-of-memory error this snapshot is taken for: its device's trace ends with the `oom`
+  // entry even when history was off or kept no such entry, so explain-oom can read the request.
+  std::optional<OomInfo> oom;
 };
 
 // Locks each device briefly, one at a time; safe to call from an OOM observer (which runs

@@ -87,7 +87,9 @@ void dump_snapshot_on_oom(CachingAllocator& allocator, HistoryRecorder* recorder
   allocator.add_oom_observer([&allocator, recorder, pattern = std::move(pattern),
                               options = std::move(options), dumps](const OomInfo& info) {
     const std::string path = expand_dump_path(pattern, info.device, ++*dumps, options);
-    if (auto error = dump_snapshot(allocator, recorder, path, options))
+    SnapshotOptions at_error = options;
+    at_error.oom = info;
+    if (auto error = dump_snapshot(allocator, recorder, path, at_error))
       std::fprintf(stderr, "memsnap: out of memory; snapshot not written: %s\n", error->c_str());
     else
       std::fprintf(stderr, "memsnap: out of memory; snapshot written to %s\n", path.c_str());

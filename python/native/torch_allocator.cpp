@@ -427,6 +427,7 @@ void TorchAllocator::write_oom_snapshot(const OomInfo& info) {
     options.job = job_place_;
     path = expand_dump_path(oom_pattern_, info.device, ++oom_snapshots_written_, options);
   }
+  options.oom = info;
   if (std::optional<std::string> error = dump_snapshot(*allocator_, recorder_.get(), path, options))
     std::fprintf(stderr, "memsnap: out-of-memory snapshot not written: %s\n", error->c_str());
   else

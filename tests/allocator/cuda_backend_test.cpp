@@ -41,6 +41,33 @@ TEST_F(CudaAllocator, AllocatesUsableDeviceMemoryAndCachesIt) {
   EXPECT_EQ(allocator.device_stats(0).reserved_bytes[kAggregate].current, 0);
 }
 
+TEST_F(CudaAllocator, TwoDevicesInOneProcessKeepTheirOwnMemoryAndStatistics) {
+  if (backend_->device_count() < 2) GTEST_SKIP() << "needs two GPUs, this machine has " << backend_->device_count();
+  CachingAllocator allocator(backend_);
+  constexpr size_t kBytes = 8 << 20;
+  void* on0 = allocator.allocate(kBytes, 0);
+  void* on1 = allocator.allocate(3 * kBytes, 1);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_EQ(cudaMemset(on0, 0x2a, kBytes), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyPeer(on1, 1, on0, 0, kBytes), cudaSuccess);  // through the host when there is no peer access
+  unsigned char byte = 0;
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(&byte, static_cast<char*>(on1) + kBytes - 1, 1, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(byte, 0x2a);
+  EXPECT_EQ(allocator.device_stats(0).allocated_bytes[kAggregate].current, static_cast<int64_t>(kBytes));
+  EXPECT_EQ(allocator.device_stats(1).allocated_bytes[kAggregate].current, static_cast<int64_t>(3 * kBytes));
+  cudaPointerAttributes attributes{};
+  ASSERT_EQ(cudaPointerGetAttributes(&attributes, on1), cudaSuccess);
+  EXPECT_EQ(attributes.device, 1);
+  allocator.deallocate(on1);  // a pointer finds its own device
+  allocator.deallocate(on0);
+  EXPECT_EQ(allocator.device_stats(1).allocated_bytes[kAggregate].current, 0);
+  EXPECT_TRUE(allocator.check_invariants().empty());
+  allocator.empty_cache();
+  EXPECT_EQ(allocator.device_stats(0).reserved_bytes[kAggregate].current, 0);
+  EXPECT_EQ(allocator.device_stats(1).reserved_bytes[kAggregate].current, 0);
+}
+
 TEST_F(CudaAllocator, RecordStreamWaitsForTheOtherStream) {
   CachingAllocator allocator(backend_);
   cudaStream_t side = nullptr;

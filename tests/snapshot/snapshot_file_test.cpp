@@ -93,6 +93,25 @@ TEST(SnapshotFile, OutOfMemoryOnAFullDeviceWritesSnapshotsFromEveryThread) {
 
 namespace snapshot_test {
 
+TEST(SnapshotFile, AnOutOfMemorySnapshotWithoutHistoryStillHoldsTheFailedRequest) {
+  TempDir dir;
+  auto backend = small_device(/*capacity=*/64u << 20);
+  memsnap::CachingAllocator allocator(backend);
+  memsnap::dump_snapshot_on_oom(allocator, nullptr, (dir.path / "oom-{n}.msgpack").string());
+  void* kept = allocator.allocate(40u << 20);
+  testing::internal::CaptureStderr();
+  EXPECT_THROW(allocator.allocate(30u << 20), memsnap::OutOfMemoryError);
+  testing::internal::GetCapturedStderr();
+  const auto read = memsnap::read_msgpack_snapshot((dir.path / "oom-1.msgpack").string());
+  ASSERT_TRUE(read.ok()) << read.error();
+  const auto& trace = read.value().device_traces.at(0);
+  ASSERT_EQ(trace.size(), 1u);
+  EXPECT_EQ(trace[0].action, memsnap::TraceAction::kOom);
+  EXPECT_EQ(trace[0].size, 30u << 20);
+  EXPECT_GT(trace[0].address, 0u);  // the device's free bytes
+  allocator.deallocate(kept);
+}
+
 TEST(SnapshotFile, ThreadsDumpingToOnePathNeverMixTheirFiles) {
   TempDir dir;
   RecordedProgram program;

@@ -76,6 +76,43 @@ TEST(ExplainOom, LiveMemoryFillingTheDeviceIsExhaustion) {
   EXPECT_NE(text.find("None of these settings avoids it"), std::string::npos) << text;
 }
 
+TEST(ExplainOom, ASnapshotTakenAtTheErrorWithoutHistoryStillExplainsIt) {
+  // History off (the default): the snapshot the OOM hook takes carries the failed request.
+  OomProgram program(100 * kMiB);
+  program.recorder->configure({HistoryLevel::kOff, 100000, true});
+  program.held.push_back(program.allocator->allocate(40 * kMiB));
+  program.held.push_back(program.allocator->allocate(40 * kMiB));
+  SnapshotOptions options;
+  try {
+    program.allocator->allocate(40 * kMiB);
+    FAIL() << "expected an out-of-memory error";
+  } catch (const OutOfMemoryError& error) {
+    options.oom = error.info();
+  }
+  for (HistoryRecorder* recorder : {program.recorder.get(), static_cast<HistoryRecorder*>(nullptr)}) {
+    const Snapshot snapshot = take_snapshot(*program.allocator, recorder, options);
+    ASSERT_EQ(snapshot.device_traces.at(0).size(), 1u);
+    const OomExplanation x = explain(snapshot);
+    EXPECT_EQ(x.cause, OomCause::kExhaustion);
+    EXPECT_EQ(x.requested_bytes, 40 * kMiB);
+    EXPECT_EQ(x.device_free_bytes.value_or(0), 20 * kMiB);
+    EXPECT_EQ(x.allocated_bytes, 80 * kMiB);
+  }
+  // With history at level "all" the recorded entry is the one: no second.
+  OomProgram recorded(100 * kMiB);
+  recorded.held.push_back(recorded.allocator->allocate(90 * kMiB));
+  SnapshotOptions at_error;
+  try {
+    recorded.allocator->allocate(40 * kMiB);
+  } catch (const OutOfMemoryError& error) {
+    at_error.oom = error.info();
+  }
+  const Snapshot snapshot = take_snapshot(*recorded.allocator, recorded.recorder.get(), at_error);
+  size_t ooms = 0;
+  for (const TraceEntry& e : snapshot.device_traces.at(0)) ooms += e.action == TraceAction::kOom;
+  EXPECT_EQ(ooms, 1u);
+}
+
 TEST(ExplainOom, FreeBytesInPiecesTooSmallIsFragmentationAndMaxSplitSizeAvoidsIt) {
   OomProgram program(64 * kMiB);
   program.allocator->deallocate(program.allocator->allocate(60 * kMiB));  // one 60 MiB segment
