@@ -8,6 +8,7 @@
 #include <mutex>
 #include <regex>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 
 #include "allocator/device_stats.h"
@@ -83,8 +84,20 @@ void compare_ranks(JobRanks& job, const JobRanksOptions& options) {
   job.oom_rows.clear();
   job.notes.clear();
   if (job.ranks.empty()) return;
-  std::vector<size_t> by_peak(job.ranks.size());
-  for (size_t i = 0; i < by_peak.size(); ++i) by_peak[i] = i;
+  // One row speaks for each rank: its latest snapshot (a rank that dumped at an OOM and again at
+  // the end is one rank, not three); rows without a rank speak for themselves.
+  std::map<int64_t, size_t> latest;
+  std::vector<size_t> by_peak;
+  for (size_t row = 0; row < job.ranks.size(); ++row) {
+    const RankSummary& r = job.ranks[row];
+    if (!r.rank) {
+      by_peak.push_back(row);
+      continue;
+    }
+    auto [it, fresh] = latest.emplace(*r.rank, row);
+    if (!fresh && r.taken_unix_us >= job.ranks[it->second].taken_unix_us) it->second = row;
+  }
+  for (const auto& [rank, row] : latest) by_peak.push_back(row);
   std::stable_sort(by_peak.begin(), by_peak.end(), [&](size_t a, size_t b) {
     return job.ranks[a].peak_reserved_bytes < job.ranks[b].peak_reserved_bytes;
   });
@@ -92,7 +105,8 @@ void compare_ranks(JobRanks& job, const JobRanksOptions& options) {
   const RankSummary& median = job.ranks[job.median_row];
   const double median_peak = static_cast<double>(median.peak_reserved_bytes);
 
-  for (size_t row = 0; row < job.ranks.size() && median_peak > 0; ++row) {
+  for (size_t row : by_peak) {
+    if (median_peak <= 0) break;
     const double percent = (static_cast<double>(job.ranks[row].peak_reserved_bytes) / median_peak - 1.0) * 100.0;
     if (std::fabs(percent) < options.outlier_percent) continue;
     job.outliers.push_back({row, percent, site_differences(job.ranks[row], median, options.max_site_differences)});
@@ -199,6 +213,7 @@ nlohmann::json rank_summary_to_json(const RankSummary& r) {
       {"pid", r.pid},
       {"world_size", optional_json(r.world_size)},
       {"source", r.source},
+      {"taken_unix_us", r.taken_unix_us},
       {"devices", r.devices},
       {"trace_events", r.trace_events},
       {"reserved_bytes", r.reserved_bytes},
@@ -289,8 +304,14 @@ std::string job_ranks_to_text(const JobRanks& job) {
   }
   if (!job.oom_rows.empty()) {
     out += "\nOut of memory:\n";
+    std::vector<std::tuple<std::optional<int64_t>, int64_t, uint64_t>> said;  // rank, time, request
     for (size_t row : job.oom_rows) {
       const RankSummary& r = job.ranks[row];
+      if (r.last_oom) {  // the same error in a rank's OOM dump and its later snapshots: once
+        const auto key = std::make_tuple(r.rank, r.last_oom->time_us, r.last_oom->requested_bytes);
+        if (std::find(said.begin(), said.end(), key) != said.end()) continue;
+        said.push_back(key);
+      }
       if (!r.last_oom) {
         std::snprintf(line, sizeof line, "  rank %s: %llu OOM(s) counted by the allocator (not in the trace)\n",
                       rank_text(r).c_str(), static_cast<unsigned long long>(r.ooms));

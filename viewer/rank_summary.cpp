@@ -131,6 +131,7 @@ RankSummary summarize_rank(const Snapshot& snapshot, std::string file) {
   out.pid = snapshot.process.pid;
   out.world_size = snapshot.process.world_size;
   out.source = snapshot.source;
+  out.taken_unix_us = snapshot.process.time_unix_us;
 
   const std::vector<int64_t> devices = devices_of(snapshot);
   out.devices = devices.size();

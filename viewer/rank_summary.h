@@ -37,6 +37,7 @@ struct RankSummary {
   int64_t pid = 0;
   std::optional<int64_t> world_size;
   std::string source;  // "memsnap" or "pytorch"
+  int64_t taken_unix_us = 0;  // when the snapshot was taken, when it says (memsnap's do)
   uint64_t devices = 0;
   uint64_t trace_events = 0;
 

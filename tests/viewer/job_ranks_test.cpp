@@ -158,6 +158,25 @@ TEST(JobRanks, NamesTheRankThatRanOutAndTheOneThatKeepsMore) {
   EXPECT_EQ(json["ranks"][0]["world_size"], 5);
 }
 
+TEST(JobRanks, ARankWithAnOomDumpAndAFinalSnapshotCountsOnce) {
+  std::map<std::string, Snapshot> files;
+  RankRun oom;
+  oom.runs_out = true;
+  files["job/rank1-oom-1.msgpack"] = run_rank(1, oom);  // taken first
+  for (int64_t rank : {0, 1, 2}) files["job/rank" + std::to_string(rank) + ".msgpack"] = run_rank(rank, {});
+  const Result<JobRanks> result = summarize_job(names_of(files), loader_of(files));
+  ASSERT_TRUE(result.ok()) << result.error();
+  const JobRanks& job = result.value();
+  ASSERT_EQ(job.ranks.size(), 4u);
+  // The OOM dump reserves far more than the others, but rank 1's latest snapshot speaks for it.
+  EXPECT_TRUE(job.outliers.empty()) << job_ranks_to_text(job);
+  ASSERT_EQ(job.oom_rows.size(), 1u);
+  EXPECT_EQ(job.ranks[job.oom_rows[0]].file, "job/rank1-oom-1.msgpack");
+  EXPECT_NE(job.ranks[job.median_row].file, "job/rank1-oom-1.msgpack");
+  const std::string text = job_ranks_to_text(job);
+  EXPECT_NE(text.find("more than one snapshot for rank 1"), std::string::npos) << text;
+}
+
 TEST(JobRanks, PeaksFromTheTraceAgreeWithTheStatistics) {
   RankRun run;
   run.keeps_metrics = true;
