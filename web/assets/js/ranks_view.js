@@ -59,14 +59,19 @@ export async function renderRanks(container, { openRank }) {
   const scale = Math.max(1, ...ranks.map(r => Math.max(0, ...r.active_timeline)));
   const name = r => (r.rank == null ? escapeHtml(r.file.split('/').pop()) : `rank ${r.rank}`);
 
-  const ooms = job.oom_rows.map(row => ranks[row]);
+  // One line per error: a rank's OOM dump and its later snapshots hold the same one.
+  const seen = new Set();
+  const ooms = job.oom_rows.map(row => ranks[row]).filter(r => {
+    const key = r.last_oom ? `${r.rank}/${r.last_oom.time_us}/${r.last_oom.requested_bytes}` : `row ${r.row}`;
+    return !seen.has(key) && seen.add(key);
+  });
   container.innerHTML = `
     <div class="cards">
       <div class="card"><div class="label">ranks</div><div class="value">${ranks.length.toLocaleString('en-US')}</div></div>
       <div class="card" title="the rank in the middle when ordered by peak reserved memory"><div class="label">median rank</div>
         <div class="value">${name(median)}: ${humanBytes(median.peak_reserved_bytes)}</div></div>
       <div class="card"><div class="label">out of memory</div><div class="value ${ooms.length ? 'grew' : ''}">${
-        ooms.length ? ooms.slice(0, 3).map(name).join(', ') + (ooms.length > 3 ? ` +${ooms.length - 3}` : '') : 'none'}</div></div>
+        ooms.length ? [...new Set(ooms.map(name))].slice(0, 3).join(', ') + (ooms.length > 3 ? ' …' : '') : 'none'}</div></div>
       <div class="card" title="peak reserved ${job.outlier_percent}% or more from the median rank's"><div class="label">outliers</div>
         <div class="value">${job.outliers.length}</div></div>
     </div>
