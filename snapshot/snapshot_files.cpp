@@ -19,7 +19,7 @@ bool has_snapshot_extension(const std::string& name) {
   std::string base = name;
   std::transform(base.begin(), base.end(), base.begin(), [](unsigned char c) { return std::tolower(c); });
   if (ends_with(base, ".gz")) base.resize(base.size() - 3);
-  for (const char* extension : {".msgpack", ".json", ".pickle", ".pkl", ".pt"})
+  for (const char* extension : {".msgpack", ".json", ".pickle", ".pkl"})
     if (ends_with(base, extension) && base.size() > std::char_traits<char>::length(extension)) return true;
   return false;
 }
@@ -47,7 +47,7 @@ Result<std::vector<std::string>> expand_snapshot_paths(const std::vector<std::st
           return R::failure(path + ": more than " + std::to_string(kSnapshotSearchMaxFiles) + " snapshot files");
       }
       if (found.empty())
-        return R::failure(path + ": no snapshot files in this folder (.msgpack, .json, .pickle, .pkl, .pt, or .gz of them)");
+        return R::failure(path + ": no snapshot files in this folder (.msgpack, .json, .pickle, .pkl, or .gz of them)");
       std::sort(found.begin(), found.end());
       files.insert(files.end(), found.begin(), found.end());
     }

@@ -9,12 +9,12 @@
 
 namespace memsnap {
 
-// Whether a file name looks like a snapshot: .msgpack, .json, .pickle, .pkl or .pt, each
-// possibly with .gz after it.
+// Whether a file name looks like a snapshot: .msgpack, .json, .pickle or .pkl, each possibly
+// with .gz after it (not .pt: a folder of rank snapshots often holds checkpoints too).
 bool has_snapshot_extension(const std::string& name);
 
-// Files stay as they are; a folder gives the snapshot files under it (kMaxDepth levels down,
-// symbolic links to folders not followed), sorted. Fails on a path that does not exist, a
+// Files stay as they are; a folder gives the snapshot files in it and in its subfolders down
+// to kSnapshotSearchMaxDepth levels (symbolic links to folders not followed), sorted. Fails on a path that does not exist, a
 // folder that holds no snapshot, or more than kMaxFiles files in all.
 Result<std::vector<std::string>> expand_snapshot_paths(const std::vector<std::string>& paths);
 
