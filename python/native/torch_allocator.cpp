@@ -289,13 +289,12 @@ void TorchAllocator::beginAllocateToPool(c10::DeviceIndex, c10::MempoolId_t,
   unsupported("a private memory pool (CUDA graph capture, torch.cuda.MemPool)");
 }
 
-void TorchAllocator::endAllocateToPool(c10::DeviceIndex, c10::MempoolId_t) {
-  unsupported("a private memory pool (CUDA graph capture, torch.cuda.MemPool)");
-}
+// beginAllocateToPool refuses every pool, so no allocation ever went to one: ending or releasing
+// a pool has nothing to do. PyTorch calls both from cleanup paths (context-manager exits,
+// destructors), where an exception would end the process.
+void TorchAllocator::endAllocateToPool(c10::DeviceIndex, c10::MempoolId_t) {}
 
-void TorchAllocator::releasePool(c10::DeviceIndex, c10::MempoolId_t) {
-  unsupported("a private memory pool (CUDA graph capture, torch.cuda.MemPool)");
-}
+void TorchAllocator::releasePool(c10::DeviceIndex, c10::MempoolId_t) {}
 
 torch_alloc::ShareableHandle TorchAllocator::shareIpcHandle(void*) {
   unsupported("sharing CUDA tensors between processes (CUDA IPC)");
