@@ -3,6 +3,7 @@
 
 #include <memory>
 
+#include "cli/snapshot_input.h"
 #include "snapshot/snapshot_files.h"
 #include "snapshot/snapshot_loader.h"
 #include "viewer/job_ranks.h"
@@ -44,6 +45,7 @@ CommandRunner add_ranks_command(CLI::App& app) {
     job_options.rank_pattern = options->rank_pattern;
     job_options.outlier_percent = options->outlier_percent;
     job_options.threads = options->threads;
+    job_options.progress = files_progress(files.value().size());
     const SnapshotLoader load = [](const std::string& file) -> Result<std::shared_ptr<const Snapshot>> {
       Result<LoadedSnapshot> loaded = load_snapshot(file);
       if (!loaded) return Result<std::shared_ptr<const Snapshot>>::failure(loaded.error());

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <map>
 
+#include "cli/snapshot_input.h"
 #include "snapshot/snapshot_files.h"
 #include "viewer/job_ranks.h"
 #include "web/cached_views.h"
@@ -114,6 +115,7 @@ CommandRunner add_serve_command(CLI::App& app) {
     if (any_folder || files.value().size() > 1) {
       JobRanksOptions job_options;
       job_options.rank_pattern = options->rank_pattern;
+      job_options.progress = files_progress(files.value().size());
       const SnapshotLoader load = [&opened](const std::string& file) -> Result<std::shared_ptr<const Snapshot>> {
         if (auto it = opened.find(file); it != opened.end())
           return std::shared_ptr<const Snapshot>(it->second, &it->second->loaded.snapshot);

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -14,6 +15,15 @@ namespace {
 constexpr off_t kProgressFromBytes = off_t{8} << 20;
 
 }  // namespace
+
+std::function<void(size_t, size_t)> files_progress(size_t total) {
+  if (total < 20 || ::isatty(STDERR_FILENO) != 1) return {};
+  return [step = std::max<size_t>(1, total / 100)](size_t done, size_t all) {
+    if (done % step != 0 && done != all) return;
+    std::fprintf(stderr, "\rmemsnap: reading snapshots %zu/%zu", done, all);
+    if (done == all) std::fprintf(stderr, "\n");
+  };
+}
 
 std::string file_base_name(const std::string& path) {
   const size_t slash = path.rfind('/');

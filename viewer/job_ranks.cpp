@@ -168,8 +168,15 @@ Result<JobRanks> summarize_job(const std::vector<std::string>& files, const Snap
   size_t threads = options.threads ? options.threads : std::min<size_t>(8, std::max(1u, std::thread::hardware_concurrency()));
   threads = std::min(threads, files.size());
   std::atomic<size_t> next{0};
+  std::mutex progress_mutex;
+  size_t done = 0;
+  auto report = [&] {
+    if (!options.progress) return;
+    std::lock_guard<std::mutex> lock(progress_mutex);
+    options.progress(++done, files.size());
+  };
   auto work = [&] {
-    for (size_t i = next++; i < files.size(); i = next++) {
+    for (size_t i = next++; i < files.size(); i = next++, report()) {
       Result<std::shared_ptr<const Snapshot>> snapshot = load(files[i]);
       if (!snapshot || !snapshot.value()) {
         errors[i] = snapshot ? std::string("not loaded") : snapshot.error();

@@ -28,6 +28,9 @@ struct JobRanksOptions {
   double outlier_percent = 20;
   size_t threads = 0;  // 0: the machine's cores, at most 8
   size_t max_site_differences = 5;
+  // Called after each file (from the worker threads, one call at a time) with files done and
+  // in all: a command's progress line.
+  std::function<void(size_t done, size_t total)> progress;
 };
 
 struct SiteDifference {

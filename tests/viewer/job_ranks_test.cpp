@@ -107,8 +107,16 @@ TEST(JobRanks, NamesTheRankThatRanOutAndTheOneThatKeepsMore) {
     run.runs_out = rank == 1;
     files["job/rank" + std::to_string(rank) + ".msgpack"] = run_rank(rank, run);
   }
-  const Result<JobRanks> result = summarize_job(names_of(files), loader_of(files));
+  JobRanksOptions options;
+  options.threads = 3;
+  std::vector<size_t> progress;  // called one at a time, so no lock here
+  options.progress = [&](size_t done, size_t total) {
+    EXPECT_EQ(total, 5u);
+    progress.push_back(done);
+  };
+  const Result<JobRanks> result = summarize_job(names_of(files), loader_of(files), options);
   ASSERT_TRUE(result.ok()) << result.error();
+  EXPECT_EQ(progress, (std::vector<size_t>{1, 2, 3, 4, 5}));
   const JobRanks& job = result.value();
   ASSERT_EQ(job.ranks.size(), 5u);
   for (size_t row = 0; row < 5; ++row) {
