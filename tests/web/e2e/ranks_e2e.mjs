@@ -5,52 +5,27 @@
 //
 // node ranks_e2e.mjs MEMSNAP_BINARY NODE_MODULES_DIR SCREENSHOT_DIR JOB_DIR RANKS OOM_RANK OUTLIER_RANK
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import path from 'node:path';
+
+import { launchChromium, startServer, steps } from './e2e_support.mjs';
 
 const [binary, nodeModules, screenshots, jobDir, rankCount, oomRank, outlierRank] = process.argv.slice(2);
 if (!outlierRank) {
   console.error('usage: node ranks_e2e.mjs MEMSNAP NODE_MODULES SCREENSHOT_DIR JOB_DIR RANKS OOM_RANK OUTLIER_RANK');
   process.exit(2);
 }
-const { chromium } = createRequire(path.join(path.resolve(nodeModules), 'x.js'))('playwright-core');
 mkdirSync(screenshots, { recursive: true });
 
-function startServer() {
-  const server = spawn(binary, ['serve', '--port', '0', '--max-snapshots', '3', jobDir], { stdio: ['ignore', 'pipe', 'inherit'] });
-  return new Promise((resolve, reject) => {
-    let output = '';
-    const timer = setTimeout(() => reject(new Error(`no URL from memsnap serve: ${output}`)), 60000);
-    server.stdout.on('data', chunk => {
-      output += chunk;
-      const match = /http:\/\/[^\s]+\//.exec(output);
-      if (match) { clearTimeout(timer); resolve({ server, url: match[0] }); }
-    });
-    server.on('exit', code => reject(new Error(`memsnap serve exited with ${code}: ${output}`)));
-  });
-}
-
 const problems = [];
-let currentStep = '';
-async function step(name, body) {
-  currentStep = name;
-  const started = Date.now();
-  await body();
-  console.log(`ok  ${name} (${Date.now() - started} ms)`);
-}
-
-const { server, url } = await startServer();
-const browser = await chromium.launch({
-  executablePath: process.env.MEMSNAP_CHROMIUM || '/usr/bin/chromium',
-  args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'],
-});
+const { step, current } = steps();
+const { server, url } = await startServer(binary, ['--max-snapshots', '3', jobDir], 60000);
+const browser = await launchChromium(nodeModules);
 let failed = false;
 try {
   const page = await browser.newPage({ viewport: { width: 1500, height: 950 } });
-  page.on('pageerror', error => problems.push(`${currentStep}: page error: ${error.message}`));
-  page.on('console', message => { if (message.type() === 'error') problems.push(`${currentStep}: console: ${message.text()}`); });
+  page.on('pageerror', error => problems.push(`${current()}: page error: ${error.message}`));
+  page.on('console', message => { if (message.type() === 'error') problems.push(`${current()}: console: ${message.text()}`); });
   const shot = name => page.screenshot({ path: path.join(screenshots, `${name}.png`), fullPage: false });
   const rows = page.locator('table.ranks tbody tr:not([hidden])');
 
@@ -124,7 +99,7 @@ try {
   assert.deepEqual(problems, [], 'the page logged errors');
 } catch (error) {
   failed = true;
-  console.error(`FAILED in "${currentStep}": ${error.message}`);
+  console.error(`FAILED in "${current()}": ${error.message}`);
   for (const problem of problems) console.error(`  ${problem}`);
 } finally {
   await browser.close();

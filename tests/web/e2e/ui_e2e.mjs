@@ -4,56 +4,31 @@
 //
 // node ui_e2e.mjs MEMSNAP_BINARY NODE_MODULES_DIR SCREENSHOT_DIR UPLOAD_FILE SNAPSHOT...
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import path from 'node:path';
+
+import { launchChromium, startServer, steps } from './e2e_support.mjs';
 
 const [binary, nodeModules, screenshots, uploadFile, ...snapshots] = process.argv.slice(2);
 if (!snapshots.length) {
   console.error('usage: node ui_e2e.mjs MEMSNAP NODE_MODULES SCREENSHOT_DIR UPLOAD_FILE SNAPSHOT...');
   process.exit(2);
 }
-const { chromium } = createRequire(path.join(path.resolve(nodeModules), 'x.js'))('playwright-core');
 mkdirSync(screenshots, { recursive: true });
 
-function startServer() {
-  const server = spawn(binary, ['serve', '--port', '0', ...snapshots], { stdio: ['ignore', 'pipe', 'inherit'] });
-  return new Promise((resolve, reject) => {
-    let output = '';
-    const timer = setTimeout(() => reject(new Error(`no URL from memsnap serve: ${output}`)), 30000);
-    server.stdout.on('data', chunk => {
-      output += chunk;
-      const match = /http:\/\/[^\s]+\//.exec(output);
-      if (match) { clearTimeout(timer); resolve({ server, url: match[0] }); }
-    });
-    server.on('exit', code => reject(new Error(`memsnap serve exited with ${code}: ${output}`)));
-  });
-}
-
 const problems = [];
-let currentStep = '';
-async function step(name, body) {
-  currentStep = name;
-  const started = Date.now();
-  await body();
-  console.log(`ok  ${name} (${Date.now() - started} ms)`);
-}
-
-const { server, url } = await startServer();
-const browser = await chromium.launch({
-  executablePath: process.env.MEMSNAP_CHROMIUM || '/usr/bin/chromium',
-  args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'],
-});
+const { step, current } = steps();
+const { server, url } = await startServer(binary, snapshots, 30000);
+const browser = await launchChromium(nodeModules);
 let failed = false;
 try {
   const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
-  page.on('pageerror', error => problems.push(`${currentStep}: page error: ${error.message}`));
+  page.on('pageerror', error => problems.push(`${current()}: page error: ${error.message}`));
   // The browser itself logs the broken upload's 422; anything else logged as an error fails.
   page.on('console', message => {
     if (message.type() !== 'error') return;
-    if (currentStep.startsWith('a broken upload') && /status of 422/.test(message.text())) return;
-    problems.push(`${currentStep}: console: ${message.text()}`);
+    if (current().startsWith('a broken upload') && /status of 422/.test(message.text())) return;
+    problems.push(`${current()}: console: ${message.text()}`);
   });
   const shot = name => page.screenshot({ path: path.join(screenshots, `${name}.png`), fullPage: false });
   const tab = view => page.click(`.tabs button[data-view="${view}"]`);
@@ -308,7 +283,7 @@ try {
   assert.deepEqual(problems, [], 'the page logged errors');
 } catch (error) {
   failed = true;
-  console.error(`FAILED in "${currentStep}": ${error.message}`);
+  console.error(`FAILED in "${current()}": ${error.message}`);
   for (const problem of problems) console.error(`  ${problem}`);
 } finally {
   await browser.close();
