@@ -41,11 +41,9 @@ void name_rank(RankSummary& summary, const std::optional<std::regex>& pattern) {
     return;
   }
   // A memsnap snapshot without a rank was not taken in a job: only an explicit "rank" in its
-  // name counts (its pattern's trailing number is more likely {n} or {pid}).
-  std::optional<int64_t> rank = rank_from_file_name(summary.file);
-  std::string tail = summary.file.substr(summary.file.rfind('/', summary.file.rfind('/') - 1) + 1);
-  std::transform(tail.begin(), tail.end(), tail.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (rank && summary.source != "pytorch" && tail.find("rank") == std::string::npos) rank.reset();
+  // path counts (its pattern's trailing number is more likely {n} or {pid}).
+  const std::optional<int64_t> rank =
+      summary.source == "pytorch" ? rank_from_file_name(summary.file) : rank_named_in_path(summary.file);
   if (rank) {
     summary.rank = rank;
     summary.rank_from = "file name";

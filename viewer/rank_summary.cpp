@@ -235,14 +235,23 @@ RankSummary summarize_rank(const Snapshot& snapshot, std::string file) {
   return out;
 }
 
-std::optional<int64_t> rank_from_file_name(std::string_view path) {
+namespace {
+
+// The path without trailing slashes, split at its last slash: (folder, name); no folder is "".
+std::pair<std::string_view, std::string_view> split_path(std::string_view path) {
   while (!path.empty() && path.back() == '/') path.remove_suffix(1);
   const size_t slash = path.find_last_of('/');
-  std::string name(path.substr(slash == std::string_view::npos ? 0 : slash + 1));
-  if (auto rank = rank_word(name)) return rank;
+  if (slash == std::string_view::npos) return {std::string_view(), path};
+  std::string_view folder = path.substr(0, slash);
+  const size_t folder_slash = folder.find_last_of('/');
+  if (folder_slash != std::string_view::npos) folder.remove_prefix(folder_slash + 1);
+  return {folder, path.substr(slash + 1)};
+}
+
+// "snapshot_3.pickle.gz": the extensions dropped (a dot followed by letters), the number after
+// the last separator.
+std::optional<int64_t> trailing_number(std::string name) {
   std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-  // "snapshot_3.pickle.gz": drop the extensions (a dot followed by letters), then take the
-  // number after the last separator.
   size_t end = name.size();
   while (true) {
     const size_t dot = name.rfind('.', end == 0 ? 0 : end - 1);
@@ -254,13 +263,23 @@ std::optional<int64_t> rank_from_file_name(std::string_view path) {
   }
   size_t start = end;
   while (start > 0 && std::isdigit(static_cast<unsigned char>(name[start - 1]))) --start;
-  if (start != end && start > 0 && (name[start - 1] == '_' || name[start - 1] == '-'))
-    return digits_at(std::string_view(name).substr(0, end), start);
-  // "rank3/snapshot.pickle": the folder says it.
-  if (slash == std::string_view::npos) return std::nullopt;
-  const std::string_view folder = path.substr(0, slash);
-  const size_t folder_slash = folder.find_last_of('/');
-  return rank_word(std::string(folder.substr(folder_slash == std::string_view::npos ? 0 : folder_slash + 1)));
+  if (start == end || start == 0 || (name[start - 1] != '_' && name[start - 1] != '-')) return std::nullopt;
+  return digits_at(std::string_view(name).substr(0, end), start);
+}
+
+}  // namespace
+
+std::optional<int64_t> rank_named_in_path(std::string_view path) {
+  const auto [folder, name] = split_path(path);
+  if (auto rank = rank_word(std::string(name))) return rank;
+  return rank_word(std::string(folder));
+}
+
+std::optional<int64_t> rank_from_file_name(std::string_view path) {
+  const auto [folder, name] = split_path(path);
+  if (auto rank = rank_word(std::string(name))) return rank;
+  if (auto rank = trailing_number(std::string(name))) return rank;
+  return rank_word(std::string(folder));
 }
 
 }  // namespace memsnap

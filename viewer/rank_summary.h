@@ -67,5 +67,8 @@ RankSummary summarize_rank(const Snapshot& snapshot, std::string file);
 // that, the number ending the name before its extensions ("snapshot_3.pickle", "oom-3.pkl.gz"),
 // or a folder named like the first ("rank3/snapshot.pickle").
 std::optional<int64_t> rank_from_file_name(std::string_view path);
+// Only an explicit "rank" followed by a number, in the file's name or its folder's: for files
+// whose other numbers are more likely a pid or a count (memsnap's dump patterns).
+std::optional<int64_t> rank_named_in_path(std::string_view path);
 
 }  // namespace memsnap

@@ -218,6 +218,11 @@ TEST(JobRanks, RanksComeFromFileNames) {
       {".pickle", std::nullopt},
   };
   for (const auto& [name, rank] : cases) EXPECT_EQ(rank_from_file_name(name), rank) << name;
+  // Only "rank" and a number count where other numbers are a pid or a count.
+  EXPECT_EQ(rank_named_in_path("job/rank4/oom-1234-1.msgpack"), 4);
+  EXPECT_EQ(rank_named_in_path("job/rank_2-oom-1.msgpack"), 2);
+  EXPECT_FALSE(rank_named_in_path("oom-1234-1.msgpack").has_value());
+  EXPECT_FALSE(rank_named_in_path("ranks/oom-1.msgpack").has_value());
 }
 
 TEST(JobRanks, PyTorchPicklesTakeTheirRankFromTheirNames) {

@@ -41,3 +41,21 @@ export function steps() {
     },
   };
 }
+
+// Runs the test's body, then requires that the page logged no error; prints the step that
+// failed, closes the browser and the server, and exits 0 or 1.
+export async function runChecked({ browser, server, problems, current }, body) {
+  let failed = false;
+  try {
+    await body();
+    if (problems.length) throw new Error(`the page logged errors:\n  ${problems.join('\n  ')}`);
+  } catch (error) {
+    failed = true;
+    console.error(`FAILED in "${current()}": ${error.message}`);
+    for (const problem of problems) console.error(`  ${problem}`);
+  } finally {
+    await browser.close();
+    server.kill('SIGINT');
+  }
+  process.exit(failed ? 1 : 0);
+}

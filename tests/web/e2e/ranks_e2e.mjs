@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 
-import { launchChromium, startServer, steps } from './e2e_support.mjs';
+import { launchChromium, runChecked, startServer, steps } from './e2e_support.mjs';
 
 const [binary, nodeModules, screenshots, jobDir, rankCount, oomRank, outlierRank] = process.argv.slice(2);
 if (!outlierRank) {
@@ -21,8 +21,7 @@ const problems = [];
 const { step, current } = steps();
 const { server, url } = await startServer(binary, ['--max-snapshots', '3', jobDir], 60000);
 const browser = await launchChromium(nodeModules);
-let failed = false;
-try {
+await runChecked({ browser, server, problems, current }, async () => {
   const page = await browser.newPage({ viewport: { width: 1500, height: 950 } });
   page.on('pageerror', error => problems.push(`${current()}: page error: ${error.message}`));
   page.on('console', message => { if (message.type() === 'error') problems.push(`${current()}: console: ${message.text()}`); });
@@ -95,14 +94,4 @@ try {
     }
     assert.ok(await page.locator('.chip').count() <= 3);
   });
-
-  assert.deepEqual(problems, [], 'the page logged errors');
-} catch (error) {
-  failed = true;
-  console.error(`FAILED in "${current()}": ${error.message}`);
-  for (const problem of problems) console.error(`  ${problem}`);
-} finally {
-  await browser.close();
-  server.kill('SIGINT');
-}
-process.exit(failed ? 1 : 0);
+});

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 
-import { launchChromium, startServer, steps } from './e2e_support.mjs';
+import { launchChromium, runChecked, startServer, steps } from './e2e_support.mjs';
 
 const [binary, nodeModules, screenshots, uploadFile, ...snapshots] = process.argv.slice(2);
 if (!snapshots.length) {
@@ -20,8 +20,7 @@ const problems = [];
 const { step, current } = steps();
 const { server, url } = await startServer(binary, snapshots, 30000);
 const browser = await launchChromium(nodeModules);
-let failed = false;
-try {
+await runChecked({ browser, server, problems, current }, async () => {
   const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
   page.on('pageerror', error => problems.push(`${current()}: page error: ${error.message}`));
   // The browser itself logs the broken upload's 422; anything else logged as an error fails.
@@ -279,14 +278,4 @@ try {
     await page.waitForSelector('.tabs button[data-view="timeline"][aria-selected="true"]');
     await page.waitForSelector('.plot canvas');
   });
-
-  assert.deepEqual(problems, [], 'the page logged errors');
-} catch (error) {
-  failed = true;
-  console.error(`FAILED in "${current()}": ${error.message}`);
-  for (const problem of problems) console.error(`  ${problem}`);
-} finally {
-  await browser.close();
-  server.kill('SIGINT');
-}
-process.exit(failed ? 1 : 0);
+});
