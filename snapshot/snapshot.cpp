@@ -31,6 +31,13 @@ std::vector<int64_t> devices_of(const Snapshot& snapshot) {
   return devices;
 }
 
+int64_t busiest_device(const Snapshot& snapshot) {
+  size_t busiest = 0;
+  for (size_t d = 1; d < snapshot.device_traces.size(); ++d)
+    if (snapshot.device_traces[d].size() > snapshot.device_traces[busiest].size()) busiest = d;
+  return static_cast<int64_t>(busiest);
+}
+
 std::string missing_device_error(const Snapshot& snapshot, int64_t device) {
   const std::vector<int64_t> devices = devices_of(snapshot);
   if (std::binary_search(devices.begin(), devices.end(), device)) return "";

@@ -129,6 +129,9 @@ struct Snapshot {
 
 // The devices a snapshot describes (any trace, segment or device entry), in order.
 std::vector<int64_t> devices_of(const Snapshot& snapshot);
+// The device whose trace has the most entries (the first of them on a tie; 0 when no trace
+// has any): the one views show unless asked for another.
+int64_t busiest_device(const Snapshot& snapshot);
 // "" when `device` is one of them, else a one-line reason naming those there are.
 std::string missing_device_error(const Snapshot& snapshot, int64_t device);
 

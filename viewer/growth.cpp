@@ -107,13 +107,7 @@ double slope(const std::vector<uint64_t>& ys, size_t first) {
 
 Result<Growth> compute_growth(const Snapshot& snapshot, const GrowthOptions& options) {
   Growth growth;
-  if (options.device) {
-    growth.device = *options.device;
-  } else {
-    size_t most = 0;
-    for (size_t d = 0; d < snapshot.device_traces.size(); ++d)
-      if (snapshot.device_traces[d].size() > most) most = snapshot.device_traces[d].size(), growth.device = static_cast<int64_t>(d);
-  }
+  growth.device = options.device.value_or(busiest_device(snapshot));
   if (growth.device < 0 || static_cast<size_t>(growth.device) >= snapshot.device_traces.size() ||
       snapshot.device_traces[static_cast<size_t>(growth.device)].empty())
     return Result<Growth>::failure("growth: no trace for device " + std::to_string(growth.device) +

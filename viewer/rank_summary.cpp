@@ -164,11 +164,10 @@ RankSummary summarize_rank(const Snapshot& snapshot, std::string file) {
   }
 
   uint64_t trace_reserved_peak = 0, trace_active_peak = 0, trace_ooms = 0;
-  size_t longest = 0;
+  const size_t longest = static_cast<size_t>(busiest_device(snapshot));
   for (size_t d = 0; d < snapshot.device_traces.size(); ++d) {
     const std::vector<TraceEntry>& trace = snapshot.device_traces[d];
     out.trace_events += trace.size();
-    if (trace.size() > snapshot.device_traces[longest].size()) longest = d;
     int64_t reserved = start_value(final_bytes[d].reserved, trace, reserved_change);
     int64_t active = start_value(final_bytes[d].active, trace, active_change);
     int64_t reserved_peak = reserved, active_peak = active;

@@ -53,13 +53,7 @@ std::vector<std::string> tune_candidates() {
 Result<SettingsAdvice> tune_settings(const Snapshot& snapshot, const TuneOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   SettingsAdvice advice;
-  if (options.device) {
-    advice.device = *options.device;
-  } else {
-    size_t most = 0;
-    for (size_t d = 0; d < snapshot.device_traces.size(); ++d)
-      if (snapshot.device_traces[d].size() > most) most = snapshot.device_traces[d].size(), advice.device = static_cast<int64_t>(d);
-  }
+  advice.device = options.device.value_or(busiest_device(snapshot));
   if (advice.device < 0 || static_cast<size_t>(advice.device) >= snapshot.device_traces.size() ||
       snapshot.device_traces[static_cast<size_t>(advice.device)].empty())
     return Result<SettingsAdvice>::failure("tune: no trace to replay for device " + std::to_string(advice.device) +

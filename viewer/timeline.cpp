@@ -140,16 +140,7 @@ void collect_segments(const Snapshot& snapshot, const std::vector<TraceEntry>& t
 
 Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& options) {
   Timeline out;
-  if (options.device) {
-    out.device = *options.device;
-  } else {
-    size_t most = 0;
-    for (size_t d = 0; d < snapshot.device_traces.size(); ++d)
-      if (snapshot.device_traces[d].size() > most) {
-        most = snapshot.device_traces[d].size();
-        out.device = static_cast<int64_t>(d);
-      }
-  }
+  out.device = options.device.value_or(busiest_device(snapshot));
   static const std::vector<TraceEntry> kNoTrace;
   const std::vector<TraceEntry>& trace =
       out.device >= 0 && static_cast<size_t>(out.device) < snapshot.device_traces.size()
