@@ -163,20 +163,37 @@ RankSummary summarize_rank(const Snapshot& snapshot, std::string file) {
     stat_ooms += std::max<int64_t>(0, statistic(statistics, "num_ooms").value_or(0));
   }
 
+  // One pass over each trace: peaks and OOMs, and for the longest trace its active memory over
+  // time and the moment of its peak.
   uint64_t trace_reserved_peak = 0, trace_active_peak = 0, trace_ooms = 0;
   const size_t longest = static_cast<size_t>(busiest_device(snapshot));
+  int64_t longest_start = 0;
+  size_t longest_peak_at = 0;  // entries applied at the longest trace's peak
   for (size_t d = 0; d < snapshot.device_traces.size(); ++d) {
     const std::vector<TraceEntry>& trace = snapshot.device_traces[d];
     out.trace_events += trace.size();
     int64_t reserved = start_value(final_bytes[d].reserved, trace, reserved_change);
     int64_t active = start_value(final_bytes[d].active, trace, active_change);
     int64_t reserved_peak = reserved, active_peak = active;
+    const bool draw = d == longest && !trace.empty();
+    const size_t points = std::min(RankSummary::kTimelinePoints, trace.size());
+    if (draw) {
+      longest_start = active;
+      out.active_timeline.assign(points, 0);
+    }
     for (size_t i = 0; i < trace.size(); ++i) {
       const TraceEntry& e = trace[i];
       reserved += reserved_change(e);
       active += active_change(e);
       reserved_peak = std::max(reserved_peak, reserved);
-      active_peak = std::max(active_peak, active);
+      if (active > active_peak) {
+        active_peak = active;
+        if (draw) longest_peak_at = i + 1;
+      }
+      if (draw) {
+        uint64_t& point = out.active_timeline[i * points / trace.size()];
+        point = std::max(point, static_cast<uint64_t>(std::max<int64_t>(0, active)));
+      }
       if (e.action != TraceAction::kOom) continue;
       ++trace_ooms;
       RankOom oom;
@@ -209,22 +226,10 @@ RankSummary summarize_rank(const Snapshot& snapshot, std::string file) {
     out.ooms = trace_ooms;
   }
 
-  // The longest trace's active memory over time, and what was live at its peak.
+  // What was live at the longest trace's peak, by stack (without a trace: at the snapshot).
   std::unordered_map<StackIndex, uint64_t> at_peak;
-  if (!snapshot.device_traces.empty() && !snapshot.device_traces[longest].empty()) {
-    const std::vector<TraceEntry>& trace = snapshot.device_traces[longest];
-    const int64_t start = start_value(final_bytes[longest].active, trace, active_change);
-    const size_t points = std::min(RankSummary::kTimelinePoints, trace.size());
-    out.active_timeline.assign(points, 0);
-    int64_t active = start, peak_value = start;
-    size_t peak_at = 0;  // entries applied at the peak
-    for (size_t i = 0; i < trace.size(); ++i) {
-      active += active_change(trace[i]);
-      if (active > peak_value) peak_value = active, peak_at = i + 1;
-      uint64_t& point = out.active_timeline[i * points / trace.size()];
-      point = std::max(point, static_cast<uint64_t>(std::max<int64_t>(0, active)));
-    }
-    at_peak = live_by_stack_at(trace, peak_at, start);
+  if (!out.active_timeline.empty()) {
+    at_peak = live_by_stack_at(snapshot.device_traces[longest], longest_peak_at, longest_start);
   } else {
     for (const SnapshotSegment& segment : snapshot.segments)
       for (const SnapshotBlock& block : segment.blocks)
