@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "allocator/device_backend.h"
+#include "allocator/mempool_id.h"
 
 namespace memsnap {
 
@@ -29,6 +30,7 @@ struct SegmentRecord {
   size_t size = 0;
   StreamId stream = 0;
   bool small_pool = false;
+  MempoolId pool_id;  // (0,0): the global pools; else the private pool that holds it
   // Part of an expandable segment: one record per contiguous run of mapped pages, as
   // PyTorch reports them.
   bool expandable = false;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "allocator/device_backend.h"
+#include "allocator/mempool_id.h"
 
 namespace memsnap {
 
@@ -43,7 +44,9 @@ struct Block {
                             // because the fast path asks on every allocation and free)
   bool mapped = true;  // false: address space of an expandable segment with no memory yet
   int event_count = 0;                // outstanding events before a pending free completes
-  std::vector<StreamId> stream_uses;  // other streams it was used on (record_stream)
+  // Other streams it was used on (record_stream). A freed block keeps them while its events
+  // wait for a capture to end (DeviceCachingAllocator::frees_awaiting_events_).
+  std::vector<StreamId> stream_uses;
   uint64_t gc_count_base = 0;         // pool's search count when it became free (GC age)
   // A value an observer may attach to the block while it is allocated (history keeps the
   // allocation's stack id here, so a free needs no lookup). The allocator never reads it and
@@ -57,7 +60,7 @@ struct Block {
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
   // Free memory, ready for reuse (unmapped address space is not memory).
-  bool is_free() const { return !allocated && event_count == 0 && mapped; }
+  bool is_free() const { return !allocated && event_count == 0 && mapped && stream_uses.empty(); }
 };
 
 struct Segment {
@@ -66,6 +69,7 @@ struct Segment {
   size_t size = 0;
   StreamId stream = 0;
   bool small_pool = false;
+  MempoolId pool_id;      // the private pool it was reserved for; (0,0): the global pools
   Block* head = nullptr;  // the block at `address`; stable for the segment's life
   // Expandable: `size` bytes of address space, mapped `page_size` bytes at a time from
   // `address`; reserved bytes are only the mapped ones.

@@ -25,6 +25,8 @@
 
 namespace memsnap {
 
+struct PrivatePool;
+
 class BlockPool {
  public:
   explicit BlockPool(bool small) : is_small_(small) {}
@@ -32,6 +34,9 @@ class BlockPool {
   BlockPool& operator=(const BlockPool&) = delete;
 
   bool is_small() const { return is_small_; }
+  // The private pool these blocks belong to; nullptr for the global pools.
+  PrivatePool* owner() const { return owner_; }
+  void set_owner(PrivatePool* owner) { owner_ = owner; }
 
   // `block` must not be in the pool; its stream, size and address fix its place.
   void insert(Block* block);
@@ -91,6 +96,7 @@ class BlockPool {
   static void append_in_order(const StreamBlocks& blocks, std::vector<Block*>& out);
 
   bool is_small_;
+  PrivatePool* owner_ = nullptr;
   size_t size_ = 0;
   std::vector<std::unique_ptr<StreamBlocks>> streams_;  // sorted by stream id
   mutable StreamBlocks* last_stream_ = nullptr;         // most calls repeat the last stream

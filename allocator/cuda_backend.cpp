@@ -61,7 +61,12 @@ CudaBackend::~CudaBackend() {
 std::optional<uintptr_t> CudaBackend::reserve(int device, size_t bytes) {
   DeviceGuard guard(device);
   void* ptr = nullptr;
+  // A graph's private pool grows while the graph captures, and cudaMalloc is refused in the
+  // global capture mode: as PyTorch does, the thread switches to relaxed mode for the call.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
   const cudaError_t status = cudaMalloc(&ptr, bytes);
+  cudaThreadExchangeStreamCaptureMode(&mode);
   if (status == cudaErrorMemoryAllocation) {
     cudaGetLastError();  // an out-of-memory error is not sticky; clear it
     return std::nullopt;

@@ -69,10 +69,15 @@ size_t DeviceCachingAllocator::allocated_size(uintptr_t address) const {
 }
 
 Block* DeviceCachingAllocator::malloc(size_t size, StreamId stream, AllocatorLock& lock) {
-  if (size > kMaxRequestSize) report_out_of_memory(size, size, size, stream, lock);
-  if (!pending_events_.empty()) process_events();
+  if (size > kMaxRequestSize) report_out_of_memory(size, size, size, stream, nullptr, lock);
+  // Querying events is illegal while a graph captures: PyTorch waits until no pool is being
+  // allocated to.
+  if (allocating_to_.empty()) {
+    if (!frees_awaiting_events_.empty()) insert_deferred_events();
+    if (!pending_events_.empty()) process_events();
+  }
   const size_t rounded = round_size(size, config_);
-  BlockPool& pool = pool_for(rounded);
+  BlockPool& pool = pool_for(rounded, stream);
   Block* block = take_free_block(pool, stream, rounded);
   if (block == nullptr) block = allocate_after_miss(pool, stream, rounded, size, lock);
   return finish_allocation(block, rounded, size);
@@ -100,7 +105,8 @@ Block* DeviceCachingAllocator::finish_allocation(Block* block, size_t rounded_si
   const bool already_split = block->is_split();
   // Expandable memory is left out of the split statistics, as in PyTorch.
   const bool counts_split = !block->expandable;
-  if (should_split(block->size, rounded_size, small, config_)) {
+  const bool no_split = pool.owner() != nullptr && pool.owner()->no_split;
+  if (!no_split && should_split(block->size, rounded_size, small, config_)) {
     Block* remaining = split_block_at(block, rounded_size);
     pool.insert(remaining);
     if (counts_split && already_split) {
@@ -166,10 +172,12 @@ void DeviceCachingAllocator::free(Block* block) {
   DeviceStats::decrease(stats_.allocated_bytes, small, static_cast<int64_t>(block->size));
   if (block->size >= config_.max_split_size) stats_.oversize_allocations.decrease(1);
   if (observer_) observer_->on_free_requested(device_, *block);
-  if (!block->stream_uses.empty())
+  if (block->stream_uses.empty())
+    free_block(block);
+  else if (allocating_to_.empty())
     insert_events(block);  // becomes reusable once the other streams catch up
   else
-    free_block(block);
+    frees_awaiting_events_.push_back(block);
 }
 
 // Returns a block whose frees (and events) are complete to its pool, merged with its free
@@ -262,11 +270,12 @@ std::vector<SegmentRecord> DeviceCachingAllocator::segment_records() const {
       record.address = block->address;
       record.stream = segment->stream;
       record.small_pool = segment->small_pool;
+      record.pool_id = segment->pool_id;
       record.expandable = segment->expandable;
       for (; block != nullptr && block->mapped; block = block->next) {
-        const BlockState state = block->allocated      ? BlockState::kActiveAllocated
-                                 : block->event_count ? BlockState::kActivePendingFree
-                                                      : BlockState::kInactive;
+        const BlockState state = block->allocated   ? BlockState::kActiveAllocated
+                                 : block->is_free() ? BlockState::kInactive
+                                                    : BlockState::kActivePendingFree;
         record.blocks.push_back({block->address, block->size, block->requested_size, state});
         record.size += block->size;
       }

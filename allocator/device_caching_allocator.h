@@ -8,8 +8,9 @@
 //
 // Files: device_caching_allocator.cpp holds the fast path (malloc/free and their block
 // bookkeeping), device_slow_path.cpp everything that touches the device or recovers memory,
-// device_expandable.cpp expandable segments (expandable_segments:True), device_restore.cpp
-// what replay needs to start from a recorded state.
+// device_expandable.cpp expandable segments (expandable_segments:True), device_private_pools.cpp
+// private pools (CUDA graphs, MemPool; private_pool.h), device_restore.cpp what replay needs to
+// start from a recorded state.
 // Thread-safe: one mutex per device guards all state below it, the map of live allocations
 // included, so allocate and deallocate each take a single lock.
 #pragma once
@@ -30,6 +31,7 @@
 #include "allocator/out_of_memory.h"
 #include "allocator/pointer_map.h"
 #include "allocator/policy.h"
+#include "allocator/private_pool.h"
 
 namespace memsnap {
 
@@ -50,8 +52,36 @@ class DeviceCachingAllocator {
   bool record_stream(uintptr_t address, StreamId stream);
   // The block size (after rounding) of a live allocation, or 0 when `address` is not one.
   size_t allocated_size(uintptr_t address) const;
-  // Waits for pending frees, then returns every unsplit cached segment to the device.
+  // Waits for pending frees, then returns every unsplit cached segment to the device, and the
+  // free segments of private pools no longer in use. While a pool is being allocated to (a
+  // graph capturing), the global pools keep their memory: PyTorch frees nothing then.
   void empty_cache();
+  // The same for one private pool alone, when it is no longer in use.
+  void empty_cache(MempoolId pool);
+
+  // --- private pools (private_pool.h) ---
+  // Creates the pool with one use, or adds a use to it (PyTorch's createOrIncrefPool: a MemPool
+  // made, a graph sharing another's pool).
+  void create_or_incref_pool(MempoolId pool);
+  // From now until end_allocate_to_pool(pool), requests whose stream `filter` accepts are
+  // served from the pool (created, or given one more use, here). Throws
+  // std::invalid_argument for the global pool or a pool already being allocated to.
+  void begin_allocate_to_pool(MempoolId pool, PoolFilter filter);
+  // Requests go back to the global pools (or another pool being allocated to). Throws
+  // std::invalid_argument when `pool` is not being allocated to.
+  void end_allocate_to_pool(MempoolId pool);
+  // Ends one use of the pool; at none, its free segments go back at the next empty_cache.
+  // Throws std::invalid_argument for a pool that does not exist or has no use left.
+  void release_pool(MempoolId pool);
+  // The pool's uses, 0 for a pool that does not exist (or is released and waiting).
+  int pool_use_count(MempoolId pool) const;
+  // True while some pool is being allocated to.
+  bool allocating_to_pool() const;
+  // torch.cuda.MemPool(use_on_oom=True): when the device cannot give a global request a new
+  // segment, a free block of this pool may serve it. Throws std::invalid_argument for no pool.
+  void set_use_on_oom(MempoolId pool, bool use_on_oom);
+  // torch.cuda.MemPool(no_split=True): the pool's blocks are never split.
+  void set_no_split(MempoolId pool);
   // Installs a segment with a given layout, as a recorded run had it (replay starts from the
   // state a trace began in). The layout must tile the segment with no two free blocks
   // adjacent; the backend must place it at layout.address (the simulated backend does when
@@ -99,9 +129,18 @@ class DeviceCachingAllocator {
   // --- fast path (device_caching_allocator.cpp); the caller holds mutex_ ---
   Block* malloc(size_t size, StreamId stream, AllocatorLock& lock);
   void free(Block* block);
-  BlockPool& pool_for(size_t rounded_size) {
-    return is_small_request(rounded_size) ? small_blocks_ : large_blocks_;
+  BlockPool& pool_for(size_t rounded_size, StreamId stream) {
+    const bool small = is_small_request(rounded_size);
+    if (!allocating_to_.empty()) {
+      if (PrivatePool* pool = routed_pool(stream))
+        return small ? pool->small_blocks : pool->large_blocks;
+    }
+    return small ? small_blocks_ : large_blocks_;
   }
+  PrivatePool* routed_pool(StreamId stream);
+  PrivatePool& add_pool_use(MempoolId pool);
+  Block* take_from_fallback_pools(bool small, StreamId stream, size_t rounded_size);
+  size_t private_pool_free_bytes() const;
   Block* take_free_block(BlockPool& pool, StreamId stream, size_t rounded_size);
   Block* finish_allocation(Block* block, size_t rounded_size, size_t requested_size);
   void free_block(Block* block);
@@ -124,16 +163,19 @@ class DeviceCachingAllocator {
   Block* add_segment(BlockPool& pool, StreamId stream, uintptr_t address, size_t size,
                      size_t page_size);
   bool release_oversize_cached_blocks(BlockPool& pool, StreamId stream, size_t rounded_size);
-  void release_all_cached_blocks();
+  void release_cached_memory(MempoolId target);
   void release_cached_blocks(BlockPool& pool);
   void release_segment(Block* head);
+  void erase_segment(std::map<uintptr_t, std::unique_ptr<Segment>>::iterator found);
   void garbage_collect_cached_blocks();
   void insert_events(Block* block);
   void process_events();
-  void synchronize_and_free_events();
+  void insert_deferred_events();
+  // Waits for the pending frees (of one private pool's blocks alone, when given).
+  void synchronize_and_free_events(const PrivatePool* only = nullptr);
   [[noreturn]] void report_out_of_memory(size_t requested_size, size_t rounded_size,
                                          size_t allocation_size, StreamId stream,
-                                         AllocatorLock& lock);
+                                         const BlockPool* pool, AllocatorLock& lock);
 
   // --- expandable segments (device_expandable.cpp) ---
   Block* allocate_expandable(BlockPool& pool, StreamId stream, size_t rounded_size);
@@ -160,6 +202,13 @@ class DeviceCachingAllocator {
   BlockPool large_blocks_{false};
   std::map<uintptr_t, std::unique_ptr<Segment>> segments_;  // by address
   PendingEvents pending_events_;  // per stream, in the order recorded
+  // Private pools by id, and those being allocated to, in the order begun (the first whose
+  // filter accepts a request's stream serves it).
+  std::map<MempoolId, std::unique_ptr<PrivatePool>> private_pools_;
+  std::vector<std::pair<PrivatePool*, PoolFilter>> allocating_to_;
+  // Blocks freed while a pool was being allocated to, used on other streams: events cannot
+  // be recorded and queried during a capture, so theirs wait until no pool is.
+  std::vector<Block*> frees_awaiting_events_;
   DeviceStats stats_;
   bool memory_fraction_set_ = false;
   size_t allowed_bytes_ = 0;  // reserved-memory cap when memory_fraction_set_

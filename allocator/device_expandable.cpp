@@ -153,7 +153,7 @@ void DeviceCachingAllocator::release_expandable_segment(Block* whole) {
   backend_.release_address_space(device_, segment.address, segment.size);
   whole->pool->erase_unmapped(whole);
   recycle_block(whole);
-  segments_.erase(found);
+  erase_segment(found);
 }
 
 // Best fit among blocks that may grow: a free block followed by unmapped bytes counts as

@@ -52,7 +52,16 @@ std::vector<uintptr_t> DeviceCachingAllocator::restore_segment(const SegmentReco
     backend_.release(device_, *address, layout.size);
     throw std::invalid_argument("restore_segment: the device placed the segment elsewhere");
   }
-  BlockPool& pool = layout.small_pool ? small_blocks_ : large_blocks_;
+  // A private pool the recorded run had before its trace began exists here with one use.
+  PrivatePool* owner = nullptr;
+  if (!layout.pool_id.is_global()) {
+    auto [it, created] = private_pools_.try_emplace(layout.pool_id);
+    if (created) it->second = std::make_unique<PrivatePool>(layout.pool_id);
+    owner = it->second.get();
+    owner->segment_count += 1;
+  }
+  BlockPool& pool = owner != nullptr ? (layout.small_pool ? owner->small_blocks : owner->large_blocks)
+                                     : (layout.small_pool ? small_blocks_ : large_blocks_);
   const bool small = pool.is_small();
   auto segment = std::make_unique<Segment>();
   segment->device = device_;
@@ -60,6 +69,7 @@ std::vector<uintptr_t> DeviceCachingAllocator::restore_segment(const SegmentReco
   segment->size = layout.size;
   segment->stream = layout.stream;
   segment->small_pool = small;
+  segment->pool_id = layout.pool_id;
 
   std::vector<uintptr_t> live;
   const bool split = layout.blocks.size() > 1;

@@ -57,18 +57,22 @@ Block* DeviceCachingAllocator::allocate_after_miss(BlockPool& pool, StreamId str
   }
   // (b) garbage-collect old cached blocks when above the threshold
   if (gc_enabled()) garbage_collect_cached_blocks();
-  // (c) a new segment; (d) after releasing oversize cached blocks; (e) after releasing all
+  // (c) a new segment; a free block of a pool made with use_on_oom; (d) after releasing
+  // oversize cached blocks; (e) after releasing all, except while a pool is being allocated
+  // to (PyTorch frees nothing then)
   Block* block = reserve_segment(pool, stream, rounded_size, false, lock);
+  if (block == nullptr && pool.owner() == nullptr)
+    block = take_from_fallback_pools(pool.is_small(), stream, rounded_size);
   if (block == nullptr && release_oversize_cached_blocks(pool, stream, rounded_size))
     block = reserve_segment(pool, stream, rounded_size, false, lock);
-  if (block == nullptr) {
-    release_all_cached_blocks();
+  if (block == nullptr && allocating_to_.empty()) {
+    release_cached_memory(MempoolId{});
     block = reserve_segment(pool, stream, rounded_size, true, lock);
   }
   // (f)
   if (block == nullptr)
     report_out_of_memory(requested_size, rounded_size, segment_size_for(rounded_size, config_),
-                         stream, lock);
+                         stream, &pool, lock);
   return block;
 }
 
@@ -119,6 +123,10 @@ Block* DeviceCachingAllocator::add_segment(BlockPool& pool, StreamId stream, uin
   segment->size = size;
   segment->stream = stream;
   segment->small_pool = pool.is_small();
+  if (PrivatePool* owner = pool.owner()) {
+    segment->pool_id = owner->id;
+    owner->segment_count += 1;
+  }
   segment->expandable = page_size != 0;
   segment->page_size = page_size;
   Block* block = new_block();
@@ -166,12 +174,27 @@ bool DeviceCachingAllocator::release_oversize_cached_blocks(BlockPool& pool, Str
   return released >= wanted;
 }
 
-// (e) and empty_cache(): wait for every pending free, then release every unsplit segment
-// and unmap the whole free pages of expandable segments.
-void DeviceCachingAllocator::release_all_cached_blocks() {
-  synchronize_and_free_events();
-  release_cached_blocks(large_blocks_);
-  release_cached_blocks(small_blocks_);
+// (e) and empty_cache(), as PyTorch's release_cached_blocks: unless a pool is being allocated
+// to, wait for every pending free, then release every unsplit segment and unmap the whole free
+// pages of expandable segments; then the same for each private pool no longer in use (only
+// `target` when it names one), forgetting a pool once it holds no segment.
+void DeviceCachingAllocator::release_cached_memory(MempoolId target) {
+  if (target.is_global() && allocating_to_.empty()) {
+    synchronize_and_free_events();
+    release_cached_blocks(large_blocks_);
+    release_cached_blocks(small_blocks_);
+  }
+  for (auto it = private_pools_.begin(); it != private_pools_.end();) {
+    PrivatePool& pool = *it->second;
+    if (pool.use_count > 0 || (!target.is_global() && pool.id != target)) {
+      ++it;
+      continue;
+    }
+    if (!target.is_global()) synchronize_and_free_events(&pool);
+    release_cached_blocks(pool.small_blocks);
+    release_cached_blocks(pool.large_blocks);
+    it = pool.segment_count == 0 ? private_pools_.erase(it) : std::next(it);
+  }
 }
 
 // In pool order, as PyTorch's release_blocks: unsplit segments go back as they are met;
@@ -205,6 +228,16 @@ void DeviceCachingAllocator::release_segment(Block* head) {
   stats_.num_device_free += 1;
   head->pool->erase(head);
   recycle_block(head);
+  erase_segment(found);
+}
+
+// Forgets a segment whose memory went back to the device, and its place in a private pool.
+void DeviceCachingAllocator::erase_segment(
+    std::map<uintptr_t, std::unique_ptr<Segment>>::iterator found) {
+  if (!found->second->pool_id.is_global()) {
+    auto pool = private_pools_.find(found->second->pool_id);
+    if (pool != private_pools_.end()) pool->second->segment_count -= 1;
+  }
   segments_.erase(found);
 }
 
@@ -267,21 +300,36 @@ void DeviceCachingAllocator::process_events() {
   }
 }
 
-void DeviceCachingAllocator::synchronize_and_free_events() {
+// Blocks freed during a capture get their events now that none is underway.
+void DeviceCachingAllocator::insert_deferred_events() {
+  std::vector<Block*> blocks = std::move(frees_awaiting_events_);
+  frees_awaiting_events_.clear();
+  for (Block* block : blocks) insert_events(block);
+}
+
+void DeviceCachingAllocator::synchronize_and_free_events(const PrivatePool* only) {
   stats_.num_sync_all_streams += 1;
-  for (auto& [stream, queue] : pending_events_) {
-    for (auto& [event, block] : queue) {
+  if (allocating_to_.empty() && !frees_awaiting_events_.empty()) insert_deferred_events();
+  for (auto it = pending_events_.begin(); it != pending_events_.end();) {
+    auto& queue = it->second;
+    for (auto event_it = queue.begin(); event_it != queue.end();) {
+      auto [event, block] = *event_it;
+      if (only != nullptr && block->pool->owner() != only) {
+        ++event_it;
+        continue;
+      }
       backend_.synchronize_event(event);
       backend_.release_event(event);
+      event_it = queue.erase(event_it);
       if (--block->event_count == 0) free_block(block);
     }
+    it = queue.empty() ? pending_events_.erase(it) : std::next(it);
   }
-  pending_events_.clear();
 }
 
 void DeviceCachingAllocator::report_out_of_memory(size_t requested_size, size_t rounded_size,
                                                   size_t allocation_size, StreamId stream,
-                                                  AllocatorLock& lock) {
+                                                  const BlockPool* pool, AllocatorLock& lock) {
   const DeviceMemoryInfo memory = backend_.memory_info(device_);
   stats_.num_ooms += 1;
   OomInfo info;
@@ -294,6 +342,8 @@ void DeviceCachingAllocator::report_out_of_memory(size_t requested_size, size_t 
   info.device_free_bytes = memory.free_bytes;
   info.allocated_bytes = static_cast<size_t>(stats_.allocated_bytes[kAggregate].current);
   info.reserved_bytes = reserved_bytes();
+  info.private_pool_free_bytes = private_pool_free_bytes();
+  if (pool != nullptr && pool->owner() != nullptr) info.pool = pool->owner()->id;
   if (memory_fraction_set_) info.allowed_bytes = allowed_bytes_;
   if (observer_) observer_->on_oom(device_, info);
   const std::vector<OomObserver> observers = oom_observers_;
@@ -304,7 +354,7 @@ void DeviceCachingAllocator::report_out_of_memory(size_t requested_size, size_t 
 
 void DeviceCachingAllocator::empty_cache() {
   AllocatorLockGuard lock(mutex_);
-  release_all_cached_blocks();
+  release_cached_memory(MempoolId{});
 }
 
 void DeviceCachingAllocator::set_memory_fraction(double fraction) {

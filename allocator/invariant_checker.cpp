@@ -59,12 +59,19 @@ InvariantReport InvariantChecker::check(const DeviceCachingAllocator& allocator)
   Expected expected;
   std::set<const Block*> free_blocks;
   std::map<const Block*, int> pending;  // block -> events expected
+  std::set<const Block*> awaiting_events;  // freed during a capture, events not yet recorded
+  std::map<MempoolId, int> segments_per_pool;
   size_t unmapped_blocks = 0;
 
   for (const auto& [address, segment_ptr] : allocator.segments_) {
     const Segment& segment = *segment_ptr;
     const std::string where = "segment " + std::to_string(address);
     const bool small = segment.small_pool;
+    if (!segment.pool_id.is_global()) {
+      segments_per_pool[segment.pool_id] += 1;
+      if (!allocator.private_pools_.count(segment.pool_id))
+        problems.push_back(where + ": its pool " + to_string(segment.pool_id) + " does not exist");
+    }
     // An expandable segment counts its mapped bytes as reserved, and is not a "segment" in
     // the statistics (PyTorch's accounting).
     if (!segment.expandable) {
@@ -95,6 +102,9 @@ InvariantReport InvariantChecker::check(const DeviceCachingAllocator& allocator)
       if (block->stream != segment.stream) problems.push_back(at + ": stream differs from segment");
       if (block->device != allocator.device_) problems.push_back(at + ": wrong device");
       if (block->pool->is_small() != small) problems.push_back(at + ": in the wrong pool kind");
+      const PrivatePool* owner = block->pool->owner();
+      if ((owner == nullptr ? MempoolId{} : owner->id) != segment.pool_id)
+        problems.push_back(at + ": belongs to another pool than its segment");
       if (block->size == 0 || block->size % kMinBlockSize != 0)
         problems.push_back(at + ": size not a positive multiple of 512");
       if (block->allocated && block->event_count != 0)
@@ -127,7 +137,8 @@ InvariantReport InvariantChecker::check(const DeviceCachingAllocator& allocator)
         expected.add(expected.stats.active_bytes, small, size);
         expected.add(expected.stats.requested_bytes, small,
                      static_cast<int64_t>(block->requested_size));
-        if (!block->allocated) pending[block] = block->event_count;
+        if (!block->allocated && block->event_count > 0) pending[block] = block->event_count;
+        if (!block->allocated && block->event_count == 0) awaiting_events.insert(block);
       } else {
         free_blocks.insert(block);
         if (!block->pool->contains(block))
@@ -145,18 +156,36 @@ InvariantReport InvariantChecker::check(const DeviceCachingAllocator& allocator)
                          " of " + std::to_string(segment.size) + " bytes");
   }
 
-  for (const BlockPool* pool : {&allocator.small_blocks_, &allocator.large_blocks_}) {
+  std::vector<const BlockPool*> pools = {&allocator.small_blocks_, &allocator.large_blocks_};
+  for (const auto& [id, pool] : allocator.private_pools_) {
+    pools.push_back(&pool->small_blocks);
+    pools.push_back(&pool->large_blocks);
+    const auto counted = segments_per_pool.find(id);
+    const int segments = counted == segments_per_pool.end() ? 0 : counted->second;
+    if (pool->segment_count != segments)
+      problems.push_back("pool " + to_string(id) + " counts " + std::to_string(pool->segment_count) +
+                         " segments but holds " + std::to_string(segments));
+    if (pool->use_count < 0) problems.push_back("pool " + to_string(id) + " has a negative use count");
+  }
+  size_t pooled_blocks = 0;
+  size_t pooled_unmapped = 0;
+  for (const BlockPool* pool : pools) {
     for (std::string& problem : pool->structure_problems()) problems.push_back(std::move(problem));
     for (const Block* block : pool->ordered_blocks())
       if (!free_blocks.count(block))
         problems.push_back("pool holds block " + std::to_string(block->address) +
                            " that is not a free block of any segment");
+    pooled_blocks += pool->size();
+    pooled_unmapped += pool->unmapped_count();
   }
-  if (free_blocks.size() != allocator.small_blocks_.size() + allocator.large_blocks_.size())
+  if (free_blocks.size() != pooled_blocks)
     problems.push_back("pools and segments disagree on the number of free blocks");
-  if (unmapped_blocks !=
-      allocator.small_blocks_.unmapped_count() + allocator.large_blocks_.unmapped_count())
+  if (unmapped_blocks != pooled_unmapped)
     problems.push_back("pools and segments disagree on the number of unmapped ranges");
+  const std::set<const Block*> deferred(allocator.frees_awaiting_events_.begin(),
+                                        allocator.frees_awaiting_events_.end());
+  if (deferred != awaiting_events || deferred.size() != allocator.frees_awaiting_events_.size())
+    problems.push_back("blocks freed during a capture and those awaiting events disagree");
 
   allocator.live_blocks_.for_each([&](uintptr_t address, const Block* block) {
     if (block->address != address || !block->allocated)

@@ -19,11 +19,13 @@ std::string describe(const OomInfo& info) {
                size(info.device_total_bytes - info.device_free_bytes) +
                " is in use on the device (all processes). ";
   if (info.allowed_bytes) message += size(*info.allowed_bytes) + " allowed; ";
-  const size_t unallocated =
-      info.reserved_bytes > info.allocated_bytes ? info.reserved_bytes - info.allocated_bytes : 0;
-  message += "Of the allocated memory " + size(info.allocated_bytes) +
-             " is allocated by memsnap, and " + size(unallocated) +
-             " is reserved by memsnap but unallocated.";
+  const size_t unallocated = info.unallocated_bytes();
+  message += "Of the allocated memory " + size(info.allocated_bytes + info.private_pool_free_bytes) +
+             " is allocated by memsnap, ";
+  if (info.private_pool_free_bytes > 0)
+    message += "with " + size(info.private_pool_free_bytes) +
+               " cached in private pools (CUDA graphs, MemPool) that this request could not use, ";
+  message += "and " + size(unallocated) + " is reserved by memsnap but unallocated.";
   if (unallocated > info.allocation_bytes)
     message += " Reserved but unallocated memory this large means fragmentation: setting "
                "max_split_size_mb in MEMSNAP_ALLOC_CONF may help.";

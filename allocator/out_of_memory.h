@@ -8,6 +8,7 @@
 #include <string>
 
 #include "allocator/device_backend.h"
+#include "allocator/mempool_id.h"
 
 namespace memsnap {
 
@@ -21,6 +22,17 @@ struct OomInfo {
   size_t device_free_bytes = 0;
   size_t allocated_bytes = 0;  // held by the program through this allocator
   size_t reserved_bytes = 0;   // held by this allocator in segments
+  // Free cached bytes inside private pools (CUDA graphs, MemPool): reserved, not allocated, and
+  // out of reach of requests outside those pools. PyTorch's message counts them as "allocated
+  // in private pools".
+  size_t private_pool_free_bytes = 0;
+  MempoolId pool;  // the pool the request was routed to; (0,0) for the global pools
+
+  // Reserved bytes cached free outside the private pools.
+  size_t unallocated_bytes() const {
+    const size_t held = allocated_bytes + private_pool_free_bytes;
+    return reserved_bytes > held ? reserved_bytes - held : 0;
+  }
   std::optional<size_t> allowed_bytes;  // the memory-fraction cap, when one is set
 };
 

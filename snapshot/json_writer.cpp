@@ -47,7 +47,7 @@ nlohmann::json to_json(const Snapshot& snapshot) {
                         {"requested_size", segment.requested_size},
                         {"stream", segment.stream},
                         {"segment_type", segment.segment_type},
-                        {"segment_pool_id", segment.segment_pool_id},
+                        {"segment_pool_id", {segment.segment_pool_id.first, segment.segment_pool_id.second}},
                         {"is_expandable", segment.is_expandable},
                         {"frames", frames_of(snapshot, segment.stack)},
                         {"blocks", blocks}});

@@ -46,6 +46,15 @@ std::optional<int64_t> optional_int(const msgpack::object& o, const std::string&
   return as_int(o, where);
 }
 
+// A segment's pool: [first, second] as PyTorch's MempoolId_t; files written before pools were
+// kept hold the integer 0.
+MempoolId pool_id(const msgpack::object& o, const std::string& where) {
+  if (o.type == msgpack::type::POSITIVE_INTEGER) return {as_uint(o, where), 0};
+  if (o.type != msgpack::type::ARRAY || o.via.array.size != 2)
+    fail(where, "expected a pair of non-negative integers");
+  return {as_uint(o.via.array.ptr[0], where + "[0]"), as_uint(o.via.array.ptr[1], where + "[1]")};
+}
+
 std::string as_string(const msgpack::object& o, const std::string& where) {
   if (o.type != msgpack::type::STR) fail(where, "expected a string");
   return std::string(o.via.str.ptr, o.via.str.size);
@@ -184,7 +193,7 @@ class Reader {
       s.requested_size = as_uint(f[5], where + ".requested_size");
       s.stream = as_uint(f[6], where + ".stream");
       s.segment_type = as_string(f[7], where + ".segment_type");
-      s.segment_pool_id = as_int(f[8], where + ".segment_pool_id");
+      s.segment_pool_id = pool_id(f[8], where + ".segment_pool_id");
       s.is_expandable = as_bool(f[9], where + ".is_expandable");
       s.stack = stack_index(f[10], where + ".stack");
       const msgpack::object* blocks = as_array(f[11], where + ".blocks");

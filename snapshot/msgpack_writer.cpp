@@ -47,7 +47,9 @@ void pack_segment(Packer& out, const SnapshotSegment& segment) {
   out.pack_uint64(segment.requested_size);
   out.pack_uint64(segment.stream);
   pack_string(out, segment.segment_type);
-  out.pack_int64(segment.segment_pool_id);
+  out.pack_array(2);
+  out.pack_uint64(segment.segment_pool_id.first);
+  out.pack_uint64(segment.segment_pool_id.second);
   if (segment.is_expandable)
     out.pack_true();
   else

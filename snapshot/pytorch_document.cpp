@@ -327,14 +327,21 @@ SnapshotSegment PyTorchDocument::convert_segment(Value v, const std::string& whe
   segment.stream = static_cast<uint64_t>(int_field(dict, k_stream_, where, 0));
   segment.segment_type = string_field(dict, k_segment_type_, where, "large");
   const Value pool = field(dict, k_segment_pool_id_);
-  if (pool.is(Tag::kObject) && store_.object(pool).kind == ObjectKind::kTuple) {
-    // PyTorch's MempoolId_t pair: (0, 0) is the default pool, graphs use one side or other.
-    for (const Value part : store_.object(pool).items) {
-      int64_t id = 0;
-      if (store_.get_int64(part, id) && id != 0) segment.segment_pool_id = id;
-    }
+  if (pool.is(Tag::kObject) && (store_.object(pool).kind == ObjectKind::kTuple ||
+                                 store_.object(pool).kind == ObjectKind::kList)) {
+    // PyTorch's MempoolId_t pair (a list in JSON): (0, 0) is the default pool, (n, 0) a graph's,
+    // (0, n) a user's.
+    const auto& parts = store_.object(pool).items;
+    int64_t first = 0, second = 0;
+    if (parts.size() != 2 || !store_.get_int64(parts[0], first) ||
+        !store_.get_int64(parts[1], second) || first < 0 || second < 0)
+      fail(dot(where, "segment_pool_id"), "expected a pair of non-negative integers");
+    segment.segment_pool_id = {static_cast<uint64_t>(first), static_cast<uint64_t>(second)};
   } else {
-    segment.segment_pool_id = int_field(dict, k_segment_pool_id_, where, 0);
+    // A single number (older files): a graph's pool when not 0.
+    const int64_t id = int_field(dict, k_segment_pool_id_, where, 0);
+    if (id < 0) fail(dot(where, "segment_pool_id"), "negative");
+    segment.segment_pool_id = {static_cast<uint64_t>(id), 0};
   }
   const Value expandable = field(dict, k_is_expandable_);
   segment.is_expandable = expandable.is(Tag::kTrue);

@@ -59,7 +59,7 @@ struct SnapshotSegment {
   uint64_t requested_size = 0;
   uint64_t stream = 0;
   std::string segment_type;  // "small" or "large"
-  int64_t segment_pool_id = 0;
+  MempoolId segment_pool_id;  // (0,0): the global pools; else a CUDA graph's or MemPool's
   bool is_expandable = false;
   StackIndex stack = kNoStackIndex;  // of the allocation that made the segment
   std::vector<SnapshotBlock> blocks;

@@ -154,6 +154,7 @@ SnapshotSegment segment_of(const SegmentRecord& record, const HistoryRecorder* r
   segment.stream = record.stream;
   segment.segment_type = record.small_pool ? "small" : "large";
   segment.is_expandable = record.expandable;
+  segment.segment_pool_id = record.pool_id;
   // The segment's history in one call, handed out to its blocks: both are in address order,
   // and no entry straddles two blocks (a split comes with an allocation that replaces every
   // entry it overlaps; free neighbours always merge).

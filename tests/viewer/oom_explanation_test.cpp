@@ -208,7 +208,7 @@ TEST(ExplainOom, RecordedPyTorchOomsGetTheRightCauseAndAdvice) {
 TEST(ExplainOom, ARequestLargerThanTheDeviceSaysNoFreeingOrSettingHelps) {
   Snapshot s;
   s.source = "pytorch";
-  s.segments.push_back({0, 0x7f0000000000, 4ull << 30, 4ull << 30, 4ull << 30, 4ull << 30, 0, "large", 0, false,
+  s.segments.push_back({0, 0x7f0000000000, 4ull << 30, 4ull << 30, 4ull << 30, 4ull << 30, 0, "large", {}, false,
                         kNoStackIndex, {{0x7f0000000000, 4ull << 30, 4ull << 30, BlockState::kActiveAllocated, kNoStackIndex, {}}}});
   s.device_traces.resize(1);
   s.device_traces[0].push_back({TraceAction::kAlloc, 0x7f0000000000, 4ull << 30, 0, 1, kNoStackIndex});

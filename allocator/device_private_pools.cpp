@@ -1,0 +1,122 @@
+// Private pools (private_pool.h): which pool serves a request, and a pool's life, with the rules
+// of PyTorch's createOrIncrefPool, beginAllocateToPool, endAllocateToPool and releasePool.
+#include <stdexcept>
+
+#include "allocator/device_caching_allocator.h"
+
+namespace memsnap {
+namespace {
+
+[[noreturn]] void refuse(const std::string& what, MempoolId pool) {
+  throw std::invalid_argument(what + " " + to_string(pool));
+}
+
+}  // namespace
+
+// The pool begun last whose filter accepts the stream: an inner scope wins over an outer one.
+PrivatePool* DeviceCachingAllocator::routed_pool(StreamId stream) {
+  for (auto it = allocating_to_.rbegin(); it != allocating_to_.rend(); ++it)
+    if (it->second(stream)) return it->first;
+  return nullptr;
+}
+
+// A new pool starts with one use. A released pool whose memory has not all gone back yet cannot
+// be taken up again (PyTorch asserts).
+PrivatePool& DeviceCachingAllocator::add_pool_use(MempoolId pool) {
+  auto [it, created] = private_pools_.try_emplace(pool);
+  if (created) {
+    it->second = std::make_unique<PrivatePool>(pool);
+  } else {
+    if (it->second->use_count == 0) refuse("pool was released and still holds memory:", pool);
+    it->second->use_count += 1;
+  }
+  return *it->second;
+}
+
+void DeviceCachingAllocator::create_or_incref_pool(MempoolId pool) {
+  if (pool.is_global()) refuse("the global pools are not a private pool:", pool);
+  AllocatorLockGuard lock(mutex_);
+  add_pool_use(pool);
+}
+
+void DeviceCachingAllocator::begin_allocate_to_pool(MempoolId pool, PoolFilter filter) {
+  if (pool.is_global()) refuse("cannot allocate to the global pools as a private pool:", pool);
+  if (!filter) refuse("allocating to a pool needs a filter:", pool);
+  AllocatorLockGuard lock(mutex_);
+  for (const auto& [underway, _] : allocating_to_)
+    if (underway->id == pool) refuse("already allocating to pool", pool);
+  allocating_to_.emplace_back(&add_pool_use(pool), std::move(filter));
+}
+
+void DeviceCachingAllocator::end_allocate_to_pool(MempoolId pool) {
+  AllocatorLockGuard lock(mutex_);
+  for (auto it = allocating_to_.begin(); it != allocating_to_.end(); ++it) {
+    if (it->first->id == pool) {
+      allocating_to_.erase(it);
+      return;
+    }
+  }
+  refuse("not allocating to pool", pool);
+}
+
+void DeviceCachingAllocator::release_pool(MempoolId pool) {
+  AllocatorLockGuard lock(mutex_);
+  auto it = private_pools_.find(pool);
+  if (it == private_pools_.end() || it->second->use_count == 0)
+    refuse("release_pool: no use left of pool", pool);
+  it->second->use_count -= 1;
+}
+
+int DeviceCachingAllocator::pool_use_count(MempoolId pool) const {
+  AllocatorLockGuard lock(mutex_);
+  auto it = private_pools_.find(pool);
+  return it == private_pools_.end() ? 0 : it->second->use_count;
+}
+
+bool DeviceCachingAllocator::allocating_to_pool() const {
+  AllocatorLockGuard lock(mutex_);
+  return !allocating_to_.empty();
+}
+
+void DeviceCachingAllocator::empty_cache(MempoolId pool) {
+  AllocatorLockGuard lock(mutex_);
+  release_cached_memory(pool);
+}
+
+void DeviceCachingAllocator::set_use_on_oom(MempoolId pool, bool use_on_oom) {
+  AllocatorLockGuard lock(mutex_);
+  auto it = private_pools_.find(pool);
+  if (it == private_pools_.end()) refuse("set_use_on_oom: no pool", pool);
+  it->second->use_on_oom = use_on_oom;
+}
+
+void DeviceCachingAllocator::set_no_split(MempoolId pool) {
+  AllocatorLockGuard lock(mutex_);
+  auto it = private_pools_.find(pool);
+  if (it == private_pools_.end()) refuse("set_no_split: no pool", pool);
+  it->second->no_split = true;
+}
+
+// A global request the device could not serve takes a cached block of a pool made with
+// use_on_oom (never a new segment of it), first pool in id order that has one.
+Block* DeviceCachingAllocator::take_from_fallback_pools(bool small, StreamId stream,
+                                                        size_t rounded_size) {
+  for (auto& [id, pool] : private_pools_) {
+    if (!pool->use_on_oom || pool->use_count == 0) continue;
+    BlockPool& blocks = small ? pool->small_blocks : pool->large_blocks;
+    if (Block* block = take_free_block(blocks, stream, rounded_size)) return block;
+  }
+  return nullptr;
+}
+
+// Free cached bytes in private pools: what PyTorch's out-of-memory message calls "allocated in
+// private pools".
+size_t DeviceCachingAllocator::private_pool_free_bytes() const {
+  size_t bytes = 0;
+  for (const auto& [id, pool] : private_pools_)
+    for (const BlockPool* blocks : {&pool->small_blocks, &pool->large_blocks})
+      for (const Block* block : blocks->ordered_blocks()) bytes += block->size;
+  return bytes;
+}
+
+}  // namespace memsnap

@@ -1,0 +1,42 @@
+// Private memory pools: the memory of a CUDA graph or a torch.cuda.MemPool, kept apart from the
+// global pools.
+//
+// While a pool is being allocated to (begin_allocate_to_pool until
+// end_allocate_to_pool), requests whose stream its filter accepts are served only from the
+// pool's own free blocks and new segments of its own; freed blocks return to the pool they came
+// from. A pool lives while its use count is above zero (each graph and MemPool using it holds
+// one); after that its free segments go back to the device at the next empty_cache, and the
+// pool is forgotten once it holds none.
+#pragma once
+
+#include <functional>
+
+#include "allocator/block_pool.h"
+#include "allocator/device_backend.h"
+#include "allocator/mempool_id.h"
+
+namespace memsnap {
+
+// Which requests go to a pool while it is being allocated to: PyTorch passes "the stream is
+// capturing into this graph" for a capture and "the calling thread is the one that entered
+// use_mem_pool" for a MemPool.
+using PoolFilter = std::function<bool(StreamId)>;
+
+struct PrivatePool {
+  explicit PrivatePool(MempoolId pool_id) : id(pool_id) {
+    small_blocks.set_owner(this);
+    large_blocks.set_owner(this);
+  }
+  PrivatePool(const PrivatePool&) = delete;
+  PrivatePool& operator=(const PrivatePool&) = delete;
+
+  const MempoolId id;
+  int use_count = 1;      // graphs and MemPools holding the pool
+  int segment_count = 0;  // segments reserved for it and not yet returned
+  bool use_on_oom = false;  // a global request the device cannot serve may take its free blocks
+  bool no_split = false;    // its blocks are never split
+  BlockPool small_blocks{true};
+  BlockPool large_blocks{false};
+};
+
+}  // namespace memsnap
