@@ -147,12 +147,6 @@ void TorchAllocator::raw_delete(void* ptr) {
   }
 }
 
-void TorchAllocator::emptyCache(c10::MempoolId_t mempool_id) {
-  if (mempool_id.first != 0 || mempool_id.second != 0) unsupported("emptying a private memory pool");
-  if (!initialized()) return;
-  allocator_->empty_cache();
-}
-
 void TorchAllocator::recordStream(const c10::DataPtr& ptr, c10::cuda::CUDAStream stream) {
   // Storage with no memory, or memory from elsewhere (shared from another process): nothing
   // of this allocator's to keep.
@@ -236,13 +230,15 @@ void* TorchAllocator::getBaseAllocation(void* ptr, size_t* size) {
 }
 
 torch_alloc::SnapshotInfo TorchAllocator::snapshot(c10::MempoolId_t mempool_id, bool include_traces) {
-  if (mempool_id.first != 0 || mempool_id.second != 0) unsupported("a snapshot of a private memory pool");
+  // A pool's id asks for that pool's segments alone (MemPool.snapshot()).
+  const MempoolId only{mempool_id.first, mempool_id.second};
   torch_alloc::SnapshotInfo info;
   if (!initialized()) return info;
   // Segments, blocks and the trace without frames: frames travel through
   // torch.cuda.memory._snapshot(), which memsnap.torch answers with its own.
   for (int device = 0; device < allocator_->device_count(); ++device) {
     for (const SegmentRecord& record : allocator_->device(device).segment_records()) {
+      if (!only.is_global() && record.pool_id != only) continue;
       c10::CachingDeviceAllocator::SegmentInfo segment;
       segment.device = static_cast<c10::DeviceIndex>(device);
       segment.address = record.address;
@@ -250,6 +246,7 @@ torch_alloc::SnapshotInfo TorchAllocator::snapshot(c10::MempoolId_t mempool_id, 
       segment.stream = reinterpret_cast<void*>(record.stream);
       segment.is_large = !record.small_pool;
       segment.is_expandable = record.expandable;
+      segment.owner_private_pool_id = {record.pool_id.first, record.pool_id.second};
       for (const BlockRecord& b : record.blocks) {
         c10::CachingDeviceAllocator::BlockInfo block;
         block.size = b.size;
@@ -283,18 +280,6 @@ torch_alloc::SnapshotInfo TorchAllocator::snapshot(c10::MempoolId_t mempool_id, 
                                                        config_.roundup_power2_divisions.end());
   return info;
 }
-
-void TorchAllocator::beginAllocateToPool(c10::DeviceIndex, c10::MempoolId_t,
-                                         std::function<bool(cudaStream_t)>) {
-  unsupported("a private memory pool (CUDA graph capture, torch.cuda.MemPool)");
-}
-
-// beginAllocateToPool refuses every pool, so no allocation ever went to one: ending or releasing
-// a pool has nothing to do. PyTorch calls both from cleanup paths (context-manager exits,
-// destructors), where an exception would end the process.
-void TorchAllocator::endAllocateToPool(c10::DeviceIndex, c10::MempoolId_t) {}
-
-void TorchAllocator::releasePool(c10::DeviceIndex, c10::MempoolId_t) {}
 
 torch_alloc::ShareableHandle TorchAllocator::shareIpcHandle(void*) {
   unsupported("sharing CUDA tensors between processes (CUDA IPC)");

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "allocator/allocator_config.h"
@@ -61,6 +62,13 @@ class TorchAllocator final : public torch_alloc::CUDAAllocator {
                            std::function<bool(cudaStream_t)> filter) override;
   void endAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id) override;
   void releasePool(c10::DeviceIndex device, c10::MempoolId_t mempool_id) override;
+  int getPoolUseCount(c10::DeviceIndex device, c10::MempoolId_t mempool_id) override;
+  void createOrIncrefPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
+                          std::shared_ptr<torch_alloc::CUDAAllocator> allocator) override;
+  void setUseOnOOM(c10::DeviceIndex device, c10::MempoolId_t mempool_id, bool use_on_oom) override;
+  void setNoSplit(c10::DeviceIndex device, c10::MempoolId_t mempool_id) override;
+  bool checkPoolLiveAllocations(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
+                                const std::unordered_set<void*>& expected_live_allocations) override;
   torch_alloc::ShareableHandle shareIpcHandle(void* ptr) override;
   std::shared_ptr<void> getIpcDevPtr(std::string handle) override;
   bool isHistoryEnabled() override;
@@ -97,6 +105,7 @@ class TorchAllocator final : public torch_alloc::CUDAAllocator {
   void* malloc(size_t size, c10::DeviceIndex device, cudaStream_t stream);
   void ensure_initialized();
   void check_device(c10::DeviceIndex device) const;
+  DeviceCachingAllocator& device_allocator(c10::DeviceIndex device);
   void write_oom_snapshot(const OomInfo& info);
 
   const AllocatorConfig config_;

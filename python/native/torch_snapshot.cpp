@@ -66,7 +66,6 @@ py::dict settings_of(const AllocatorConfig& config) {
 py::dict to_torch_snapshot(const Snapshot& snapshot, const AllocatorConfig& config) {
   FrameLists frames(snapshot);
   const int64_t to_unix_us = snapshot.process.clock_offset_us;
-  const py::tuple global_pool = py::make_tuple(0, 0);
   const py::str kState[] = {py::str("active_allocated"), py::str("active_pending_free"),
                             py::str("inactive")};
 
@@ -81,7 +80,7 @@ py::dict to_torch_snapshot(const Snapshot& snapshot, const AllocatorConfig& conf
     segment["requested_size"] = s.requested_size;
     segment["stream"] = s.stream;
     segment["segment_type"] = s.segment_type;
-    segment["segment_pool_id"] = global_pool;
+    segment["segment_pool_id"] = py::make_tuple(s.segment_pool_id.first, s.segment_pool_id.second);
     segment["is_expandable"] = s.is_expandable;
     segment["frames"] = frames.of(s.stack);
     py::list blocks;

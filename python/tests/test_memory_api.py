@@ -100,28 +100,3 @@ def test_raw_allocation_entry_points(memsnap_torch):
     ptr = torch.cuda.caching_allocator_alloc(1 * MiB)
     assert ptr != 0
     torch.cuda.caching_allocator_delete(ptr)
-
-
-def test_unsupported_features_raise_a_clear_error_and_the_process_goes_on(memsnap_torch):
-    graph = torch.cuda.CUDAGraph()
-    static = torch.ones(16, device="cuda")
-    try:
-        with torch.cuda.graph(graph):
-            static.mul_(2)
-        raised = None
-    except RuntimeError as error:
-        raised = str(error)
-    assert raised is not None and "memsnap" in raised and "private memory pool" in raised
-    torch.cuda.synchronize()
-    assert (static + 1).sum().item() == 32
-    # Nothing was left half-started: random numbers work and the default stream is current.
-    assert torch.randn(1024, device="cuda").isfinite().all()
-    assert torch.cuda.current_stream() == torch.cuda.default_stream()
-    direct = torch.cuda.CUDAGraph()
-    try:
-        direct.capture_begin()
-        raised = None
-    except RuntimeError as error:
-        raised = str(error)
-    assert raised is not None and "private memory pool" in raised
-    assert torch.randn(16, device="cuda").isfinite().all()

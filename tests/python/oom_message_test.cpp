@@ -33,6 +33,25 @@ TEST(OomMessage, SizesReadAsPyTorchPrintsThem) {
   EXPECT_EQ(memsnap::pytorch::torch_format_size(2048 * kGiB), "2048.00 GiB");
 }
 
+// PyTorch 2.11 on the H100 (bench/make_pytorch_pool_snapshots.py, pool_oom): two graphs' pools
+// hold 768 MiB free, a 1 GiB request under a 2 GiB cap fails. PyTorch printed "Of the allocated
+// memory 1.25 GiB is allocated by PyTorch, with 768.00 MiB allocated in private pools (e.g., CUDA
+// Graphs), and 2.00 MiB is reserved by PyTorch but unallocated."
+TEST(OomMessage, CountsFreeMemoryOfPrivatePoolsAsPyTorchDoes) {
+  memsnap::OomInfo info = h100(kGiB, 512 * kMiB, 1282 * kMiB, 77 * kGiB);
+  info.private_pool_free_bytes = 768 * kMiB;
+  info.allowed_bytes = 2 * kGiB;
+  const std::string message = memsnap::pytorch::torch_oom_message(info);
+  EXPECT_NE(message.find("2.00 GiB allowed; Of the allocated memory 1.25 GiB is allocated by "
+                         "PyTorch, with 768.00 MiB allocated in private pools (e.g., CUDA Graphs), "
+                         "and 2.00 MiB is reserved by PyTorch but unallocated."),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("\nmemsnap: private pools: 768.00 MiB is cached free inside private pools"),
+            std::string::npos)
+      << message;
+}
+
 TEST(OomMessage, KeepsPyTorchsWordingAndFigures) {
   const std::string message =
       memsnap::pytorch::torch_oom_message(h100(2 * kGiB, 70 * kGiB, 77 * kGiB, 1 * kGiB));

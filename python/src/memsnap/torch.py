@@ -12,11 +12,12 @@ Every ``torch.cuda`` memory call keeps working with PyTorch's meanings (``memory
 ``memory_allocated``, ``max_memory_reserved``, ``reset_peak_memory_stats``, ``empty_cache``,
 ``memory_summary``, ``set_per_process_memory_fraction``, ``Tensor.record_stream``, out-of-memory
 observers, ``torch.cuda.memory._record_memory_history``, ``_snapshot`` and
-``_dump_snapshot``), and an out-of-memory raises ``torch.OutOfMemoryError`` with PyTorch's
+``_dump_snapshot``), CUDA graph capture and ``torch.cuda.MemPool`` / ``use_mem_pool`` use
+memsnap's private pools, and an out-of-memory raises ``torch.OutOfMemoryError`` with PyTorch's
 message and memsnap's reason, leaving the process able to go on. Not supported yet (each raises
-a RuntimeError naming it): private memory pools (CUDA graph capture, ``torch.cuda.MemPool``,
-``torch.compile(mode="reduce-overhead")``), CUDA IPC between processes, and changing allocator
-settings after install.
+a RuntimeError naming it): CUDA graph trees (``torch.compile(mode="reduce-overhead")``, which
+checkpoint a pool's state), a MemPool with its own allocator, CUDA IPC between processes, and
+changing allocator settings after install.
 """
 
 from __future__ import annotations
@@ -221,9 +222,11 @@ def _patch_torch() -> None:
         _native.record_history(level, kind, max(entries, 1), False, [str(a) for a in (skip_actions or ())])
 
     def memory_snapshot(mempool_id=None):
-        if mempool_id is not None:
-            raise RuntimeError("memsnap: a snapshot of one private memory pool is not supported")
-        return _native.torch_snapshot()
+        snapshot = _native.torch_snapshot()
+        pool = (0, 0) if mempool_id is None else tuple(mempool_id)[:2]
+        if pool != (0, 0):  # one private pool's segments (MemPool.snapshot()); (0, 0): all
+            snapshot["segments"] = [s for s in snapshot["segments"] if tuple(s["segment_pool_id"]) == pool]
+        return snapshot
 
     def set_allocator_settings(settings):
         raise RuntimeError(
@@ -231,38 +234,11 @@ def _patch_torch() -> None:
             f"memsnap.torch.install(settings=...) (asked: {settings!r}, in effect: {_native.settings()!r})"
         )
 
-    _refuse_graph_capture()
     C._cuda_record_memory_history = record_memory_history
     C._cuda_record_memory_history_legacy = record_memory_history_legacy
     C._cuda_memorySnapshot = memory_snapshot
     torch.cuda.memory._set_allocator_settings = set_allocator_settings
     _patched = True
-
-
-_GRAPH_CAPTURE_REFUSED = (
-    "memsnap: CUDA graph capture allocates from a private memory pool, which memsnap does not "
-    "support yet; capture with PyTorch's own allocator (run without memsnap.torch.install())"
-)
-
-
-def _refuse_graph_capture() -> None:
-    """Refuses CUDA graph capture before PyTorch starts it. PyTorch's capture_begin puts the
-    random number generators into capture mode before it asks the allocator for a private
-    pool, so a refusal from the allocator would leave every later ``torch.randn`` failing and
-    the capture stream current; refused here, nothing has changed yet."""
-    graphs = torch.cuda.graphs
-
-    def capture_begin(self, *args, **kwargs):
-        raise RuntimeError(_GRAPH_CAPTURE_REFUSED)
-
-    def enter(self):
-        raise RuntimeError(_GRAPH_CAPTURE_REFUSED)
-
-    try:
-        graphs.CUDAGraph.capture_begin = capture_begin
-        graphs.graph.__enter__ = enter
-    except (AttributeError, TypeError):  # another torch layout: the allocator still refuses
-        pass
 
 
 def _entries_for_pytorch(max_entries) -> int:

@@ -1,0 +1,116 @@
+// TorchAllocator's private pools: CUDA graph capture (torch.cuda.graph, make_graphed_callables)
+// and torch.cuda.MemPool / use_mem_pool, answered by memsnap's pools (allocator/private_pool.h)
+// with PyTorch's rules.
+#include <cstdio>
+#include <stdexcept>
+
+#include "python/native/torch_allocator.h"
+
+namespace memsnap::pytorch {
+namespace {
+
+MempoolId to_pool(c10::MempoolId_t id) { return {id.first, id.second}; }
+
+// A mistake in the pools' use (ending a scope never begun, a pool that does not exist) is a
+// RuntimeError in Python, as PyTorch raises it.
+template <typename Fn>
+decltype(auto) checked(Fn&& fn) {
+  try {
+    return fn();
+  } catch (const std::invalid_argument& error) {
+    TORCH_CHECK(false, "memsnap: ", error.what());
+  }
+}
+
+}  // namespace
+
+DeviceCachingAllocator& TorchAllocator::device_allocator(c10::DeviceIndex device) {
+  ensure_initialized();
+  check_device(device);
+  return allocator_->device(device);
+}
+
+void TorchAllocator::emptyCache(c10::MempoolId_t mempool_id) {
+  if (!initialized()) return;
+  if (mempool_id.first == 0 && mempool_id.second == 0) {
+    allocator_->empty_cache();
+    return;
+  }
+  for (int device = 0; device < allocator_->device_count(); ++device)
+    allocator_->device(device).empty_cache(to_pool(mempool_id));
+}
+
+// The filter runs under the device's lock on the allocating thread: PyTorch's ask the stream's
+// capture state or the thread's id, neither of which calls back into the allocator.
+void TorchAllocator::beginAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
+                                         std::function<bool(cudaStream_t)> filter) {
+  DeviceCachingAllocator& pools = device_allocator(device);
+  checked([&] {
+    pools.begin_allocate_to_pool(to_pool(mempool_id), [filter = std::move(filter)](StreamId stream) {
+      return filter(reinterpret_cast<cudaStream_t>(stream));
+    });
+  });
+}
+
+void TorchAllocator::endAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id) {
+  DeviceCachingAllocator& pools = device_allocator(device);
+  checked([&] { pools.end_allocate_to_pool(to_pool(mempool_id)); });
+}
+
+// Called from CUDAGraph's destructor, where an exception would end the process: a mistake is
+// reported on stderr instead.
+void TorchAllocator::releasePool(c10::DeviceIndex device, c10::MempoolId_t mempool_id) {
+  if (!initialized() || device < 0 || device >= allocator_->device_count()) return;
+  try {
+    allocator_->device(device).release_pool(to_pool(mempool_id));
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "memsnap: %s\n", error.what());
+  }
+}
+
+int TorchAllocator::getPoolUseCount(c10::DeviceIndex device, c10::MempoolId_t mempool_id) {
+  return device_allocator(device).pool_use_count(to_pool(mempool_id));
+}
+
+void TorchAllocator::createOrIncrefPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
+                                        std::shared_ptr<torch_alloc::CUDAAllocator> allocator) {
+  if (allocator != nullptr)
+    TORCH_CHECK(false, "memsnap: a MemPool with its own allocator (torch.cuda.MemPool(allocator=...)) "
+                       "is not supported by memsnap's allocator; memsnap's pools reserve their "
+                       "memory with cudaMalloc");
+  DeviceCachingAllocator& pools = device_allocator(device);
+  checked([&] { pools.create_or_incref_pool(to_pool(mempool_id)); });
+}
+
+// ~MemPool turns use_on_oom off before releasing the pool: that call must not throw.
+void TorchAllocator::setUseOnOOM(c10::DeviceIndex device, c10::MempoolId_t mempool_id, bool use_on_oom) {
+  DeviceCachingAllocator& pools = device_allocator(device);
+  try {
+    pools.set_use_on_oom(to_pool(mempool_id), use_on_oom);
+  } catch (const std::invalid_argument& error) {
+    TORCH_CHECK(!use_on_oom, "memsnap: ", error.what());
+  }
+}
+
+void TorchAllocator::setNoSplit(c10::DeviceIndex device, c10::MempoolId_t mempool_id) {
+  DeviceCachingAllocator& pools = device_allocator(device);
+  checked([&] { pools.set_no_split(to_pool(mempool_id)); });
+}
+
+// CUDA graph trees' check that a pool holds exactly the tensors they believe alive.
+bool TorchAllocator::checkPoolLiveAllocations(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
+                                              const std::unordered_set<void*>& expected_live_allocations) {
+  const MempoolId pool = to_pool(mempool_id);
+  size_t live = 0;
+  for (const SegmentRecord& segment : device_allocator(device).segment_records()) {
+    if (segment.pool_id != pool) continue;
+    for (const BlockRecord& block : segment.blocks) {
+      if (block.state != BlockState::kActiveAllocated) continue;
+      if (!expected_live_allocations.count(reinterpret_cast<void*>(block.address))) return false;
+      ++live;
+    }
+  }
+  return live == expected_live_allocations.size();
+}
+
+}  // namespace memsnap::pytorch
