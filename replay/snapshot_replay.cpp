@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <stdexcept>
 #include <unordered_map>
@@ -125,6 +126,7 @@ class DeviceReplayer {
       capacity = std::max<size_t>(capacity, reserve.peak);
     }
     out_.capacity_bytes = capacity;
+    find_allocation_pools();
     for (const TraceEntry& e : trace_) {
       if (is_segment_growth(e.action)) {
         out_.recorded_segment_allocs.push_back(e.size);
@@ -178,6 +180,73 @@ class DeviceReplayer {
   }
 
  private:
+  // The private pool (CUDA graph, MemPool) of each recorded allocation, by trace index: the pool
+  // of the segment it lay in. PyTorch's trace does not name pools, but the snapshot's segments
+  // do: a segment alive at the end, from its last segment_alloc (or from before the trace) on,
+  // is the snapshot's, with its pool. Segments freed before the snapshot are taken to be the
+  // global pools' (a pool released and emptied before the snapshot leaves no trace of itself).
+  void find_allocation_pools() {
+    std::map<uint64_t, std::pair<uint64_t, MempoolId>> at_end;  // address -> (end, pool)
+    bool any_private = false;
+    for (const SnapshotSegment* s : final_segments_) {
+      at_end[s->address] = {s->address + s->total_size, s->segment_pool_id};
+      any_private = any_private || !s->segment_pool_id.is_global();
+    }
+    if (!any_private) return;
+    // The snapshot's segment at an address lives from the last segment_alloc there on.
+    std::unordered_map<uint64_t, size_t> born_at;
+    for (size_t i = 0; i < trace_.size(); ++i)
+      if (trace_[i].action == TraceAction::kSegmentAlloc) born_at[trace_[i].address] = i;
+    for (size_t i = 0; i < trace_.size(); ++i) {
+      const TraceEntry& e = trace_[i];
+      if (e.action != TraceAction::kAlloc) continue;
+      auto it = at_end.upper_bound(e.address);
+      if (it == at_end.begin()) continue;
+      --it;
+      if (e.address >= it->second.first || it->second.second.is_global()) continue;
+      const auto born = born_at.find(it->first);
+      if (born != born_at.end() && born->second > i) continue;  // an earlier segment there
+      allocation_pools_[i] = it->second.second;
+    }
+  }
+
+  // Routes one request to a private pool as the recorded run did, keeping the pool's use
+  // count at one (the graph or MemPool that holds it) until its memory is seen released.
+  void* allocate_in_pool(uint64_t size, StreamId stream, MempoolId pool) {
+    DeviceCachingAllocator& device = allocator_->device(0);
+    if (!pools_in_use_.count(pool)) {
+      try {
+        device.create_or_incref_pool(pool);
+        pools_in_use_.insert(pool);
+      } catch (const std::invalid_argument&) {
+        return allocator_->allocate(size, 0, stream);  // released, still holding memory
+      }
+    }
+    device.begin_allocate_to_pool(pool, [](StreamId) { return true; });
+    struct EndScope {
+      DeviceCachingAllocator& device;
+      MempoolId pool;
+      ~EndScope() {
+        device.end_allocate_to_pool(pool);
+        device.release_pool(pool);
+      }
+    } end{device, pool};
+    return allocator_->allocate(size, 0, stream);
+  }
+
+  // The recording released a private pool's segment: the pool's graphs or MemPool were gone.
+  // Every pool a run of releases touches is let go before the first of them is replayed, so
+  // the empty_cache that stands for the run frees them all.
+  void release_pools_of_run() {
+    for (size_t j = index_; j < trace_.size() && is_segment_shrink(trace_[j].action); ++j) {
+      const std::vector<SegmentRecord> records = allocator_->device(0).segment_records();
+      for (const SegmentRecord& r : records) {
+        if (r.pool_id.is_global() || trace_[j].address - r.address >= r.size) continue;
+        if (pools_in_use_.erase(r.pool_id)) allocator_->device(0).release_pool(r.pool_id);
+      }
+    }
+  }
+
   void restore_start_state() {
     for (SegmentRecord segment : out_.start.segments) {
       segment.device = 0;
@@ -191,6 +260,8 @@ class DeviceReplayer {
       }
     }
     backend_->prefer_address_for_next_reserve(0, 0);
+    for (const SegmentRecord& segment : out_.start.segments)
+      if (!segment.pool_id.is_global()) pools_in_use_.insert(segment.pool_id);  // restored with one use
   }
 
   void alloc(const TraceEntry& e) {
@@ -201,7 +272,10 @@ class DeviceReplayer {
       backend_->prefer_address_for_next_reserve(0, recorded_segment_addresses_[next_segment]);
     void* ptr = nullptr;
     try {
-      ptr = allocator_->allocate(std::max<uint64_t>(e.size, 1), 0, e.stream);
+      const auto pool = allocation_pools_.find(index_);
+      ptr = pool == allocation_pools_.end()
+                ? allocator_->allocate(std::max<uint64_t>(e.size, 1), 0, e.stream)
+                : allocate_in_pool(std::max<uint64_t>(e.size, 1), e.stream, pool->second);
     } catch (const OutOfMemoryError&) {
       ++out_.failed_allocs;
       failed_.insert(e.address);
@@ -270,6 +344,8 @@ class DeviceReplayer {
   // recovers further by itself if it must. Releases followed by anything else are the
   // program's empty_cache, which releases everything cached.
   void segment_released(const TraceEntry& e) {
+    if (!pools_in_use_.empty() && (index_ == 0 || !is_segment_shrink(trace_[index_ - 1].action)))
+      release_pools_of_run();
     TraceEntry released = e;
     if (e.action == TraceAction::kSegmentUnmap) released.address = to_replay_address(e.address);
     release_as_recorded(released);
@@ -390,7 +466,8 @@ class DeviceReplayer {
       auto it = by_address.find(s->address + offset);
       if (it == by_address.end()) continue;
       const SegmentRecord& r = *it->second;
-      bool same = r.size == s->total_size && r.blocks.size() == s->blocks.size();
+      bool same = r.size == s->total_size && r.blocks.size() == s->blocks.size() &&
+                  r.pool_id == s->segment_pool_id;
       for (size_t i = 0; same && i < r.blocks.size(); ++i) {
         const BlockRecord& a = r.blocks[i];
         const SnapshotBlock& b = s->blocks[i];
@@ -404,6 +481,8 @@ class DeviceReplayer {
   const std::vector<TraceEntry>& trace_;
   const SnapshotReplayOptions& options_;
   std::vector<const SnapshotSegment*> final_segments_;
+  std::unordered_map<size_t, MempoolId> allocation_pools_;  // trace index -> private pool
+  std::set<MempoolId> pools_in_use_;  // pools the replay holds one use of
   DeviceReplay out_;
   std::shared_ptr<SimulatedBackend> backend_;
   CachingAllocator* allocator_ = nullptr;

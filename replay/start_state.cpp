@@ -55,8 +55,10 @@ class Reconstruction {
 
   bool on_device(const SnapshotSegment& segment) const { return segment.device == device_; }
 
-  void add_segment(uint64_t address, uint64_t size, uint64_t stream, bool small) {
+  void add_segment(uint64_t address, uint64_t size, uint64_t stream, bool small,
+                   MempoolId pool = {}) {
     StartSegment& segment = segments_[address];
+    segment.record.pool_id = pool;
     segment.record.device = device_;
     segment.record.address = address;
     segment.record.size = size;
@@ -80,7 +82,7 @@ class Reconstruction {
     for (const SnapshotSegment& s : snapshot_.segments) {
       if (!on_device(s) || s.is_expandable) continue;
       if (first.contains(s.address)) continue;
-      add_segment(s.address, s.total_size, s.stream, s.is_small_pool());
+      add_segment(s.address, s.total_size, s.stream, s.is_small_pool(), s.segment_pool_id);
     }
   }
 
