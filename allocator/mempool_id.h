@@ -21,4 +21,12 @@ inline std::string to_string(const MempoolId& id) {
   return "(" + std::to_string(id.first) + "," + std::to_string(id.second) + ")";
 }
 
+// For people: "global", "CUDA graph pool 1" (a graph's own pool), "MemPool (0,1)" (a pool the
+// user made: torch.cuda.MemPool, or graph_pool_handle() shared by graphs).
+inline std::string pool_display_name(const MempoolId& id) {
+  if (id.is_global()) return "global";
+  if (id.second == 0) return "CUDA graph pool " + std::to_string(id.first);
+  return "MemPool " + to_string(id);
+}
+
 }  // namespace memsnap

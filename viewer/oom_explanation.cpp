@@ -56,6 +56,7 @@ std::optional<std::pair<size_t, size_t>> find_oom(const Snapshot& snapshot,
 
 void measure_state(const Snapshot& snapshot, const AllocatorConfig& config, OomExplanation& x) {
   std::map<StackIndex, OomHolder> holders;
+  std::map<MempoolId, uint64_t> private_free;
   for (const SnapshotSegment& segment : snapshot.segments) {
     if (segment.device != x.device) continue;
     x.reserved_bytes += segment.total_size;
@@ -77,7 +78,10 @@ void measure_state(const Snapshot& snapshot, const AllocatorConfig& config, OomE
       x.free_bytes += block.size;
       ++x.free_blocks;
       if (segment.blocks.size() > 1) x.inactive_split_bytes += block.size;
-      if (small != x.small_pool) {
+      if (!segment.segment_pool_id.is_global()) {
+        x.private_pool_free_bytes += block.size;
+        private_free[segment.segment_pool_id] += block.size;
+      } else if (small != x.small_pool) {
         x.other_pool_free_bytes += block.size;
       } else if (segment.stream != x.stream) {
         x.other_stream_free_bytes += block.size;
@@ -89,6 +93,9 @@ void measure_state(const Snapshot& snapshot, const AllocatorConfig& config, OomE
       }
     }
   }
+  for (const auto& [pool, free] : private_free) x.private_pools_free.emplace_back(pool, free);
+  std::stable_sort(x.private_pools_free.begin(), x.private_pools_free.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
   for (auto& [stack, holder] : holders) x.holders.push_back(std::move(holder));
   std::sort(x.holders.begin(), x.holders.end(),
             [](const OomHolder& a, const OomHolder& b) { return a.bytes > b.bytes; });
@@ -132,6 +139,22 @@ void diagnose(OomExplanation& x) {
                         " was freed but waiting for other streams' work: a block is only reused "
                         "on the stream it was allocated on, so none of it could serve this "
                         "request on stream " + format_hex(x.stream) + ".");
+  } else if (x.private_pool_free_bytes > 0 &&
+             x.private_pool_free_bytes + (capped ? 0 : x.device_free_bytes.value_or(0)) >=
+                 x.segment_bytes) {
+    // Releasing what the private pools cached would have made room for the new segment.
+    x.cause = OomCause::kPrivatePools;
+    std::string pools;
+    for (const auto& [id, free] : x.private_pools_free)
+      pools += (pools.empty() ? "" : ", ") + pool_display_name(id) + " " + bytes(free);
+    x.reasons.push_back(
+        bytes(x.private_pool_free_bytes) + " was cached free inside private pools (" + pools +
+        "), which serve only their own CUDA graphs or MemPool scope, so this request could not "
+        "use it; released, it would have made room for the " + bytes(x.segment_bytes) +
+        " segment. Share one pool between graphs that run one after another "
+        "(torch.cuda.graph(g2, pool=g1.pool()), or one graph_pool_handle() for all), allocate "
+        "temporaries before capture rather than after it, capture fewer graphs, or free graphs "
+        "no longer needed (their pools go back at the next empty_cache).");
   } else if (capped) {
     x.cause = OomCause::kMemoryCap;
   } else {
@@ -167,6 +190,10 @@ void diagnose(OomExplanation& x) {
   if (x.cause != OomCause::kOtherStreams && x.other_stream_free_bytes + x.pending_free_bytes > 0)
     x.reasons.push_back(bytes(x.other_stream_free_bytes + x.pending_free_bytes) +
                         " was free or waiting on other streams, where this stream cannot use it.");
+  if (x.cause != OomCause::kPrivatePools && x.private_pool_free_bytes > 0)
+    x.reasons.push_back(bytes(x.private_pool_free_bytes) +
+                        " was cached free inside private pools (CUDA graphs, MemPool), out of "
+                        "reach of requests outside them.");
   if (x.other_pool_free_bytes > 0)
     x.reasons.push_back(bytes(x.other_pool_free_bytes) + " was free in the " +
                         (x.small_pool ? "large" : "small") +
@@ -233,6 +260,7 @@ std::string_view oom_cause_name(OomCause cause) {
     case OomCause::kOtherStreams: return "other_streams";
     case OomCause::kExhaustion: return "exhaustion";
     case OomCause::kTooLarge: return "request_too_large";
+    case OomCause::kPrivatePools: return "private_pools";
   }
   return "exhaustion";
 }
@@ -276,6 +304,17 @@ Result<OomExplanation> explain_oom(const Snapshot& snapshot, std::optional<int64
   return x;
 }
 
+namespace {
+
+nlohmann::json private_pools_json(const std::vector<std::pair<MempoolId, uint64_t>>& pools) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [pool, free] : pools)
+    out.push_back({{"pool", {pool.first, pool.second}}, {"name", pool_display_name(pool)}, {"free_bytes", free}});
+  return out;
+}
+
+}  // namespace
+
 nlohmann::json oom_explanation_to_json(const OomExplanation& x) {
   nlohmann::json holders = nlohmann::json::array();
   for (const OomHolder& h : x.holders)
@@ -307,6 +346,8 @@ nlohmann::json oom_explanation_to_json(const OomExplanation& x) {
       {"usable_free_bytes", x.usable_free_bytes},
       {"usable_largest_free_bytes", x.usable_largest_free},
       {"other_stream_free_bytes", x.other_stream_free_bytes},
+      {"private_pool_free_bytes", x.private_pool_free_bytes},
+      {"private_pools_free", private_pools_json(x.private_pools_free)},
       {"other_pool_free_bytes", x.other_pool_free_bytes},
       {"inactive_split_bytes", x.inactive_split_bytes},
       {"blocked_by_split_rules_bytes", x.blocked_by_split_rules},
@@ -350,6 +391,10 @@ std::string oom_explanation_to_text(const OomExplanation& x) {
        "largest block " + bytes(x.usable_largest_free));
   line("    on other streams", x.other_stream_free_bytes);
   line("    in the other pool", x.other_pool_free_bytes);
+  if (x.private_pool_free_bytes > 0) {
+    line("    in private pools", x.private_pool_free_bytes, "usable only by their graphs or scope");
+    for (const auto& [pool, free] : x.private_pools_free) line("      " + pool_display_name(pool), free);
+  }
   line("    inside split segments", x.inactive_split_bytes, "cannot go back to the device");
 
   if (!x.holders.empty()) {

@@ -28,6 +28,7 @@ enum class OomCause {
   kOtherStreams,    // enough free bytes cached, but on other streams (or waiting for them)
   kExhaustion,      // live memory plus the request exceed what the device had
   kTooLarge,        // the request alone exceeds the device (or all this process could have had)
+  kPrivatePools,    // private pools (CUDA graphs, MemPool) held free what the request needed
 };
 std::string_view oom_cause_name(OomCause cause);
 
@@ -68,6 +69,11 @@ struct OomExplanation {
   uint64_t usable_largest_free = 0;
   uint64_t other_stream_free_bytes = 0;  // cached in the request's pool on other streams
   uint64_t other_pool_free_bytes = 0;    // cached in the other pool
+  // Cached free in private pools (CUDA graphs, MemPool), which serve only their own graphs or
+  // scope; by pool, largest first. The request is taken to be for the global pools: PyTorch's
+  // trace does not say which pool a request went to.
+  uint64_t private_pool_free_bytes = 0;
+  std::vector<std::pair<MempoolId, uint64_t>> private_pools_free;
   uint64_t inactive_split_bytes = 0;     // free bytes in segments that hold live blocks
   uint64_t blocked_by_split_rules = 0;   // free blocks large enough that max_split_size forbids
   size_t events_after_oom = 0;           // the state shown is the snapshot's, this much later

@@ -71,11 +71,14 @@ void MemoryTotals::add(const SnapshotSegment& segment) {
 SnapshotStats compute_stats(const Snapshot& snapshot) {
   SnapshotStats stats;
   std::map<std::pair<int64_t, uint64_t>, MemoryTotals> by_stream;
+  std::map<std::pair<int64_t, MempoolId>, MemoryTotals> by_pool;
   for (const SnapshotSegment& segment : snapshot.segments) {
     stats.totals.add(segment);
     by_stream[{segment.device, segment.stream}].add(segment);
+    by_pool[{segment.device, segment.segment_pool_id}].add(segment);
   }
   for (auto& [key, totals] : by_stream) stats.by_stream.push_back({key.first, key.second, totals});
+  for (auto& [key, totals] : by_pool) stats.by_pool.push_back({key.first, key.second, totals});
   for (const auto& trace : snapshot.device_traces) {
     stats.trace_entries += trace.size();
     stats.trace_entries_by_device.push_back(trace.size());
@@ -117,6 +120,15 @@ nlohmann::json stats_to_json(const SnapshotStats& stats, const Snapshot& snapsho
     streams.push_back(std::move(row));
   }
   out["by_stream"] = std::move(streams);
+  nlohmann::json pools = nlohmann::json::array();
+  for (const PoolTotals& p : stats.by_pool) {
+    nlohmann::json row = totals_json(p.totals);
+    row["device"] = p.device;
+    row["pool"] = {p.pool.first, p.pool.second};
+    row["name"] = pool_display_name(p.pool);
+    pools.push_back(std::move(row));
+  }
+  out["by_pool"] = std::move(pools);
   nlohmann::json settings = nlohmann::json::object();
   for (const auto& [key, value] : snapshot.allocator_settings) settings[key] = setting_value_json(value);
   out["allocator_settings"] = std::move(settings);
@@ -155,6 +167,23 @@ std::string stats_to_text(const SnapshotStats& stats, const Snapshot& snapshot) 
                   bytes(t.state_bytes[static_cast<size_t>(state)]).c_str(),
                   counted(t.state_blocks[static_cast<size_t>(state)], "block").c_str());
     out += line;
+  }
+  const bool private_pools = std::any_of(stats.by_pool.begin(), stats.by_pool.end(),
+                                         [](const PoolTotals& p) { return !p.pool.is_global(); });
+  if (private_pools) {
+    out += "\nby memory pool (free memory of a private pool serves only its own graphs or scope):\n";
+    std::snprintf(line, sizeof line, "  %-7s %-26s %9s %11s %11s %11s %13s\n", "device", "pool",
+                  "segments", "reserved", "allocated", "active", "free cached");
+    out += line;
+    for (const PoolTotals& p : stats.by_pool) {
+      const MemoryTotals& m = p.totals;
+      std::snprintf(line, sizeof line, "  %-7s %-26s %9" PRIu64 " %11s %11s %11s %13s\n",
+                    std::to_string(p.device).c_str(), pool_display_name(p.pool).c_str(), m.segments,
+                    bytes(m.reserved_bytes).c_str(), bytes(m.allocated_bytes).c_str(),
+                    bytes(m.active_bytes).c_str(),
+                    bytes(m.reserved_bytes - std::min(m.reserved_bytes, m.active_bytes)).c_str());
+      out += line;
+    }
   }
   out += "\nby pool:\n  small  " + counted(t.small_pool_segments, "segment") + ", " +
          counted(t.small_pool_blocks, "block") + "\n  large  " + counted(t.large_pool_segments, "segment") +

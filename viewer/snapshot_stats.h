@@ -39,9 +39,17 @@ struct StreamTotals {
   MemoryTotals totals;
 };
 
+// Memory of one pool: the global pools, or a CUDA graph's or MemPool's private pool.
+struct PoolTotals {
+  int64_t device = 0;
+  MempoolId pool;
+  MemoryTotals totals;
+};
+
 struct SnapshotStats {
   MemoryTotals totals;
   std::vector<StreamTotals> by_stream;  // ordered by device, then stream
+  std::vector<PoolTotals> by_pool;      // ordered by device, then pool (global first)
   uint64_t devices = 0;
   uint64_t trace_entries = 0;
   std::map<std::string, uint64_t> trace_actions;

@@ -181,6 +181,27 @@ TEST(ExplainOom, RecordedPyTorchOomsMatchTheirGoldenText) {
   }
 }
 
+// Two CUDA graphs' private pools hold 768 MiB free; a 768 MiB global request under a 1.75 GiB
+// cap fails (bench/make_pytorch_pool_snapshots.py pool_oom). PyTorch's own message said "768.00
+// MiB allocated in private pools (e.g., CUDA Graphs)".
+TEST(ExplainOom, AnOomCausedByPrivatePoolsSaysSoWithTheRemedies) {
+  const std::string dir = MEMSNAP_TEST_DATA_DIR "/pytorch-2.11-pools/";
+  Result<LoadedSnapshot> loaded = load_snapshot(dir + "pool_oom.pickle");
+  ASSERT_TRUE(loaded.ok()) << loaded.error();
+  const OomExplanation x = explain(loaded->snapshot);
+  EXPECT_EQ(x.cause, OomCause::kPrivatePools);
+  EXPECT_EQ(x.private_pool_free_bytes, 768 * kMiB);
+  ASSERT_EQ(x.private_pools_free.size(), 2u);
+  EXPECT_EQ(x.private_pools_free[0].second, 384 * kMiB);
+  EXPECT_NE(x.reasons[0].find("pool=g1.pool()"), std::string::npos) << x.reasons[0];
+  std::ifstream golden_file(dir + "pool_oom.explain.txt");
+  std::stringstream golden;
+  golden << golden_file.rdbuf();
+  EXPECT_EQ(oom_explanation_to_text(x), golden.str())
+      << "regenerate with: memsnap explain-oom " << dir << "pool_oom.pickle -o " << dir
+      << "pool_oom.explain.txt (and check the difference is intended)";
+}
+
 TEST(ExplainOom, RecordedPyTorchOomsGetTheRightCauseAndAdvice) {
   const std::string dir = MEMSNAP_TEST_DATA_DIR "/pytorch-2.11-h100/";
   const OomExplanation capped = explain(load_snapshot(dir + "oom_all_stacks.pickle").value().snapshot);

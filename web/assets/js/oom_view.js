@@ -11,6 +11,7 @@ const causeTitles = {
   memory_cap: 'A memory cap refused the request; the device itself had room',
   exhaustion: 'The device was full',
   request_too_large: 'The request alone is larger than the device could ever give',
+  private_pools: 'Private pools (CUDA graphs, MemPool) held the memory free, out of this request\'s reach',
 };
 
 // Where the device's bytes were at the error, left to right, and the colour of each.
@@ -21,7 +22,8 @@ function memoryParts(x) {
     ['freed, waiting for streams', x.pending_free_bytes, 'hsl(285, 55%, 65%)'],
     ['cached, usable by the request', x.usable_free_bytes, 'hsl(140, 45%, 58%)'],
     ['cached on other streams / pool', cachedElsewhere, 'hsl(205, 45%, 70%)'],
-    ['cached, rest', Math.max(0, x.free_bytes - x.usable_free_bytes - cachedElsewhere), 'hsl(205, 20%, 84%)'],
+    ['cached in private pools (CUDA graphs, MemPool)', x.private_pool_free_bytes || 0, 'hsl(48, 70%, 62%)'],
+    ['cached, rest', Math.max(0, x.free_bytes - x.usable_free_bytes - cachedElsewhere - (x.private_pool_free_bytes || 0)), 'hsl(205, 20%, 84%)'],
   ];
   if (showsDeviceFree(x)) parts.push(['device free (not reserved)', x.device_free_bytes, 'hsl(0, 0%, 93%)']);
   return parts.filter(([, bytes]) => bytes > 0);
