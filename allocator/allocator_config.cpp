@@ -221,14 +221,27 @@ Result<AllocatorConfig> parse_allocator_config(std::string_view text) {
 }
 
 Result<AllocatorConfig> allocator_config_from_environment() {
+  AllocatorConfig config;
   for (const char* name : {"MEMSNAP_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"}) {
     const char* value = std::getenv(name);
     if (value == nullptr) continue;
     Result<AllocatorConfig> parsed = parse_allocator_config(value);
     if (!parsed) return Result<AllocatorConfig>::failure(std::string(name) + ": " + parsed.error());
-    return parsed;
+    config = parsed.value();
+    break;
   }
-  return AllocatorConfig{};
+  for (const char* name : {"MEMSNAP_NO_CACHING", "PYTORCH_NO_CUDA_MEMORY_CACHING"}) {
+    const char* value = std::getenv(name);
+    if (value == nullptr) continue;
+    const std::string text = value;
+    if (text == "1" || text == "true" || text == "True" || text == "yes") {
+      config.caching = false;
+    } else if (!(text.empty() || text == "0" || text == "false" || text == "False" || text == "no")) {
+      return Result<AllocatorConfig>::failure(std::string(name) + ": expected 1 or 0, got '" +
+                                              text.substr(0, 40) + "'");
+    }
+  }
+  return config;
 }
 
 std::string to_config_string(const AllocatorConfig& config) {

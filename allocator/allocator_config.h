@@ -31,6 +31,11 @@ struct AllocatorConfig {
   std::array<size_t, kRoundUpPowerOfTwoIntervals> roundup_power2_divisions{};
   bool expandable_segments = false;
   bool release_lock_on_cudamalloc = false;
+  // Caching off (MEMSNAP_NO_CACHING=1 or PyTorch's PYTORCH_NO_CUDA_MEMORY_CACHING=1, what users
+  // set to run compute-sanitizer): every request is a device allocation of its rounded size and
+  // every free gives it back, with statistics and history kept as usual. Not part of the
+  // configuration string's grammar; overrides expandable_segments.
+  bool caching = true;
 
   std::string source;                // the string these settings were parsed from
   std::vector<std::string> notices;  // accepted keys that have no effect in memsnap
@@ -42,7 +47,7 @@ struct AllocatorConfig {
            garbage_collection_threshold == other.garbage_collection_threshold &&
            roundup_power2_divisions == other.roundup_power2_divisions &&
            expandable_segments == other.expandable_segments &&
-           release_lock_on_cudamalloc == other.release_lock_on_cudamalloc;
+           release_lock_on_cudamalloc == other.release_lock_on_cudamalloc && caching == other.caching;
   }
 };
 
@@ -50,7 +55,9 @@ struct AllocatorConfig {
 Result<AllocatorConfig> parse_allocator_config(std::string_view text);
 
 // Reads the first of MEMSNAP_ALLOC_CONF, PYTORCH_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF that is
-// set and parses it; the error names the variable as well as the key.
+// set and parses it, then turns caching off when MEMSNAP_NO_CACHING or
+// PYTORCH_NO_CUDA_MEMORY_CACHING says so (1/true/yes; 0/false/no or empty leave it on); the error
+// names the variable as well as the key or value.
 Result<AllocatorConfig> allocator_config_from_environment();
 
 // The settings as a configuration string that parses back to the same settings.

@@ -78,7 +78,7 @@ Block* DeviceCachingAllocator::malloc(size_t size, StreamId stream, AllocatorLoc
   }
   const size_t rounded = round_size(size, config_);
   BlockPool& pool = pool_for(rounded, stream);
-  Block* block = take_free_block(pool, stream, rounded);
+  Block* block = config_.caching ? take_free_block(pool, stream, rounded) : nullptr;
   if (block == nullptr) block = allocate_after_miss(pool, stream, rounded, size, lock);
   return finish_allocation(block, rounded, size);
 }
@@ -206,6 +206,8 @@ void DeviceCachingAllocator::free_block(Block* block) {
   DeviceStats::decrease(stats_.active, small, 1);
   DeviceStats::decrease(stats_.active_bytes, small, original_size);
   DeviceStats::decrease(stats_.requested_bytes, small, requested_size);
+  // Caching off: the memory goes straight back (not while a graph captures, when nothing may).
+  if (!config_.caching && allocating_to_.empty() && !block->is_split()) release_segment(block);
 }
 
 // Merges `block` with each free neighbour; the block at the lower address survives, so a

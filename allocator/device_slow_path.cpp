@@ -93,7 +93,8 @@ Block* DeviceCachingAllocator::reserve_segment(BlockPool& pool, StreamId stream,
   const size_t size = segment_size_for(rounded_size, config_);
   if (is_retry) stats_.num_alloc_retries += 1;
   if (memory_fraction_set_ && reserved_bytes() + size > allowed_bytes_) return nullptr;
-  if (config_.expandable_segments) return allocate_expandable(pool, stream, rounded_size);
+  if (config_.expandable_segments && config_.caching)
+    return allocate_expandable(pool, stream, rounded_size);
   std::optional<uintptr_t> address;
   if (config_.release_lock_on_cudamalloc) {
     ScopedUnlock unlocked(lock);

@@ -40,6 +40,7 @@ inline bool is_small_request(size_t rounded_size) { return rounded_size <= kSmal
 
 // Rounded size -> size of the segment reserved from the device when no cached block fits.
 inline size_t segment_size_for(size_t rounded_size, const AllocatorConfig& config) {
+  if (!config.caching) return rounded_size;  // each request is its own device allocation
   if (rounded_size <= kSmallSize) return kSmallBuffer;
   if (rounded_size < kMinLargeAlloc) return config.large_segment_size;
   return kRoundLarge * ((rounded_size + kRoundLarge - 1) / kRoundLarge);

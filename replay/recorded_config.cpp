@@ -107,6 +107,11 @@ Result<AllocatorConfig> recorded_allocator_config(const Snapshot& snapshot) {
     if (!on) return fail("release_lock_on_cudamalloc", *v);
     config.release_lock_on_cudamalloc = *on;
   }
+  if (const std::string* v = setting(snapshot, "caching")) {  // memsnap's; off = MEMSNAP_NO_CACHING
+    const std::optional<bool> on = as_bool(*v);
+    if (!on) return fail("caching", *v);
+    config.caching = *on;
+  }
   if (const std::string* v = setting(snapshot, "roundup_power2_divisions")) {
     const std::vector<uint64_t> numbers = numbers_in(*v);
     std::array<size_t, kRoundUpPowerOfTwoIntervals> divisions{};

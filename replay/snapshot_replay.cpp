@@ -151,6 +151,9 @@ class DeviceReplayer {
     for (index_ = 0; index_ < end; ++index_) {
       const TraceEntry& e = trace_[index_];
       ++out_.events;
+      // The replay's own releases are matched with the recorded ones that follow the event
+      // which made them (a free with caching off, an allocation's recovery).
+      if (!is_segment_shrink(e.action)) watcher_.released.clear();
       switch (e.action) {
         case TraceAction::kAlloc: alloc(e); break;
         case TraceAction::kFreeRequested: free_requested(e); break;
@@ -160,7 +163,6 @@ class DeviceReplayer {
         case TraceAction::kOom: oom(e); break;
         default: break;  // segment_alloc/map: the replay reserves for itself; snapshot
       }
-      if (!is_segment_shrink(e.action)) watcher_.released.clear();
     }
     allocator.set_observer(nullptr);
     out_.stats = allocator.device_stats(0);

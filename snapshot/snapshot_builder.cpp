@@ -142,6 +142,7 @@ std::vector<std::pair<std::string, std::string>> settings_of(const AllocatorConf
       {"roundup_power2_divisions", json(config.roundup_power2_divisions)},
       {"expandable_segments", json(config.expandable_segments)},
       {"release_lock_on_cudamalloc", json(config.release_lock_on_cudamalloc)},
+      {"caching", json(config.caching)},
   };
 }
 

@@ -99,7 +99,8 @@ std::string settings_line(const Snapshot& snapshot) {
   const Result<AllocatorConfig> config = recorded_allocator_config(snapshot);
   if (!config) return "allocator settings: " + config.error();
   const std::string text = to_config_string(config.value());
-  return "allocator settings: " + (text.empty() ? std::string("PyTorch's defaults") : text);
+  return "allocator settings: " + (text.empty() ? std::string("PyTorch's defaults") : text) +
+         (config->caching ? "" : "; caching off (MEMSNAP_NO_CACHING): every request a device allocation");
 }
 
 nlohmann::json stats_to_json(const SnapshotStats& stats, const Snapshot& snapshot) {

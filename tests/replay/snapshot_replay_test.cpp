@@ -163,12 +163,14 @@ struct Recording {
   std::unique_ptr<CachingAllocator> allocator;
   std::unique_ptr<HistoryRecorder> recorder;
 
-  explicit Recording(size_t max_entries, const std::string& config = "") {
+  explicit Recording(size_t max_entries, const std::string& config = "", bool caching = true) {
     SimulatedBackend::Options options;
     options.capacity_bytes = size_t{8} << 30;
     options.events_complete_immediately = false;
     backend = std::make_shared<SimulatedBackend>(options);
-    allocator = std::make_unique<CachingAllocator>(backend, parse_allocator_config(config).value());
+    AllocatorConfig settings = parse_allocator_config(config).value();
+    settings.caching = caching;
+    allocator = std::make_unique<CachingAllocator>(backend, settings);
     recorder = std::make_unique<HistoryRecorder>(*allocator);
     recorder->configure({HistoryLevel::kAll, max_entries, false});
   }
@@ -210,6 +212,17 @@ TEST(SnapshotReplay, MemsnapRecordingWithLateFreesAndEmptyCacheIsReproduced) {
   EXPECT_GT(replay.devices[0].deferred_frees, 10u);
   EXPECT_GT(replay.devices[0].empty_cache_calls, 0u);
   EXPECT_TRUE(replay.devices[0].start.empty());
+}
+
+// MEMSNAP_NO_CACHING=1: the snapshot says so, and the replay allocates and frees as it did.
+TEST(SnapshotReplay, MemsnapRecordingWithCachingOffIsReproduced) {
+  Recording recording(1'000'000, "", /*caching=*/false);
+  const Snapshot snapshot = recording.run(30);
+  ASSERT_FALSE(recorded_allocator_config(snapshot)->caching);
+  const SnapshotReplay replay = replay_recorded(snapshot);
+  expect_exact(replay, "memsnap recording with caching off");
+  EXPECT_EQ(replay.devices[0].replayed_segment_frees, replay.devices[0].recorded_segment_frees);
+  EXPECT_GT(replay.devices[0].recorded_segment_frees, 200u);
 }
 
 TEST(SnapshotReplay, AWrappedTraceRingIsReplayedFromTheReconstructedState) {
