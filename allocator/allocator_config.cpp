@@ -230,18 +230,26 @@ Result<AllocatorConfig> allocator_config_from_environment() {
     config = parsed.value();
     break;
   }
+  Result<bool> caching = caching_from_environment();
+  if (!caching) return Result<AllocatorConfig>::failure(caching.error());
+  config.caching = caching.value();
+  return config;
+}
+
+Result<bool> caching_from_environment() {
+  bool caching = true;
   for (const char* name : {"MEMSNAP_NO_CACHING", "PYTORCH_NO_CUDA_MEMORY_CACHING"}) {
     const char* value = std::getenv(name);
     if (value == nullptr) continue;
     const std::string text = value;
     if (text == "1" || text == "true" || text == "True" || text == "yes") {
-      config.caching = false;
+      caching = false;
     } else if (!(text.empty() || text == "0" || text == "false" || text == "False" || text == "no")) {
-      return Result<AllocatorConfig>::failure(std::string(name) + ": expected 1 or 0, got '" +
-                                              text.substr(0, 40) + "'");
+      return Result<bool>::failure(std::string(name) + ": expected 1 or 0, got '" +
+                                   text.substr(0, 40) + "'");
     }
   }
-  return config;
+  return caching;
 }
 
 std::string to_config_string(const AllocatorConfig& config) {

@@ -59,6 +59,8 @@ Result<AllocatorConfig> parse_allocator_config(std::string_view text);
 // PYTORCH_NO_CUDA_MEMORY_CACHING says so (1/true/yes; 0/false/no or empty leave it on); the error
 // names the variable as well as the key or value.
 Result<AllocatorConfig> allocator_config_from_environment();
+// False when MEMSNAP_NO_CACHING or PYTORCH_NO_CUDA_MEMORY_CACHING turns caching off.
+Result<bool> caching_from_environment();
 
 // The settings as a configuration string that parses back to the same settings.
 std::string to_config_string(const AllocatorConfig& config);

@@ -422,6 +422,11 @@ TorchAllocator& install(const std::optional<std::string>& settings) {
   Result<AllocatorConfig> config =
       settings ? parse_allocator_config(*settings) : allocator_config_from_environment();
   if (!config) throw std::invalid_argument("memsnap.torch.install(): " + config.error());
+  if (settings) {  // caching off comes from the environment whatever the settings
+    const Result<bool> caching = caching_from_environment();
+    if (!caching) throw std::invalid_argument("memsnap.torch.install(): " + caching.error());
+    config.value().caching = caching.value();
+  }
   static std::mutex install_mutex;
   std::lock_guard<std::mutex> lock(install_mutex);
   torch_alloc::CUDAAllocator* current = torch_alloc::get();
