@@ -52,6 +52,8 @@ json segment_header(const SnapshotSegment& s, size_t index) {
           {"requested_size", s.requested_size},
           {"stream", s.stream},
           {"segment_type", s.segment_type},
+          {"pool", {s.segment_pool_id.first, s.segment_pool_id.second}},
+          {"pool_name", pool_display_name(s.segment_pool_id)},
           {"is_expandable", s.is_expandable},
           {"stack", s.stack}};
 }

@@ -27,6 +27,8 @@ await runChecked({ browser, server, problems, current }, async () => {
   page.on('console', message => {
     if (message.type() !== 'error') return;
     if (current().startsWith('a broken upload') && /status of 422/.test(message.text())) return;
+    // pool_oom has too few steps for the growth table: its API answers 422, the page says why.
+    if (current().startsWith('private pools') && /status of 422/.test(message.text())) return;
     problems.push(`${current()}: console: ${message.text()}`);
   });
   const shot = name => page.screenshot({ path: path.join(screenshots, `${name}.png`), fullPage: false });
@@ -209,6 +211,38 @@ await runChecked({ browser, server, problems, current }, async () => {
     assert.match(await page.locator('.empty').innerText(), /no out-of-memory error/);
     await tab('stats');
     await oomTab.waitFor({ state: 'hidden' });
+  });
+
+  await step('private pools: named in stats, segments by pool, the OOM they caused', async () => {
+    const withPools = page.locator('.chip', { hasText: 'pool_oom' });
+    if (await withPools.count() === 0) return;  // not among the snapshots given
+    await withPools.click();
+    await tab('stats');
+    await page.waitForSelector('table.pools');
+    const pools = await page.locator('table.pools').innerText();
+    assert.match(pools, /global/);
+    assert.match(pools, /CUDA graph pool 1\s+2\s+512\.0 MiB/);
+    assert.match(pools, /CUDA graph pool 2/);
+    await shot('stats-pools');
+    await tab('segments');
+    await page.waitForSelector('select.pool');
+    assert.equal(await page.locator('select.order').inputValue(), 'pool');
+    await page.selectOption('select.pool', '2,0');
+    const canvas = page.locator('.scroll-box canvas');
+    const box = await canvas.boundingBox();
+    await page.mouse.move(box.x + 252, box.y + 10);
+    await tooltip.waitFor({ state: 'visible' });
+    assert.match(await tooltip.innerText(), /CUDA graph pool 2/);
+    await shot('segments-pool');
+    await page.mouse.move(box.x + 5, box.y + box.height + 50);
+    await page.selectOption('select.pool', '');
+    await tab('oom');
+    await page.waitForSelector('.oom-headline', { timeout: 60000 });
+    assert.match(await page.locator('.oom-headline').innerText(), /Private pools/);
+    assert.match(await page.locator('.oom-reasons').innerText(), /pool=g1\.pool\(\)/);
+    await shot('oom-pools');
+    await page.locator('.chip', { hasText: 'mlp_train' }).click();
+    await tab('stats');
   });
 
   await step('stacks: the Python line first, dispatcher folded, All frames unfolds', async () => {

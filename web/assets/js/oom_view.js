@@ -62,6 +62,8 @@ function memoryTable(x) {
     ${row('usable by this request', x.usable_free_bytes, `largest block ${humanBytes(x.usable_largest_free_bytes)}`)}
     ${row('cached on other streams', x.other_stream_free_bytes)}
     ${row('cached in the other pool', x.other_pool_free_bytes)}
+    ${x.private_pool_free_bytes ? row('cached in private pools', x.private_pool_free_bytes,
+      (x.private_pools_free || []).map(p => `${p.name} ${humanBytes(p.free_bytes)}`).join(', ')) : ''}
     ${row('inactive split', x.inactive_split_bytes, 'free bytes in segments that also hold live blocks')}
     ${x.blocked_by_split_rules_bytes ? row('too large to split', x.blocked_by_split_rules_bytes, 'free blocks max_split_size_mb forbids splitting') : ''}
   </tbody></table>`;

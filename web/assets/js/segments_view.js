@@ -22,8 +22,11 @@ function blockColour(state, stack) {
   return shade;
 }
 
+const poolKey = s => (s.pool ? `${s.pool[0]},${s.pool[1]}` : '0,0');
 const sorts = {
   address: (a, b) => a.device - b.device || a.address - b.address,
+  pool: (a, b) => a.device - b.device || (a.pool_name === 'global') - (b.pool_name === 'global') ||
+    poolKey(a).localeCompare(poolKey(b)) || a.address - b.address,
   size: (a, b) => b.total_size - a.total_size || a.address - b.address,
   free: (a, b) => (b.total_size - b.allocated_size) - (a.total_size - a.allocated_size) || a.address - b.address,
 };
@@ -33,6 +36,9 @@ export async function renderSegments(container, { snapshot }) {
   let data = await api.segments(snapshot.id);
   const final = data;
   const devices = [...new Set(data.segments.map(s => s.device))];
+  // Private pools (CUDA graphs, MemPool): each can be shown alone, and segments grouped by pool.
+  const pools = [...new Map(data.segments.map(s => [poolKey(s), s.pool_name || 'global'])).entries()];
+  const privatePools = pools.length > 1;
   // Events of the device the "At event" control steps through (the first with a trace).
   const traced = (snapshot.devices || []).find(d => d.events > 0);
   const at = { device: traced?.device ?? 0, events: traced?.events ?? 0, event: null, pending: 0 };
@@ -40,7 +46,10 @@ export async function renderSegments(container, { snapshot }) {
     <div class="toolbar">
       ${devices.length > 1 ? `<label>Device <select class="device" aria-label="Device"><option value="">all</option>
         ${devices.map(d => `<option>${d}</option>`).join('')}</select></label>` : ''}
+      ${privatePools ? `<label>Pool <select class="pool" aria-label="Pool"><option value="">all</option>
+        ${pools.map(([key, name]) => `<option value="${key}">${escapeHtml(name)}</option>`).join('')}</select></label>` : ''}
       <label>Order <select class="order" aria-label="Order">
+        ${privatePools ? '<option value="pool">by pool</option>' : ''}
         <option value="address">by address</option><option value="size">largest first</option><option value="free">most free first</option></select></label>
       <label>Bars <select class="scale" aria-label="Bar length">
         <option value="proportional">proportional to size</option><option value="full">each full width</option></select></label>
@@ -73,7 +82,8 @@ export async function renderSegments(container, { snapshot }) {
 
   const arrange = () => {
     const device = container.querySelector('.device')?.value ?? '';
-    rows = data.segments.filter(s => device === '' || String(s.device) === device);
+    const pool = container.querySelector('.pool')?.value ?? '';
+    rows = data.segments.filter(s => (device === '' || String(s.device) === device) && (pool === '' || poolKey(s) === pool));
     rows.sort(sorts[container.querySelector('.order').value]);
     draw();
   };
@@ -98,7 +108,8 @@ export async function renderSegments(container, { snapshot }) {
     for (let r = first; r < rows.length && (r - first) * ROW - shift < height; ++r) {
       const s = rows[r], y = (r - first) * ROW - shift;
       context.fillStyle = '#333';
-      context.fillText(`${s.device}  ${hex(s.address)}  ${humanBytes(s.total_size)}  ${s.segment_type}`, 6, y + ROW / 2);
+      const kind = s.pool_name && s.pool_name !== 'global' ? s.pool_name.replace('CUDA graph pool', 'graph') : s.segment_type;
+      context.fillText(`${s.device}  ${hex(s.address)}  ${humanBytes(s.total_size)}  ${kind}`, 6, y + ROW / 2);
       const scale = barScale(s, barWidth);
       s.blocks.forEach(([offset, size, , state, stack, , lastHolder], b) => {
         const faded = found && found.stacks.size > 0 && !found.stacks.has(stack) && !found.stacks.has(lastHolder);
@@ -148,7 +159,7 @@ export async function renderSegments(container, { snapshot }) {
     const hit = hitTest(event);
     if (!hit) { hideTooltip(); hovered = ''; return; }
     const { segment, block, index } = hit;
-    const head = `<div><span class="k">segment</span> ${hex(segment.address)} · ${humanBytes(segment.total_size)} · ${escapeHtml(segment.segment_type)} pool · stream ${hex(segment.stream)}${segment.is_expandable ? ' · expandable' : ''}</div>
+    const head = `<div><span class="k">segment</span> ${hex(segment.address)} · ${humanBytes(segment.total_size)} · ${escapeHtml(segment.segment_type)} pool${segment.pool_name && segment.pool_name !== 'global' ? ` · ${escapeHtml(segment.pool_name)}` : ''} · stream ${hex(segment.stream)}${segment.is_expandable ? ' · expandable' : ''}</div>
       <div><span class="k">allocated</span> ${humanBytes(segment.allocated_size)} (${percent(segment.allocated_size, segment.total_size)})</div>`;
     if (!block) {
       hovered = `s${segment.index}`;

@@ -32,6 +32,13 @@ export async function renderStats(container, { snapshot }) {
       <td class="num">${s.blocks}</td><td class="num">${humanBytes(s.reserved_bytes)}</td><td class="num">${humanBytes(s.allocated_bytes)}</td>
       <td class="num">${humanBytes(s.active_bytes)}</td><td class="num">${humanBytes(s.inactive_split_bytes)}</td>
       <td class="num">${humanBytes(s.largest_free_block)}</td></tr>`).join('')}</tbody></table>
+    ${(stats.by_pool || []).length > 1 ? `<h2>By memory pool</h2>
+    <p class="hint">A private pool (a CUDA graph's, a MemPool's) serves only its own graphs or scope: its free memory is out of reach of every other request.</p>
+    <table class="data pools"><thead><tr><th>device</th><th>pool</th><th class="num">segments</th><th class="num">reserved</th><th class="num">allocated</th>
+      <th class="num">active</th><th class="num">free cached</th></tr></thead>
+    <tbody>${stats.by_pool.map(p => `<tr><td>${p.device}</td><td>${escapeHtml(p.name)}</td><td class="num">${p.segments}</td>
+      <td class="num">${humanBytes(p.reserved_bytes)}</td><td class="num">${humanBytes(p.allocated_bytes)}</td><td class="num">${humanBytes(p.active_bytes)}</td>
+      <td class="num">${humanBytes(Math.max(0, p.reserved_bytes - p.active_bytes))}</td></tr>`).join('')}</tbody></table>` : ''}
     <h2>By block state</h2>
     <table class="data"><thead><tr><th>state</th><th class="num">bytes</th><th class="num">blocks</th><th class="num">share</th></tr></thead>
     <tbody>${states.map(([state, bytes]) => `<tr><td>${escapeHtml(state)}</td><td class="num">${humanBytes(bytes)}</td>
