@@ -99,14 +99,15 @@ Block* DeviceCachingAllocator::take_free_block(BlockPool& pool, StreamId stream,
 // Marks a block taken from a pool (or fresh from a segment) allocated, splitting off the
 // remainder when the split rules allow, and keeps the statistics in step.
 Block* DeviceCachingAllocator::finish_allocation(Block* block, size_t rounded_size,
-                                                 size_t requested_size) {
+                                                 size_t requested_size, bool split_any_remainder) {
   BlockPool& pool = *block->pool;
   const bool small = pool.is_small();
   const bool already_split = block->is_split();
   // Expandable memory is left out of the split statistics, as in PyTorch.
   const bool counts_split = !block->expandable;
   const bool no_split = pool.owner() != nullptr && pool.owner()->no_split;
-  if (!no_split && should_split(block->size, rounded_size, small, config_)) {
+  if ((split_any_remainder && block->size > rounded_size) ||
+      (!split_any_remainder && !no_split && should_split(block->size, rounded_size, small, config_))) {
     Block* remaining = split_block_at(block, rounded_size);
     pool.insert(remaining);
     if (counts_split && already_split) {

@@ -82,6 +82,13 @@ class DeviceCachingAllocator {
   void set_use_on_oom(MempoolId pool, bool use_on_oom);
   // torch.cuda.MemPool(no_split=True): the pool's blocks are never split.
   void set_no_split(MempoolId pool);
+  // The pool's segments and blocks now (PyTorch's getCheckpointState).
+  PoolCheckpoint checkpoint_pool(MempoolId pool) const;
+  // Puts a checkpoint back (PyTorch's setCheckpointPoolState): every allocation in the pool
+  // ends, then the checkpoint's segments are cut into its blocks again and its allocated blocks
+  // become live allocations. Throws std::invalid_argument, changing nothing, when the pool is
+  // gone or released, has expandable segments, or a checkpointed segment is not one of its own.
+  PoolRestore restore_pool(const PoolCheckpoint& checkpoint);
   // Installs a segment with a given layout, as a recorded run had it (replay starts from the
   // state a trace began in). The layout must tile the segment with no two free blocks
   // adjacent; the backend must place it at layout.address (the simulated backend does when
@@ -142,7 +149,10 @@ class DeviceCachingAllocator {
   Block* take_from_fallback_pools(bool small, StreamId stream, size_t rounded_size);
   size_t private_pool_free_bytes() const;
   Block* take_free_block(BlockPool& pool, StreamId stream, size_t rounded_size);
-  Block* finish_allocation(Block* block, size_t rounded_size, size_t requested_size);
+  // `split_any_remainder`: split off whatever the block holds beyond the request (a restored
+  // checkpoint's layout), whatever the split rules say.
+  Block* finish_allocation(Block* block, size_t rounded_size, size_t requested_size,
+                           bool split_any_remainder = false);
   void free_block(Block* block);
   Block* merge_free_neighbours(Block* block, int64_t& inactive_split_blocks_change,
                                int64_t& inactive_split_bytes_change);

@@ -11,6 +11,10 @@
 
 #include <functional>
 
+#include <utility>
+#include <vector>
+
+#include "allocator/allocator_state.h"
 #include "allocator/block_pool.h"
 #include "allocator/device_backend.h"
 #include "allocator/mempool_id.h"
@@ -37,6 +41,20 @@ struct PrivatePool {
   bool no_split = false;    // its blocks are never split
   BlockPool small_blocks{true};
   BlockPool large_blocks{false};
+};
+
+// A private pool's layout at one moment: CUDA graph trees (torch.compile mode="reduce-overhead")
+// save it after recording a graph and put it back before running a graph of another path.
+struct PoolCheckpoint {
+  MempoolId pool;
+  std::vector<SegmentRecord> segments;  // in address order, each block allocated or free
+};
+
+// What putting a checkpoint back changed: the allocations that ended (their owners must forget
+// them) and those that begin again, as the checkpoint had them.
+struct PoolRestore {
+  std::vector<uintptr_t> freed;
+  std::vector<std::pair<uintptr_t, size_t>> allocated;  // address, size
 };
 
 }  // namespace memsnap

@@ -374,16 +374,6 @@ cudaError_t TorchAllocator::memcpyAsync(void* dst, int dst_device, const void* s
   return cudaMemcpyPeerAsync(dst, dst_device, src, src_device, count, stream);
 }
 
-std::shared_ptr<torch_alloc::AllocatorState> TorchAllocator::getCheckpointState(c10::DeviceIndex,
-                                                                               c10::MempoolId_t) {
-  unsupported("checkpointing a private memory pool (CUDA graph trees)");
-}
-
-torch_alloc::CheckpointDelta TorchAllocator::setCheckpointPoolState(
-    c10::DeviceIndex, std::shared_ptr<torch_alloc::AllocatorState>) {
-  unsupported("restoring a private memory pool (CUDA graph trees)");
-}
-
 void TorchAllocator::set_oom_snapshot_pattern(std::string pattern) {
   std::lock_guard<std::mutex> lock(controls_mutex_);
   oom_pattern_ = std::move(pattern);

@@ -2,7 +2,10 @@
 // and torch.cuda.MemPool / use_mem_pool, answered by memsnap's pools (allocator/private_pool.h)
 // with PyTorch's rules.
 #include <cstdio>
+#include <memory>
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 #include "python/native/torch_allocator.h"
 
@@ -11,6 +14,12 @@ namespace {
 
 MempoolId to_pool(c10::MempoolId_t id) { return {id.first, id.second}; }
 
+// What getCheckpointState hands PyTorch and setCheckpointPoolState gets back.
+struct PoolState final : torch_alloc::AllocatorState {
+  explicit PoolState(PoolCheckpoint saved) : checkpoint(std::move(saved)) {}
+  PoolCheckpoint checkpoint;
+};
+
 // A mistake in the pools' use (ending a scope never begun, a pool that does not exist) is a
 // RuntimeError in Python, as PyTorch raises it.
 template <typename Fn>
@@ -18,7 +27,7 @@ decltype(auto) checked(Fn&& fn) {
   try {
     return fn();
   } catch (const std::invalid_argument& error) {
-    TORCH_CHECK(false, "memsnap: ", error.what());
+    C10_THROW_ERROR(Error, std::string("memsnap: ") + error.what());
   }
 }
 
@@ -111,6 +120,29 @@ bool TorchAllocator::checkPoolLiveAllocations(c10::DeviceIndex device, c10::Memp
     }
   }
   return live == expected_live_allocations.size();
+}
+
+// CUDA graph trees (torch.compile mode="reduce-overhead") save a pool's layout after recording a
+// graph and put it back before running a graph of another path.
+std::shared_ptr<torch_alloc::AllocatorState> TorchAllocator::getCheckpointState(c10::DeviceIndex device,
+                                                                               c10::MempoolId_t mempool_id) {
+  DeviceCachingAllocator& pools = device_allocator(device);
+  return checked([&] { return std::make_shared<PoolState>(pools.checkpoint_pool(to_pool(mempool_id))); });
+}
+
+torch_alloc::CheckpointDelta TorchAllocator::setCheckpointPoolState(
+    c10::DeviceIndex device, std::shared_ptr<torch_alloc::AllocatorState> pps) {
+  const auto* state = dynamic_cast<const PoolState*>(pps.get());
+  TORCH_CHECK(state != nullptr, "memsnap: setCheckpointPoolState was given a state memsnap did not make");
+  DeviceCachingAllocator& pools = device_allocator(device);
+  const PoolRestore restore = checked([&] { return pools.restore_pool(state->checkpoint); });
+  torch_alloc::CheckpointDelta delta;
+  for (uintptr_t address : restore.freed) delta.ptrs_freed.push_back(reinterpret_cast<void*>(address));
+  for (const auto& [address, size] : restore.allocated) {
+    void* ptr = reinterpret_cast<void*>(address);
+    delta.dataptrs_allocd.emplace_back(ptr, ptr, raw_deleter(), c10::Device(c10::DeviceType::CUDA, device));
+  }
+  return delta;
 }
 
 }  // namespace memsnap::pytorch

@@ -156,3 +156,26 @@ def test_pool_scenarios_of_the_cuda_graphs_guide_match_pytorch(tmp_path):
             for scope in ("large_pool", "all"):
                 assert ours[scope] == theirs[scope], (name, theirs["tag"], scope, ours[scope], theirs[scope])
             assert ours["reserved_by_pool"] == theirs["reserved_by_pool"], (name, theirs["tag"])
+
+
+def test_torch_compile_reduce_overhead_runs_on_memsnaps_pools():
+    """CUDA graph trees: torch.compile(mode="reduce-overhead") records graphs into a private pool,
+    checkpoints the pool after each recording and puts checkpoints back when it changes path."""
+    result = run_python("""
+        import json, torch, memsnap.torch
+        memsnap.torch.install()
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256)).cuda()
+        compiled = torch.compile(model, mode="reduce-overhead")
+        worst = 0.0
+        with torch.no_grad():
+            for i in range(8):
+                x = torch.randn(32 if i % 3 else 48, 256, device="cuda")
+                torch.compiler.cudagraph_mark_step_begin()
+                y = compiled(x)
+                worst = max(worst, (y - model(x)).abs().max().item())
+        pools = {tuple(s["segment_pool_id"]) for s in torch.cuda.memory_snapshot()}
+        print(json.dumps({"worst": worst, "private_pools": len([p for p in pools if p != (0, 0)])}))
+    """)
+    assert result["worst"] < 1e-3, result
+    assert result["private_pools"] >= 1, result

@@ -324,5 +324,98 @@ TEST(PrivatePools, InnermostScopeWinsAndMistakesAreRefused) {
   EXPECT_CONSISTENT(h);
 }
 
+// CUDA graph trees: a pool's layout saved after recording one graph, put back before the next.
+TEST(PoolCheckpoints, RestoringPutsBackTheLayoutAndTheLiveAllocations) {
+  Graphs h;
+  DeviceCachingAllocator& d = h.device();
+  uintptr_t a = 0, b = 0, c = 0;
+  h.capture(kGraph1, [&] {
+    a = h.alloc(3 * G, kCaptureStream);
+    b = h.alloc(1 * G, kCaptureStream);
+    c = h.alloc(2 * G, kCaptureStream);
+    h.free(b);
+  });
+  const PoolCheckpoint saved = d.checkpoint_pool(kGraph1);
+  ASSERT_EQ(saved.segments.size(), 3u);
+  const Figures before = h.large();
+  // Another path runs in the pool: its outputs replace these.
+  h.free(a);
+  h.free(c);
+  d.begin_allocate_to_pool(kGraph1, [](StreamId s) { return s == kCaptureStream; });
+  const uintptr_t other = h.alloc(5 * G, kCaptureStream);
+  d.end_allocate_to_pool(kGraph1);
+  EXPECT_CONSISTENT(h);
+
+  const PoolRestore restore = d.restore_pool(saved);
+  EXPECT_EQ(restore.freed, std::vector<uintptr_t>{other});
+  ASSERT_EQ(restore.allocated.size(), 2u);
+  EXPECT_EQ(restore.allocated[0], (std::pair<uintptr_t, size_t>{a, 3 * G}));
+  EXPECT_EQ(restore.allocated[1], (std::pair<uintptr_t, size_t>{c, 2 * G}));
+  EXPECT_EQ(h.large().allocated, before.allocated);
+  EXPECT_EQ(h.large().reserved, before.reserved + 5);  // other's segment stays, free, in the pool
+  EXPECT_EQ(h.device().allocated_size(a), 3 * G);
+  EXPECT_EQ(h.device().allocated_size(other), 0u);
+  std::vector<SegmentRecord> now;
+  for (const SegmentRecord& r : d.segment_records())
+    if (r.pool_id == kGraph1 && r.address != other) now.push_back(r);
+  ASSERT_EQ(now.size(), saved.segments.size());
+  for (size_t i = 0; i < now.size(); ++i) {
+    ASSERT_EQ(now[i].blocks.size(), saved.segments[i].blocks.size());
+    for (size_t j = 0; j < now[i].blocks.size(); ++j) {
+      EXPECT_EQ(now[i].blocks[j].address, saved.segments[i].blocks[j].address);
+      EXPECT_EQ(now[i].blocks[j].state, saved.segments[i].blocks[j].state);
+    }
+  }
+  EXPECT_CONSISTENT(h);
+  h.free(a);
+  h.free(c);
+  EXPECT_CONSISTENT(h);
+}
+
+TEST(PoolCheckpoints, ASplitSegmentIsCutAgainExactly) {
+  Graphs h;
+  DeviceCachingAllocator& d = h.device();
+  std::vector<uintptr_t> parts;
+  h.capture(kGraph1, [&] {
+    const uintptr_t big = h.alloc(8 * G, kCaptureStream);
+    h.free(big);
+    for (int i = 0; i < 4; ++i) parts.push_back(h.alloc(G + i * kMiB, kCaptureStream));  // one segment, cut
+    h.free(parts[1]);
+  });
+  const PoolCheckpoint saved = d.checkpoint_pool(kGraph1);
+  ASSERT_EQ(saved.segments.size(), 1u);
+  ASSERT_EQ(saved.segments[0].blocks.size(), 5u);
+  for (uintptr_t p : {parts[0], parts[2], parts[3]}) h.free(p);
+  EXPECT_EQ(h.large().allocated, 0);
+  const PoolRestore restore = d.restore_pool(saved);
+  EXPECT_TRUE(restore.freed.empty());
+  EXPECT_EQ(restore.allocated.size(), 3u);
+  EXPECT_EQ(d.segment_records()[0].blocks.size(), 5u);
+  EXPECT_EQ(h.stats().inactive_split[kAggregate].current, 2);  // parts[1]'s hole and the tail
+  EXPECT_CONSISTENT(h);
+}
+
+TEST(PoolCheckpoints, ACheckpointThatNoLongerFitsIsRefusedAndChangesNothing) {
+  Graphs h;
+  DeviceCachingAllocator& d = h.device();
+  uintptr_t a = 0;
+  h.capture(kGraph1, [&] { a = h.alloc(4 * G, kCaptureStream); });
+  PoolCheckpoint saved = d.checkpoint_pool(kGraph1);
+  EXPECT_THROW(d.checkpoint_pool(kGraph2), std::invalid_argument);
+  PoolCheckpoint wrong = saved;
+  wrong.segments[0].address += 512;
+  EXPECT_THROW(d.restore_pool(wrong), std::invalid_argument);
+  wrong = saved;
+  wrong.segments[0].blocks[0].size -= 512;
+  EXPECT_THROW(d.restore_pool(wrong), std::invalid_argument);
+  wrong = saved;
+  wrong.pool = kGraph2;
+  EXPECT_THROW(d.restore_pool(wrong), std::invalid_argument);
+  EXPECT_EQ(h.device().allocated_size(a), 4 * G);  // still live, untouched
+  h.reset(kGraph1);
+  EXPECT_THROW(d.restore_pool(saved), std::invalid_argument);
+  EXPECT_CONSISTENT(h);
+}
+
 }  // namespace
 }  // namespace memsnap::testing
