@@ -160,22 +160,36 @@ def test_pool_scenarios_of_the_cuda_graphs_guide_match_pytorch(tmp_path):
 
 def test_torch_compile_reduce_overhead_runs_on_memsnaps_pools():
     """CUDA graph trees: torch.compile(mode="reduce-overhead") records graphs into a private pool,
-    checkpoints the pool after each recording and puts checkpoints back when it changes path."""
+    checkpoints the pool after each recording and puts a checkpoint back when a step takes
+    another path from a recorded graph (f then g, then f then h)."""
     result = run_python("""
         import json, torch, memsnap.torch
         memsnap.torch.install()
+        restores = [0]
+        original = torch._C._cuda_setCheckpointPoolState
+        def counting(*args, **kwargs):
+            restores[0] += 1
+            return original(*args, **kwargs)
+        torch._C._cuda_setCheckpointPoolState = counting
         torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256)).cuda()
-        compiled = torch.compile(model, mode="reduce-overhead")
+        layer = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256)).cuda()
+        f = torch.compile(lambda x: layer(x), mode="reduce-overhead")
+        g = torch.compile(lambda y: (y * 2).sum(-1), mode="reduce-overhead")
+        h = torch.compile(lambda y: (y + 1).mean(-1), mode="reduce-overhead")
         worst = 0.0
         with torch.no_grad():
             for i in range(8):
-                x = torch.randn(32 if i % 3 else 48, 256, device="cuda")
+                x = torch.randn(64, 256, device="cuda")
                 torch.compiler.cudagraph_mark_step_begin()
-                y = compiled(x)
-                worst = max(worst, (y - model(x)).abs().max().item())
+                y = f(x)
+                z = g(y) if i % 2 == 0 else h(y)
+                eager = layer(x)
+                expected = (eager * 2).sum(-1) if i % 2 == 0 else (eager + 1).mean(-1)
+                worst = max(worst, (z - expected).abs().max().item() / (expected.abs().max().item() + 1))
         pools = {tuple(s["segment_pool_id"]) for s in torch.cuda.memory_snapshot()}
-        print(json.dumps({"worst": worst, "private_pools": len([p for p in pools if p != (0, 0)])}))
+        print(json.dumps({"worst": worst, "restores": restores[0],
+                          "private_pools": len([p for p in pools if p != (0, 0)])}))
     """)
     assert result["worst"] < 1e-3, result
     assert result["private_pools"] >= 1, result
+    assert result["restores"] >= 1, result  # the second path started from f's checkpoint
