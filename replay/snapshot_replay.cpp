@@ -14,6 +14,7 @@
 #include "allocator/policy.h"
 #include "allocator/simulated_backend.h"
 #include "replay/recorded_config.h"
+#include "snapshot/segment_pools.h"
 
 namespace memsnap {
 namespace {
@@ -126,7 +127,8 @@ class DeviceReplayer {
       capacity = std::max<size_t>(capacity, reserve.peak);
     }
     out_.capacity_bytes = capacity;
-    find_allocation_pools();
+    // Each allocation in a private pool's segment replays in that pool (segment_pools.h).
+    allocation_pools_ = SegmentPools(snapshot, device).allocation_pools(trace_);
     for (const TraceEntry& e : trace_) {
       if (is_segment_growth(e.action)) {
         out_.recorded_segment_allocs.push_back(e.size);
@@ -182,36 +184,6 @@ class DeviceReplayer {
   }
 
  private:
-  // The private pool (CUDA graph, MemPool) of each recorded allocation, by trace index: the pool
-  // of the segment it lay in. PyTorch's trace does not name pools, but the snapshot's segments
-  // do: a segment alive at the end, from its last segment_alloc (or from before the trace) on,
-  // is the snapshot's, with its pool. Segments freed before the snapshot are taken to be the
-  // global pools' (a pool released and emptied before the snapshot leaves no trace of itself).
-  void find_allocation_pools() {
-    std::map<uint64_t, std::pair<uint64_t, MempoolId>> at_end;  // address -> (end, pool)
-    bool any_private = false;
-    for (const SnapshotSegment* s : final_segments_) {
-      at_end[s->address] = {s->address + s->total_size, s->segment_pool_id};
-      any_private = any_private || !s->segment_pool_id.is_global();
-    }
-    if (!any_private) return;
-    // The snapshot's segment at an address lives from the last segment_alloc there on.
-    std::unordered_map<uint64_t, size_t> born_at;
-    for (size_t i = 0; i < trace_.size(); ++i)
-      if (trace_[i].action == TraceAction::kSegmentAlloc) born_at[trace_[i].address] = i;
-    for (size_t i = 0; i < trace_.size(); ++i) {
-      const TraceEntry& e = trace_[i];
-      if (e.action != TraceAction::kAlloc) continue;
-      auto it = at_end.upper_bound(e.address);
-      if (it == at_end.begin()) continue;
-      --it;
-      if (e.address >= it->second.first || it->second.second.is_global()) continue;
-      const auto born = born_at.find(it->first);
-      if (born != born_at.end() && born->second > i) continue;  // an earlier segment there
-      allocation_pools_[i] = it->second.second;
-    }
-  }
-
   // Routes one request to a private pool as the recorded run did, keeping the pool's use
   // count at one (the graph or MemPool that holds it) until its memory is seen released.
   void* allocate_in_pool(uint64_t size, StreamId stream, MempoolId pool) {

@@ -1,5 +1,7 @@
 #include "viewer/timeline.h"
 
+#include "snapshot/segment_pools.h"
+
 #include "allocator/device_stats.h"
 
 #include <algorithm>
@@ -136,6 +138,33 @@ void collect_segments(const Snapshot& snapshot, const std::vector<TraceEntry>& t
   }
 }
 
+// The bytes of each group (a memory role, a pool) live at each sample: one sweep over every
+// allocation's start and end.
+template <typename GroupOf>
+std::vector<std::vector<uint64_t>> bytes_by_group(const std::vector<Allocation>& allocations,
+                                                  const std::vector<uint64_t>& samples, uint64_t events,
+                                                  size_t groups, GroupOf group_of) {
+  std::vector<std::tuple<uint64_t, int64_t, size_t>> deltas;
+  for (const Allocation& a : allocations) {
+    const size_t group = group_of(a);
+    deltas.emplace_back(a.start, static_cast<int64_t>(a.size), group);
+    if (a.end < events) deltas.emplace_back(a.end, -static_cast<int64_t>(a.size), group);
+  }
+  std::sort(deltas.begin(), deltas.end());
+  std::vector<int64_t> in_use(groups, 0);
+  std::vector<std::vector<uint64_t>> out;
+  size_t next = 0;
+  for (uint64_t sample : samples) {
+    while (next < deltas.size() && std::get<0>(deltas[next]) <= sample) {
+      in_use[std::get<2>(deltas[next])] += std::get<1>(deltas[next]);
+      ++next;
+    }
+    std::vector<uint64_t>& row = out.emplace_back(groups);
+    for (size_t g = 0; g < groups; ++g) row[g] = static_cast<uint64_t>(std::max<int64_t>(in_use[g], 0));
+  }
+  return out;
+}
+
 }  // namespace
 
 Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& options) {
@@ -269,26 +298,26 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
     out.event_time_us.push_back(sample < times.size() ? times[sample] : (times.empty() ? 0 : times.back()));
   }
   if (options.roles) {
-    // Bytes of each role at each sample: one sweep over every allocation's start and end.
     const MemoryRoles roles(snapshot);
-    std::vector<std::tuple<uint64_t, int64_t, size_t>> role_deltas;
-    for (const Allocation& a : allocations) {
-      const size_t role = static_cast<size_t>(roles.of(a.stack));
-      role_deltas.emplace_back(a.start, static_cast<int64_t>(a.size), role);
-      if (a.end < out.events) role_deltas.emplace_back(a.end, -static_cast<int64_t>(a.size), role);
+    const auto by_role = bytes_by_group(allocations, samples, out.events, kMemoryRoles,
+                                        [&](const Allocation& a) { return static_cast<size_t>(roles.of(a.stack)); });
+    for (const std::vector<uint64_t>& bytes : by_role) {
+      RoleBytes row{};
+      std::copy(bytes.begin(), bytes.end(), row.begin());
+      out.role_bytes.push_back(row);
     }
-    std::sort(role_deltas.begin(), role_deltas.end());
-    std::array<int64_t, kMemoryRoles> in_use{};
-    size_t next = 0;
-    for (uint64_t sample : samples) {
-      while (next < role_deltas.size() && std::get<0>(role_deltas[next]) <= sample) {
-        in_use[std::get<2>(role_deltas[next])] += std::get<1>(role_deltas[next]);
-        ++next;
-      }
-      RoleBytes bytes{};
-      for (size_t r = 0; r < kMemoryRoles; ++r) bytes[r] = static_cast<uint64_t>(std::max<int64_t>(in_use[r], 0));
-      out.role_bytes.push_back(bytes);
+  }
+  if (options.pools) {
+    const SegmentPools pools(snapshot, out.device);
+    std::map<MempoolId, size_t> index_of{{MempoolId{}, 0}};
+    for (const SnapshotSegment& s : snapshot.segments)
+      if (s.device == out.device) index_of.try_emplace(s.segment_pool_id, 0);
+    for (auto& [pool, i] : index_of) {
+      i = out.pools.size();
+      out.pools.push_back(pool);
     }
+    out.pool_bytes = bytes_by_group(allocations, samples, out.events, out.pools.size(),
+                                    [&](const Allocation& a) { return index_of.at(pools.at(a.address)); });
   }
   out.samples = std::move(samples);
   return out;

@@ -30,6 +30,9 @@ struct TimelineOptions {
   size_t max_bands = 150;
   size_t max_samples = 800;
   bool roles = false;  // also the bytes of each memory role at each sample (memory_roles.h)
+  // Also the bytes of each memory pool at each sample: the global pools and each CUDA graph's or
+  // MemPool's private pool (memory_viz's "incl. Private Pools"), by the snapshot's segments.
+  bool pools = false;
   // Zoom: only events [window_begin, window_end] are sampled, and bands go to the largest
   // allocations alive in that window (the web UI's brush). Clamped to the trace.
   uint64_t window_begin = 0;
@@ -67,6 +70,8 @@ struct Timeline {
   uint64_t peak_event = 0;
   std::vector<TimelineMarker> markers;  // in the window, in event order
   std::vector<RoleBytes> role_bytes;    // with options.roles: per sample, by MemoryRole
+  std::vector<MempoolId> pools;         // with options.pools: global first, then by id
+  std::vector<std::vector<uint64_t>> pool_bytes;  // per sample, by `pools` index
 };
 
 Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& options = {});

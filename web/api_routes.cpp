@@ -180,6 +180,7 @@ void add_view_routes(httplib::Server& server, SnapshotStore& store) {
     options.window_begin = params.unsigned_integer("begin", 0, UINT64_MAX).value_or(0);
     options.window_end = params.unsigned_integer("end", 0, UINT64_MAX);
     options.roles = params.flag("roles");
+    options.pools = params.flag("pools");
     if (const auto kind = params.text("kind", 20); kind && *kind != "active") {
       if (*kind != "segments") throw ApiError(400, "query parameter 'kind': active or segments, not '" + kind->substr(0, 20) + "'");
       options.kind = TimelineKind::kSegments;

@@ -221,6 +221,13 @@ std::string timeline_json(const Snapshot& snapshot, const Timeline& timeline, co
     }
     out.end_array();
   }
+  if (!timeline.pools.empty()) {
+    out.key("pools").begin_array();
+    for (const MempoolId& pool : timeline.pools) out.string(pool_display_name(pool));
+    out.end_array().key("pool_bytes").begin_array();
+    for (const std::vector<uint64_t>& bytes : timeline.pool_bytes) out.values(bytes);
+    out.end_array();
+  }
   out.key("bands").begin_array();
   for (const TimelineBand& band : timeline.bands) {
     out.begin_object().field("address", band.address).field("size", band.size).field("stack", band.stack);

@@ -198,5 +198,28 @@ TEST(Timeline, RolesAddUpAndReadAsATrainingStep) {
   EXPECT_GT(role(MemoryRole::kActivations) + role(MemoryRole::kBackward), 0);
 }
 
+// memory_viz's "Allocated Memory (incl. Private Pools)": two CUDA graphs' pools beside the
+// global pools, each graph holding its 128 MiB output at the end and 512 MiB while it captured.
+TEST(Timeline, PoolsAddUpAndShowWhatEachPrivatePoolHolds) {
+  const auto loaded = load_snapshot(std::string(MEMSNAP_TEST_DATA_DIR) + "/pytorch-2.11-pools/pool_oom.pickle");
+  ASSERT_TRUE(loaded) << loaded.error();
+  TimelineOptions options;
+  options.pools = true;
+  const Timeline t = compute_timeline(loaded.value().snapshot, options);
+  ASSERT_EQ(t.pools, (std::vector<MempoolId>{{0, 0}, {1, 0}, {2, 0}}));
+  ASSERT_EQ(t.pool_bytes.size(), t.samples.size());
+  uint64_t graph1_peak = 0;
+  for (size_t i = 0; i < t.samples.size(); ++i) {
+    EXPECT_EQ(t.pool_bytes[i][0] + t.pool_bytes[i][1] + t.pool_bytes[i][2], t.total_bytes[i]) << "sample " << t.samples[i];
+    graph1_peak = std::max(graph1_peak, t.pool_bytes[i][1]);
+  }
+  constexpr uint64_t kMiB = 1 << 20;
+  EXPECT_EQ(graph1_peak, 512 * kMiB);
+  EXPECT_EQ(t.pool_bytes.back()[1], 128 * kMiB);
+  EXPECT_EQ(t.pool_bytes.back()[2], 128 * kMiB);
+  options.pools = false;
+  EXPECT_TRUE(compute_timeline(loaded.value().snapshot, options).pools.empty());
+}
+
 }  // namespace
 }  // namespace memsnap

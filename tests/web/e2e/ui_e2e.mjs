@@ -236,6 +236,13 @@ await runChecked({ browser, server, problems, current }, async () => {
     await shot('segments-pool');
     await page.mouse.move(box.x + 5, box.y + box.height + 50);
     await page.selectOption('select.pool', '');
+    await tab('timeline');
+    await page.waitForSelector('.plot canvas');
+    await page.selectOption('select.kind', 'pools');
+    await page.waitForFunction(() => /CUDA graph pool 2/.test(document.querySelector('.role-legend')?.textContent));
+    assert.match(await page.locator('.role-legend').innerText(), /global[\s\S]*CUDA graph pool 1/);
+    await shot('timeline-pools');
+    await page.selectOption('select.kind', 'active');
     await tab('oom');
     await page.waitForSelector('.oom-headline', { timeout: 60000 });
     assert.match(await page.locator('.oom-headline').innerText(), /Private pools/);

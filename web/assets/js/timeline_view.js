@@ -12,6 +12,11 @@ const LEFT = 78, RIGHT = 12, TOP = 12, BOTTOM = 28, HEIGHT = 440;
 // stacking order (an allocator reuses addresses, so colouring by address gave neighbours at
 // the same address the same colour); the stack shades it a little.
 const roleColours = ['hsl(215, 55%, 55%)', 'hsl(275, 45%, 60%)', 'hsl(35, 85%, 58%)', 'hsl(145, 45%, 52%)', 'hsl(0, 0%, 78%)'];
+// The global pools grey-blue; each private pool its own warm colour.
+const poolColours = ['hsl(210, 25%, 72%)', 'hsl(48, 75%, 58%)', 'hsl(15, 75%, 60%)', 'hsl(330, 55%, 62%)', 'hsl(95, 45%, 55%)', 'hsl(275, 45%, 62%)'];
+// A stacked breakdown the server sent (by role or by pool), or null for bands.
+const groupsOf = data => data.roles ? { names: data.roles, bytes: data.role_bytes, colours: roleColours }
+  : data.pools ? { names: data.pools, bytes: data.pool_bytes, colours: poolColours } : null;
 
 const bandColour = (band, index) => {
   const jitter = (stableHash(band.label || String(band.stack)) % 1000) / 1000;
@@ -35,7 +40,7 @@ export async function renderTimeline(container, { snapshot }) {
     <div class="toolbar">
       <span class="device-box"></span>
       <label title="Active memory by allocation (PyTorch's Active Memory Timeline), or reserved memory by segment and expandable mapping (its Active Cached Segment Timeline)">Memory
-        <select class="kind" aria-label="Memory"><option value="active">active, by allocation</option><option value="roles">active, by role</option><option value="segments">reserved, by segment</option></select></label>
+        <select class="kind" aria-label="Memory"><option value="active">active, by allocation</option><option value="roles">active, by role</option><option value="pools">active, by memory pool (incl. private pools)</option><option value="segments">reserved, by segment</option></select></label>
       <span class="role-legend"></span>
       <label title="How many allocations are drawn on their own; the rest share the grey band">Detail
         <select class="detail" aria-label="Detail">${[50, 150, 500, 2000].map(n => `<option ${n === 150 ? 'selected' : ''}>${n}</option>`).join('')}</select></label>
@@ -53,16 +58,18 @@ export async function renderTimeline(container, { snapshot }) {
   });
   container.querySelector('.detail').addEventListener('change', e => { state.bands = Number(e.target.value); load(); });
   container.querySelector('.kind').addEventListener('change', e => { state.kind = e.target.value; load(); });
-  let data = null, canvas = null, brush = null;
+  let data = null, canvas = null, brush = null, groups = null;
 
   const load = async () => {
     const window = state.windows[state.windows.length - 1];
     loading(plot, 'timeline');
-    const byRole = state.kind === 'roles';
+    const byRole = state.kind === 'roles', byPool = state.kind === 'pools';
     data = await api.timeline(snapshot.id, { device: state.device, begin: window?.[0], end: window?.[1], bands: state.bands,
-                                             kind: byRole ? 'active' : state.kind, roles: byRole ? 1 : undefined });
-    container.querySelector('.role-legend').innerHTML = data.roles
-      ? legendHtml(data.roles.map((name, r) => [roleColours[r], name])) : '';
+                                             kind: byRole || byPool ? 'active' : state.kind, roles: byRole ? 1 : undefined,
+                                             pools: byPool ? 1 : undefined });
+    groups = groupsOf(data);
+    container.querySelector('.role-legend').innerHTML = groups
+      ? legendHtml(groups.names.map((name, r) => [groups.colours[r % groups.colours.length], name])) : '';
     plot.innerHTML = '<canvas tabindex="0" aria-label="Active memory timeline"></canvas>';
     canvas = plot.querySelector('canvas');
     attach();
@@ -101,12 +108,12 @@ export async function renderTimeline(container, { snapshot }) {
     data.samples.forEach((s, i) => context.lineTo(g.x(s), g.y(data.other_bytes[i])));
     context.lineTo(g.x(data.samples[data.samples.length - 1]), g.y(0));
     context.fill();
-    if (data.roles) {
-      // Memory by role: stacked areas, parameters at the bottom.
+    if (groups) {
+      // Memory by role (parameters at the bottom) or by pool (global first): stacked areas.
       let below = data.samples.map(() => 0);
-      data.roles.forEach((name, r) => {
-        const above = below.map((b, i) => b + data.role_bytes[i][r]);
-        context.fillStyle = roleColours[r];
+      groups.names.forEach((name, r) => {
+        const above = below.map((b, i) => b + groups.bytes[i][r]);
+        context.fillStyle = groups.colours[r % groups.colours.length];
         context.beginPath();
         data.samples.forEach((s, i) => (i ? context.lineTo : context.moveTo).call(context, g.x(s), g.y(above[i])));
         for (let i = data.samples.length - 1; i >= 0; --i) context.lineTo(g.x(data.samples[i]), g.y(below[i]));
@@ -115,7 +122,7 @@ export async function renderTimeline(container, { snapshot }) {
         below = above;
       });
     }
-    if (!data.roles) data.bands.forEach((band, index) => {
+    if (!groups) data.bands.forEach((band, index) => {
       if (!band.points.length) return;
       context.fillStyle = bandColour(band, index);
       context.globalAlpha = found && !found.has(band.stack) ? 0.15 : 1;
@@ -212,11 +219,11 @@ export async function renderTimeline(container, { snapshot }) {
       const px = e.clientX - rect.left, py = e.clientY - rect.top;
       lastPointerY = py;
       if (brush) { brush.x1 = px; draw(); return; }
-      if (data.roles) {  // the breakdown at the event under the pointer
+      if (groups) {  // the breakdown at the event under the pointer
         const g = geometry(), event = g.eventAt(px);
         if (px < LEFT || event < data.window[0] || event > data.window[1]) { hideTooltip(); return; }
         const i = Math.max(0, Math.min(lowerBound(data.samples, event + 1) - 1, data.samples.length - 1));
-        const rows = data.roles.map((name, r) => `<div><span class="k">${escapeHtml(name)}</span> ${humanBytes(data.role_bytes[i][r])}</div>`).join('');
+        const rows = groups.names.map((name, r) => `<div><span class="k">${escapeHtml(name)}</span> ${humanBytes(groups.bytes[i][r])}</div>`).join('');
         showTooltip(e, `<div class="title">At event ${data.samples[i]}</div>${rows}`);
         return;
       }
