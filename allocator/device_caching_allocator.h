@@ -145,6 +145,8 @@ class DeviceCachingAllocator {
     return small ? small_blocks_ : large_blocks_;
   }
   PrivatePool* routed_pool(StreamId stream);
+  PrivatePool* find_pool(MempoolId pool) const;
+  std::pair<PrivatePool*, bool> find_or_make_pool(MempoolId pool);
   PrivatePool& add_pool_use(MempoolId pool);
   Block* take_from_fallback_pools(bool small, StreamId stream, size_t rounded_size);
   size_t private_pool_free_bytes() const;

@@ -20,9 +20,9 @@ PoolCheckpoint DeviceCachingAllocator::checkpoint_pool(MempoolId pool) const {
   PoolCheckpoint checkpoint{pool, {}};
   {
     AllocatorLockGuard lock(mutex_);
-    const auto found = private_pools_.find(pool);
-    if (found == private_pools_.end()) refuse("no such private pool", pool);
-    if (found->second->use_count == 0) refuse("released; nothing to checkpoint", pool);
+    const PrivatePool* found = find_pool(pool);
+    if (found == nullptr) refuse("no such private pool", pool);
+    if (found->use_count == 0) refuse("released; nothing to checkpoint", pool);
   }
   for (SegmentRecord& record : segment_records()) {
     if (record.pool_id != pool) continue;
@@ -35,9 +35,9 @@ PoolCheckpoint DeviceCachingAllocator::checkpoint_pool(MempoolId pool) const {
 PoolRestore DeviceCachingAllocator::restore_pool(const PoolCheckpoint& checkpoint) {
   AllocatorLockGuard lock(mutex_);
   const MempoolId id = checkpoint.pool;
-  const auto found = private_pools_.find(id);
-  if (found == private_pools_.end()) refuse("no such private pool", id);
-  if (found->second->use_count == 0) refuse("released; it cannot be restored", id);
+  const PrivatePool* found = find_pool(id);
+  if (found == nullptr) refuse("no such private pool", id);
+  if (found->use_count == 0) refuse("released; it cannot be restored", id);
   // Everything is checked before anything changes.
   std::vector<Segment*> targets;
   for (const SegmentRecord& record : checkpoint.segments) {

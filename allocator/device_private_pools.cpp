@@ -20,17 +20,27 @@ PrivatePool* DeviceCachingAllocator::routed_pool(StreamId stream) {
   return nullptr;
 }
 
+PrivatePool* DeviceCachingAllocator::find_pool(MempoolId pool) const {
+  const auto it = private_pools_.find(pool);
+  return it == private_pools_.end() ? nullptr : it->second.get();
+}
+
+// The pool, made with one use when it does not exist; true when made here.
+std::pair<PrivatePool*, bool> DeviceCachingAllocator::find_or_make_pool(MempoolId pool) {
+  auto [it, made] = private_pools_.try_emplace(pool);
+  if (made) it->second = std::make_unique<PrivatePool>(pool);
+  return {it->second.get(), made};
+}
+
 // A new pool starts with one use. A released pool whose memory has not all gone back yet cannot
 // be taken up again (PyTorch asserts).
 PrivatePool& DeviceCachingAllocator::add_pool_use(MempoolId pool) {
-  auto [it, created] = private_pools_.try_emplace(pool);
-  if (created) {
-    it->second = std::make_unique<PrivatePool>(pool);
-  } else {
-    if (it->second->use_count == 0) refuse("pool was released and still holds memory:", pool);
-    it->second->use_count += 1;
+  auto [found, made] = find_or_make_pool(pool);
+  if (!made) {
+    if (found->use_count == 0) refuse("pool was released and still holds memory:", pool);
+    found->use_count += 1;
   }
-  return *it->second;
+  return *found;
 }
 
 void DeviceCachingAllocator::create_or_incref_pool(MempoolId pool) {
@@ -61,16 +71,15 @@ void DeviceCachingAllocator::end_allocate_to_pool(MempoolId pool) {
 
 void DeviceCachingAllocator::release_pool(MempoolId pool) {
   AllocatorLockGuard lock(mutex_);
-  auto it = private_pools_.find(pool);
-  if (it == private_pools_.end() || it->second->use_count == 0)
-    refuse("release_pool: no use left of pool", pool);
-  it->second->use_count -= 1;
+  PrivatePool* found = find_pool(pool);
+  if (found == nullptr || found->use_count == 0) refuse("release_pool: no use left of pool", pool);
+  found->use_count -= 1;
 }
 
 int DeviceCachingAllocator::pool_use_count(MempoolId pool) const {
   AllocatorLockGuard lock(mutex_);
-  auto it = private_pools_.find(pool);
-  return it == private_pools_.end() ? 0 : it->second->use_count;
+  const PrivatePool* found = find_pool(pool);
+  return found == nullptr ? 0 : found->use_count;
 }
 
 bool DeviceCachingAllocator::allocating_to_pool() const {
@@ -85,16 +94,16 @@ void DeviceCachingAllocator::empty_cache(MempoolId pool) {
 
 void DeviceCachingAllocator::set_use_on_oom(MempoolId pool, bool use_on_oom) {
   AllocatorLockGuard lock(mutex_);
-  auto it = private_pools_.find(pool);
-  if (it == private_pools_.end()) refuse("set_use_on_oom: no pool", pool);
-  it->second->use_on_oom = use_on_oom;
+  PrivatePool* found = find_pool(pool);
+  if (found == nullptr) refuse("set_use_on_oom: no pool", pool);
+  found->use_on_oom = use_on_oom;
 }
 
 void DeviceCachingAllocator::set_no_split(MempoolId pool) {
   AllocatorLockGuard lock(mutex_);
-  auto it = private_pools_.find(pool);
-  if (it == private_pools_.end()) refuse("set_no_split: no pool", pool);
-  it->second->no_split = true;
+  PrivatePool* found = find_pool(pool);
+  if (found == nullptr) refuse("set_no_split: no pool", pool);
+  found->no_split = true;
 }
 
 // A global request the device could not serve takes a cached block of a pool made with

@@ -55,9 +55,7 @@ std::vector<uintptr_t> DeviceCachingAllocator::restore_segment(const SegmentReco
   // A private pool the recorded run had before its trace began exists here with one use.
   PrivatePool* owner = nullptr;
   if (!layout.pool_id.is_global()) {
-    auto [it, created] = private_pools_.try_emplace(layout.pool_id);
-    if (created) it->second = std::make_unique<PrivatePool>(layout.pool_id);
-    owner = it->second.get();
+    owner = find_or_make_pool(layout.pool_id).first;
     owner->segment_count += 1;
   }
   BlockPool& pool = owner != nullptr ? (layout.small_pool ? owner->small_blocks : owner->large_blocks)

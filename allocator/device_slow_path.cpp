@@ -235,10 +235,7 @@ void DeviceCachingAllocator::release_segment(Block* head) {
 // Forgets a segment whose memory went back to the device, and its place in a private pool.
 void DeviceCachingAllocator::erase_segment(
     std::map<uintptr_t, std::unique_ptr<Segment>>::iterator found) {
-  if (!found->second->pool_id.is_global()) {
-    auto pool = private_pools_.find(found->second->pool_id);
-    if (pool != private_pools_.end()) pool->second->segment_count -= 1;
-  }
+  if (PrivatePool* pool = find_pool(found->second->pool_id)) pool->segment_count -= 1;
   segments_.erase(found);
 }
 
