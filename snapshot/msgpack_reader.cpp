@@ -1,102 +1,53 @@
 #include "snapshot/msgpack_reader.h"
 
 #include "snapshot/file_contents.h"
-
-#include <msgpack.hpp>
+#include "snapshot/msgpack_cursor.h"
 
 #include <algorithm>
-#include <limits>
+#include <map>
 #include <stdexcept>
 
 namespace memsnap {
 namespace {
 
-// Thrown inside the reader, turned into a Result at its edge.
-struct FormatError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-[[noreturn]] void fail(const std::string& where, const std::string& what) {
-  throw FormatError(where + ": " + what);
-}
-
-const msgpack::object* as_array(const msgpack::object& o, const std::string& where,
-                                size_t expected = std::numeric_limits<size_t>::max()) {
-  if (o.type != msgpack::type::ARRAY) fail(where, "expected an array");
-  if (expected != std::numeric_limits<size_t>::max() && o.via.array.size != expected)
-    fail(where, "expected " + std::to_string(expected) + " fields, found " +
-                    std::to_string(o.via.array.size));
-  return o.via.array.ptr;
-}
-
-uint64_t as_uint(const msgpack::object& o, const std::string& where) {
-  if (o.type != msgpack::type::POSITIVE_INTEGER) fail(where, "expected a non-negative integer");
-  return o.via.u64;
-}
-
-int64_t as_int(const msgpack::object& o, const std::string& where) {
-  if (o.type == msgpack::type::NEGATIVE_INTEGER) return o.via.i64;
-  if (o.type != msgpack::type::POSITIVE_INTEGER || o.via.u64 > uint64_t(INT64_MAX))
-    fail(where, "expected an integer");
-  return static_cast<int64_t>(o.via.u64);
-}
-
-std::optional<int64_t> optional_int(const msgpack::object& o, const std::string& where) {
-  if (o.type == msgpack::type::NIL) return std::nullopt;
-  return as_int(o, where);
-}
-
-// A segment's pool: [first, second] as PyTorch's MempoolId_t; files written before pools were
-// kept hold the integer 0.
-MempoolId pool_id(const msgpack::object& o, const std::string& where) {
-  if (o.type == msgpack::type::POSITIVE_INTEGER) return {as_uint(o, where), 0};
-  if (o.type != msgpack::type::ARRAY || o.via.array.size != 2)
-    fail(where, "expected a pair of non-negative integers");
-  return {as_uint(o.via.array.ptr[0], where + "[0]"), as_uint(o.via.array.ptr[1], where + "[1]")};
-}
-
-std::string as_string(const msgpack::object& o, const std::string& where) {
-  if (o.type != msgpack::type::STR) fail(where, "expected a string");
-  return std::string(o.via.str.ptr, o.via.str.size);
-}
-
-bool as_bool(const msgpack::object& o, const std::string& where) {
-  if (o.type != msgpack::type::BOOLEAN) fail(where, "expected true or false");
-  return o.via.boolean;
-}
-
-std::string at(const std::string& where, size_t index) {
-  return where + "[" + std::to_string(index) + "]";
-}
-
+// Reads the document straight from its bytes (msgpack_cursor.h): the top-level map is walked
+// once to find where each field's value lies, then the tables (frames, stacks) are read before
+// what refers to them, each value where it lies.
 class Reader {
  public:
-  Snapshot read(const msgpack::object& root) {
-    if (root.type != msgpack::type::MAP) fail("file", "not a memsnap snapshot (top level is not a map)");
-    const msgpack::object_kv* fields = root.via.map.ptr;
-    const size_t count = root.via.map.size;
-    // The format tag and version come first, so a foreign file is named as such.
-    if (count < 2 || as_key(fields[0]) != "format" ||
-        fields[0].val.type != msgpack::type::STR ||
-        as_string(fields[0].val, "format") != "memsnap-snapshot")
-      fail("file", "not a memsnap snapshot (no memsnap-snapshot format tag)");
-    if (as_key(fields[1]) != "version") fail("file", "the format version is missing");
-    const uint64_t version = as_uint(fields[1].val, "version");
-    if (version != kSnapshotFormatVersion)
-      fail("version", "format version " + std::to_string(version) + " is not supported (this "
-                      "memsnap reads version " + std::to_string(kSnapshotFormatVersion) + ")");
+  explicit Reader(std::string_view bytes) : bytes_(bytes) {}
 
-    // Tables first: the rest refers to them.
+  Snapshot read() {
+    MsgpackCursor in(bytes_);
+    const Where file;
+    if (!in.next_is_map()) throw MsgpackError("file: not a memsnap snapshot (top level is not a map)");
+    const size_t count = in.map(file);
+    // The format tag and version come first, so a foreign file is named as such.
+    if (count < 2 || in.str(file.field("map key")) != "format" || !next_is_string(in) ||
+        in.str(file.field("format")) != "memsnap-snapshot")
+      throw MsgpackError("file: not a memsnap snapshot (no memsnap-snapshot format tag)");
+    if (in.str(file.field("map key")) != "version") throw MsgpackError("file: the format version is missing");
+    const uint64_t version = in.uint(file.field("version"));
+    if (version != kSnapshotFormatVersion)
+      throw MsgpackError("version: format version " + std::to_string(version) + " is not supported (this "
+                         "memsnap reads version " + std::to_string(kSnapshotFormatVersion) + ")");
+    std::vector<std::pair<std::string, size_t>> fields;  // key, offset of its value
     for (size_t i = 2; i < count; ++i) {
-      const std::string key = as_key(fields[i]);
-      if (key == "frames") read_frames(fields[i].val);
-      if (key == "stacks") stacks_field_ = &fields[i].val;
+      std::string key(in.str(file.field("map key")));
+      fields.emplace_back(key, in.offset());
+      in.skip(file.field(fields.back().first));
     }
-    if (stacks_field_ != nullptr) read_stacks(*stacks_field_);
-    for (size_t i = 2; i < count; ++i) {
-      const std::string key = as_key(fields[i]);
-      const msgpack::object& value = fields[i].val;
-      if (key == "source") snapshot_.source = as_string(value, key);
+    if (!in.at_end())
+      throw MsgpackError("trailing bytes after the snapshot at offset " + std::to_string(in.offset()));
+    // Tables first: the rest refers to them.
+    for (const auto& [key, offset] : fields)
+      if (key == "frames") read_frames(offset);
+    for (const auto& [key, offset] : fields)
+      if (key == "stacks") read_stacks(offset);
+    for (const auto& [key, offset] : fields) {
+      MsgpackCursor value(bytes_, offset);
+      const Where where = file.field(key);
+      if (key == "source") snapshot_.source = std::string(value.str(where));
       else if (key == "process") read_process(value);
       else if (key == "devices") read_devices(value);
       else if (key == "allocator_settings") read_settings(value);
@@ -110,10 +61,22 @@ class Reader {
   }
 
  private:
-  static std::string as_key(const msgpack::object_kv& kv) { return as_string(kv.key, "map key"); }
+  static bool next_is_string(const MsgpackCursor& in) {
+    MsgpackCursor probe = in;
+    try {
+      probe.str(Where{});
+      return true;
+    } catch (const MsgpackError&) {
+      return false;
+    }
+  }
 
-  StackIndex stack_index(const msgpack::object& o, const std::string& where) {
-    const int64_t index = as_int(o, where);
+  [[noreturn]] static void fail(const Where& where, const std::string& what) {
+    throw MsgpackError(where.str() + ": " + what);
+  }
+
+  StackIndex stack_index(MsgpackCursor& in, const Where& where) {
+    const int64_t index = in.integer(where);
     if (index == kNoStackIndex) return kNoStackIndex;
     if (index < 0 || static_cast<uint64_t>(index) >= snapshot_.stacks.size())
       fail(where, "stack index " + std::to_string(index) + " is out of range (" +
@@ -121,149 +84,194 @@ class Reader {
     return index;
   }
 
-  void read_frames(const msgpack::object& o) {
-    const msgpack::object* items = as_array(o, "frames");
-    for (size_t i = 0; i < o.via.array.size; ++i) {
-      const std::string where = at("frames", i);
-      const msgpack::object* f = as_array(items[i], where, 3);
-      snapshot_.frames.push_back(
-          {as_string(f[0], where), as_string(f[1], where), as_int(f[2], where)});
+  std::optional<int64_t> optional_int(MsgpackCursor& in, const Where& where) {
+    if (in.nil()) return std::nullopt;
+    return in.integer(where);
+  }
+
+  // A segment's pool: [first, second] as PyTorch's MempoolId_t; files written before pools
+  // were kept hold the integer 0.
+  static MempoolId pool_id(MsgpackCursor& in, const Where& where) {
+    if (in.next_is_uint()) return {in.uint(where), 0};
+    if (!in.next_is_array()) fail(where, "expected a pair of non-negative integers");
+    in.array(where, 2);
+    const uint64_t first = in.uint(where.element(0));
+    return {first, in.uint(where.element(1))};
+  }
+
+  void read_frames(size_t offset) {
+    MsgpackCursor in(bytes_, offset);
+    const Where where{nullptr, "frames"};
+    const size_t count = in.array(where);
+    snapshot_.frames.reserve(count);
+    for (size_t i = 0; i < count; ++i) {
+      const Where item = where.element(i);
+      in.array(item, 3);
+      std::string function(in.str(item));
+      std::string file(in.str(item));
+      snapshot_.frames.push_back({std::move(function), std::move(file), in.integer(item)});
     }
   }
 
-  void read_stacks(const msgpack::object& o) {
-    const msgpack::object* items = as_array(o, "stacks");
-    for (size_t i = 0; i < o.via.array.size; ++i) {
-      const std::string where = at("stacks", i);
-      const msgpack::object* frames = as_array(items[i], where);
+  void read_stacks(size_t offset) {
+    MsgpackCursor in(bytes_, offset);
+    const Where where{nullptr, "stacks"};
+    const size_t count = in.array(where);
+    snapshot_.stacks.reserve(count);
+    for (size_t i = 0; i < count; ++i) {
+      const Where item = where.element(i);
+      const size_t frames = in.array(item);
       std::vector<uint32_t>& stack = snapshot_.stacks.emplace_back();
-      for (size_t j = 0; j < items[i].via.array.size; ++j) {
-        const uint64_t frame = as_uint(frames[j], at(where, j));
+      stack.reserve(frames);
+      for (size_t j = 0; j < frames; ++j) {
+        const uint64_t frame = in.uint(item.element(j));
         if (frame >= snapshot_.frames.size())
-          fail(at(where, j), "frame index " + std::to_string(frame) + " is out of range (" +
-                                 std::to_string(snapshot_.frames.size()) + " frames)");
+          fail(item.element(j), "frame index " + std::to_string(frame) + " is out of range (" +
+                                    std::to_string(snapshot_.frames.size()) + " frames)");
         stack.push_back(static_cast<uint32_t>(frame));
       }
     }
   }
 
-  void read_process(const msgpack::object& o) {
-    if (o.type != msgpack::type::MAP) fail("process", "expected a map");
-    for (size_t i = 0; i < o.via.map.size; ++i) {
-      const std::string key = as_key(o.via.map.ptr[i]);
-      const msgpack::object& value = o.via.map.ptr[i].val;
-      const std::string where = "process." + key;
-      if (key == "host") snapshot_.process.host = as_string(value, where);
-      else if (key == "pid") snapshot_.process.pid = as_int(value, where);
-      else if (key == "rank") snapshot_.process.rank = optional_int(value, where);
-      else if (key == "local_rank") snapshot_.process.local_rank = optional_int(value, where);
-      else if (key == "world_size") snapshot_.process.world_size = optional_int(value, where);
-      else if (key == "time_unix_us") snapshot_.process.time_unix_us = as_int(value, where);
-      else if (key == "clock_offset_us") snapshot_.process.clock_offset_us = as_int(value, where);
+  void read_process(MsgpackCursor& in) {
+    const Where where{nullptr, "process"};
+    const size_t count = in.map(where);
+    for (size_t i = 0; i < count; ++i) {
+      const std::string key(in.str(where.field("map key")));
+      const Where at = where.field(key);
+      if (key == "host") snapshot_.process.host = std::string(in.str(at));
+      else if (key == "pid") snapshot_.process.pid = in.integer(at);
+      else if (key == "rank") snapshot_.process.rank = optional_int(in, at);
+      else if (key == "local_rank") snapshot_.process.local_rank = optional_int(in, at);
+      else if (key == "world_size") snapshot_.process.world_size = optional_int(in, at);
+      else if (key == "time_unix_us") snapshot_.process.time_unix_us = in.integer(at);
+      else if (key == "clock_offset_us") snapshot_.process.clock_offset_us = in.integer(at);
+      else in.skip(at);
     }
   }
 
-  void read_devices(const msgpack::object& o) {
-    const msgpack::object* items = as_array(o, "devices");
-    for (size_t i = 0; i < o.via.array.size; ++i) {
-      const std::string where = at("devices", i);
-      const msgpack::object* d = as_array(items[i], where, 3);
-      snapshot_.devices.push_back({as_int(d[0], where), as_string(d[1], where), as_uint(d[2], where)});
+  void read_devices(MsgpackCursor& in) {
+    const Where where{nullptr, "devices"};
+    const size_t count = in.array(where);
+    for (size_t i = 0; i < count; ++i) {
+      const Where item = where.element(i);
+      in.array(item, 3);
+      const int64_t index = in.integer(item);
+      std::string name(in.str(item));
+      snapshot_.devices.push_back({index, std::move(name), in.uint(item)});
     }
   }
 
-  void read_settings(const msgpack::object& o) {
-    if (o.type != msgpack::type::MAP) fail("allocator_settings", "expected a map");
-    for (size_t i = 0; i < o.via.map.size; ++i)
-      snapshot_.allocator_settings.emplace_back(
-          as_key(o.via.map.ptr[i]), as_string(o.via.map.ptr[i].val, "allocator_settings"));
+  void read_settings(MsgpackCursor& in) {
+    const Where where{nullptr, "allocator_settings"};
+    const size_t count = in.map(where);
+    for (size_t i = 0; i < count; ++i) {
+      std::string key(in.str(where.field("map key")));
+      snapshot_.allocator_settings.emplace_back(std::move(key), std::string(in.str(where)));
+    }
   }
 
-  void read_segments(const msgpack::object& o) {
-    const msgpack::object* items = as_array(o, "segments");
-    for (size_t i = 0; i < o.via.array.size; ++i) {
-      const std::string where = at("segments", i);
-      const msgpack::object* f = as_array(items[i], where, 12);
+  void read_segments(MsgpackCursor& in) {
+    const Where where{nullptr, "segments"};
+    const size_t count = in.array(where);
+    snapshot_.segments.reserve(count);
+    for (size_t i = 0; i < count; ++i) {
+      const Where item = where.element(i);
+      in.array(item, 12);
       SnapshotSegment& s = snapshot_.segments.emplace_back();
-      s.device = as_int(f[0], where + ".device");
-      s.address = as_uint(f[1], where + ".address");
-      s.total_size = as_uint(f[2], where + ".total_size");
-      s.allocated_size = as_uint(f[3], where + ".allocated_size");
-      s.active_size = as_uint(f[4], where + ".active_size");
-      s.requested_size = as_uint(f[5], where + ".requested_size");
-      s.stream = as_uint(f[6], where + ".stream");
-      s.segment_type = as_string(f[7], where + ".segment_type");
-      s.segment_pool_id = pool_id(f[8], where + ".segment_pool_id");
-      s.is_expandable = as_bool(f[9], where + ".is_expandable");
-      s.stack = stack_index(f[10], where + ".stack");
-      const msgpack::object* blocks = as_array(f[11], where + ".blocks");
-      for (size_t j = 0; j < f[11].via.array.size; ++j) read_block(blocks[j], at(where + ".blocks", j), s);
+      s.device = in.integer(item.field("device"));
+      s.address = in.uint(item.field("address"));
+      s.total_size = in.uint(item.field("total_size"));
+      s.allocated_size = in.uint(item.field("allocated_size"));
+      s.active_size = in.uint(item.field("active_size"));
+      s.requested_size = in.uint(item.field("requested_size"));
+      s.stream = in.uint(item.field("stream"));
+      s.segment_type = std::string(in.str(item.field("segment_type")));
+      s.segment_pool_id = pool_id(in, item.field("segment_pool_id"));
+      s.is_expandable = in.boolean(item.field("is_expandable"));
+      s.stack = stack_index(in, item.field("stack"));
+      const Where blocks = item.field("blocks");
+      const size_t block_count = in.array(blocks);
+      s.blocks.reserve(block_count);
+      for (size_t j = 0; j < block_count; ++j) read_block(in, blocks.element(j), s);
     }
   }
 
-  void read_block(const msgpack::object& o, const std::string& where, SnapshotSegment& segment) {
-    const msgpack::object* f = as_array(o, where, 6);
+  void read_block(MsgpackCursor& in, const Where& where, SnapshotSegment& segment) {
+    in.array(where, 6);
     SnapshotBlock& b = segment.blocks.emplace_back();
-    b.address = as_uint(f[0], where + ".address");
-    b.size = as_uint(f[1], where + ".size");
-    b.requested_size = as_uint(f[2], where + ".requested_size");
-    const uint64_t state = as_uint(f[3], where + ".state");
-    if (state > static_cast<uint64_t>(BlockState::kInactive)) fail(where + ".state", "unknown block state");
+    b.address = in.uint(where.field("address"));
+    b.size = in.uint(where.field("size"));
+    b.requested_size = in.uint(where.field("requested_size"));
+    const uint64_t state = in.uint(where.field("state"));
+    if (state > static_cast<uint64_t>(BlockState::kInactive)) fail(where.field("state"), "unknown block state");
     b.state = static_cast<BlockState>(state);
-    b.stack = stack_index(f[4], where + ".stack");
-    const msgpack::object* history = as_array(f[5], where + ".history");
-    for (size_t k = 0; k < f[5].via.array.size; ++k) {
-      const std::string item_where = at(where + ".history", k);
-      const msgpack::object* h = as_array(history[k], item_where, 3);
-      b.history.push_back({as_uint(h[0], item_where), as_uint(h[1], item_where),
-                           stack_index(h[2], item_where)});
+    b.stack = stack_index(in, where.field("stack"));
+    const Where history = where.field("history");
+    const size_t items = in.array(history);
+    b.history.reserve(items);
+    for (size_t k = 0; k < items; ++k) {
+      const Where item = history.element(k);
+      in.array(item, 3);
+      const uint64_t address = in.uint(item);
+      const uint64_t size = in.uint(item);
+      b.history.push_back({address, size, stack_index(in, item)});
     }
   }
 
-  void read_traces(const msgpack::object& o) {
-    const msgpack::object* devices = as_array(o, "device_traces");
-    for (size_t d = 0; d < o.via.array.size; ++d) {
-      const std::string where = at("device_traces", d);
-      const msgpack::object* entries = as_array(devices[d], where);
+  void read_traces(MsgpackCursor& in) {
+    const Where where{nullptr, "device_traces"};
+    const size_t devices = in.array(where);
+    for (size_t d = 0; d < devices; ++d) {
+      const Where device = where.element(d);
+      const size_t count = in.array(device);
       std::vector<TraceEntry>& trace = snapshot_.device_traces.emplace_back();
+      trace.reserve(count);
       uint64_t address = 0;
       int64_t time = 0;
-      for (size_t i = 0; i < devices[d].via.array.size; ++i) {
-        const std::string entry_where = at(where, i);
-        const msgpack::object* f = as_array(entries[i], entry_where, 6);
-        const uint64_t action = as_uint(f[0], entry_where + ".action");
-        if (action >= static_cast<uint64_t>(kTraceActionCount)) fail(entry_where, "unknown action");
-        address += static_cast<uint64_t>(as_int(f[1], entry_where + ".address"));
-        time += as_int(f[4], entry_where + ".time_us");
-        trace.push_back({static_cast<TraceAction>(action), address, as_uint(f[2], entry_where),
-                         as_uint(f[3], entry_where), time, stack_index(f[5], entry_where)});
+      for (size_t i = 0; i < count; ++i) {
+        const Where entry = device.element(i);
+        in.array(entry, 6);
+        const uint64_t action = in.uint(entry.field("action"));
+        if (action >= static_cast<uint64_t>(kTraceActionCount)) fail(entry, "unknown action");
+        address += static_cast<uint64_t>(in.integer(entry.field("address")));
+        const uint64_t size = in.uint(entry);
+        const uint64_t stream = in.uint(entry);
+        time += in.integer(entry.field("time_us"));
+        trace.push_back({static_cast<TraceAction>(action), address, size, stream, time, stack_index(in, entry)});
       }
     }
   }
 
-  void read_annotations(const msgpack::object& o) {
-    const msgpack::object* items = as_array(o, "external_annotations");
-    for (size_t i = 0; i < o.via.array.size; ++i) {
-      const std::string where = at("external_annotations", i);
-      const msgpack::object* f = as_array(items[i], where, 4);
-      snapshot_.external_annotations.push_back(
-          {as_int(f[0], where), as_string(f[1], where), as_string(f[2], where), as_int(f[3], where)});
+  void read_annotations(MsgpackCursor& in) {
+    const Where where{nullptr, "external_annotations"};
+    const size_t count = in.array(where);
+    for (size_t i = 0; i < count; ++i) {
+      const Where item = where.element(i);
+      in.array(item, 4);
+      const int64_t device = in.integer(item);
+      std::string stage(in.str(item));
+      std::string name(in.str(item));
+      snapshot_.external_annotations.push_back({device, std::move(stage), std::move(name), in.integer(item)});
     }
   }
 
-  void read_statistics(const msgpack::object& o) {
-    const msgpack::object* devices = as_array(o, "statistics");
-    for (size_t d = 0; d < o.via.array.size; ++d) {
-      if (devices[d].type != msgpack::type::MAP) fail(at("statistics", d), "expected a map");
+  void read_statistics(MsgpackCursor& in) {
+    const Where where{nullptr, "statistics"};
+    const size_t devices = in.array(where);
+    for (size_t d = 0; d < devices; ++d) {
+      const Where device = where.element(d);
+      const size_t count = in.map(device);
       Statistics& statistics = snapshot_.statistics.emplace_back();
-      for (size_t i = 0; i < devices[d].via.map.size; ++i)
-        statistics.emplace_back(as_key(devices[d].via.map.ptr[i]),
-                                as_int(devices[d].via.map.ptr[i].val, at("statistics", d)));
+      for (size_t i = 0; i < count; ++i) {
+        std::string key(in.str(device.field("map key")));
+        statistics.emplace_back(std::move(key), in.integer(device));
+      }
     }
   }
 
+  std::string_view bytes_;
   Snapshot snapshot_;
-  const msgpack::object* stacks_field_ = nullptr;
 };
 
 }  // namespace
@@ -286,29 +294,10 @@ Result<Snapshot> snapshot_from_msgpack(std::string_view bytes) {
     return Result<Snapshot>::failure("not a memsnap snapshot (nor any other snapshot memsnap reads)");
   if (bytes.size() > kMaxSnapshotFileBytes)
     return Result<Snapshot>::failure("file too large (over 2 GiB)");
-  // Every array element and string byte needs at least one input byte, and every map entry
-  // two: capping lengths by the input size bounds what the unpacker may allocate.
-  const size_t n = bytes.size();
-  const msgpack::unpack_limit limits(/*array=*/n, /*map=*/n / 2, /*str=*/n, /*bin=*/n,
-                                     /*ext=*/n, /*depth=*/16);
   try {
-    size_t offset = 0;
-    msgpack::object_handle handle =
-        msgpack::unpack(bytes.data(), bytes.size(), offset, nullptr, nullptr, limits);
-    if (offset != bytes.size())
-      return Result<Snapshot>::failure("trailing bytes after the snapshot at offset " +
-                                       std::to_string(offset));
-    return Reader().read(handle.get());
-  } catch (const FormatError& error) {
+    return Reader(bytes).read();
+  } catch (const MsgpackError& error) {
     return Result<Snapshot>::failure(error.what());
-  } catch (const msgpack::insufficient_bytes&) {
-    return Result<Snapshot>::failure("file is truncated (msgpack data ends early)");
-  } catch (const msgpack::depth_size_overflow&) {
-    return Result<Snapshot>::failure("damaged file: nesting deeper than the format allows");
-  } catch (const msgpack::size_overflow&) {
-    return Result<Snapshot>::failure("damaged file: a length field exceeds the file's size");
-  } catch (const msgpack::parse_error& error) {
-    return Result<Snapshot>::failure(std::string("damaged file: ") + error.what());
   } catch (const std::bad_alloc&) {
     return Result<Snapshot>::failure("file too large to load in memory");
   } catch (const std::exception& error) {

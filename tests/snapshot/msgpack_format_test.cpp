@@ -54,6 +54,17 @@ TEST(MsgpackFormat, RejectsEveryTruncation) {
             std::string::npos);
 }
 
+// A map key of the file's own making appears in the error's place: printable and short, so the
+// error stays one line (found by snapshot_reader_fuzz).
+TEST(MsgpackFormat, KeysFromTheFileKeepTheErrorOnOneLine) {
+  // {"format": "memsnap-snapshot", "version": 1, "ke\ny": <a string cut short>}
+  const std::string bytes = std::string("\x83\xa6" "format" "\xb0" "memsnap-snapshot" "\xa7" "version" "\x01" "\xa4" "ke\ny" "\xa5" "ab", 39);
+  const auto read = memsnap::snapshot_from_msgpack(bytes);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.error().find('\n'), std::string::npos) << read.error();
+  EXPECT_NE(read.error().find("ke?y"), std::string::npos) << read.error();
+}
+
 TEST(MsgpackFormat, HostileLengthsDoNotAllocate) {
   // An array that claims 4 billion elements, and a map that claims as many entries.
   EXPECT_FALSE(memsnap::snapshot_from_msgpack(std::string("\xdd\xff\xff\xff\xff", 5)).ok());
