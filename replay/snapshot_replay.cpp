@@ -212,12 +212,16 @@ class DeviceReplayer {
   // Every pool a run of releases touches is let go before the first of them is replayed, so
   // the empty_cache that stands for the run frees them all.
   void release_pools_of_run() {
+    std::map<uint64_t, const SegmentRecord*> private_segments;  // by address
+    const std::vector<SegmentRecord> records = allocator_->device(0).segment_records();
+    for (const SegmentRecord& r : records)
+      if (!r.pool_id.is_global()) private_segments[r.address] = &r;
     for (size_t j = index_; j < trace_.size() && is_segment_shrink(trace_[j].action); ++j) {
-      const std::vector<SegmentRecord> records = allocator_->device(0).segment_records();
-      for (const SegmentRecord& r : records) {
-        if (r.pool_id.is_global() || trace_[j].address - r.address >= r.size) continue;
-        if (pools_in_use_.erase(r.pool_id)) allocator_->device(0).release_pool(r.pool_id);
-      }
+      auto it = private_segments.upper_bound(trace_[j].address);
+      if (it == private_segments.begin()) continue;
+      const SegmentRecord& r = *std::prev(it)->second;
+      if (trace_[j].address - r.address >= r.size) continue;
+      if (pools_in_use_.erase(r.pool_id)) allocator_->device(0).release_pool(r.pool_id);
     }
   }
 
