@@ -53,20 +53,25 @@ size_t MsgpackCursor::checked_count(uint64_t count, size_t bytes_each, const Whe
   return static_cast<size_t>(count);
 }
 
-size_t MsgpackCursor::array(const Where& where) {
+// An array's or map's header: the fix form (`fix` with the count in the low nibble) or the
+// 16- and 32-bit forms (`tag16`, `tag16 + 1`).
+size_t MsgpackCursor::header(const Where& where, uint8_t fix, uint8_t tag16, size_t bytes_each,
+                             const char* expected) {
   const uint8_t tag = peek(where);
   uint64_t count = 0;
-  if ((tag & 0xf0) == 0x90) {
+  if ((tag & 0xf0) == fix) {
     ++at_;
     count = tag & 0x0f;
-  } else if (tag == 0xdc || tag == 0xdd) {
+  } else if (tag == tag16 || tag == tag16 + 1) {
     ++at_;
-    count = big_endian(tag == 0xdc ? 2 : 4, where);
+    count = big_endian(tag == tag16 ? 2 : 4, where);
   } else {
-    fail(where, "expected an array");
+    fail(where, expected);
   }
-  return checked_count(count, 1, where);
+  return checked_count(count, bytes_each, where);
 }
+
+size_t MsgpackCursor::array(const Where& where) { return header(where, 0x90, 0xdc, 1, "expected an array"); }
 
 size_t MsgpackCursor::array(const Where& where, size_t expected) {
   const size_t count = array(where);
@@ -75,20 +80,7 @@ size_t MsgpackCursor::array(const Where& where, size_t expected) {
   return count;
 }
 
-size_t MsgpackCursor::map(const Where& where) {
-  const uint8_t tag = peek(where);
-  uint64_t count = 0;
-  if ((tag & 0xf0) == 0x80) {
-    ++at_;
-    count = tag & 0x0f;
-  } else if (tag == 0xde || tag == 0xdf) {
-    ++at_;
-    count = big_endian(tag == 0xde ? 2 : 4, where);
-  } else {
-    fail(where, "expected a map");
-  }
-  return checked_count(count, 2, where);
-}
+size_t MsgpackCursor::map(const Where& where) { return header(where, 0x80, 0xde, 2, "expected a map"); }
 
 uint64_t MsgpackCursor::uint(const Where& where) {
   const uint8_t tag = peek(where);

@@ -60,6 +60,7 @@ class MsgpackCursor {
   uint64_t big_endian(size_t bytes, const Where& where);
   void need(size_t bytes, const Where& where) const;
   size_t checked_count(uint64_t count, size_t bytes_each, const Where& where) const;
+  size_t header(const Where& where, uint8_t fix, uint8_t tag16, size_t bytes_each, const char* expected);
 
   std::string_view bytes_;
   size_t at_;
