@@ -12,12 +12,11 @@ Every ``torch.cuda`` memory call keeps working with PyTorch's meanings (``memory
 ``memory_allocated``, ``max_memory_reserved``, ``reset_peak_memory_stats``, ``empty_cache``,
 ``memory_summary``, ``set_per_process_memory_fraction``, ``Tensor.record_stream``, out-of-memory
 observers, ``torch.cuda.memory._record_memory_history``, ``_snapshot`` and
-``_dump_snapshot``), CUDA graph capture and ``torch.cuda.MemPool`` / ``use_mem_pool`` use
-memsnap's private pools, and an out-of-memory raises ``torch.OutOfMemoryError`` with PyTorch's
-message and memsnap's reason, leaving the process able to go on. Not supported yet (each raises
-a RuntimeError naming it): CUDA graph trees (``torch.compile(mode="reduce-overhead")``, which
-checkpoint a pool's state), a MemPool with its own allocator, CUDA IPC between processes, and
-changing allocator settings after install.
+``_dump_snapshot``), CUDA graph capture, ``torch.compile(mode="reduce-overhead")`` and
+``torch.cuda.MemPool`` / ``use_mem_pool`` use memsnap's private pools, and an out-of-memory
+raises ``torch.OutOfMemoryError`` with PyTorch's message and memsnap's reason, leaving the
+process able to go on. Not supported yet (each raises a RuntimeError naming it): a MemPool with
+its own allocator, CUDA IPC between processes, and changing allocator settings after install.
 """
 
 from __future__ import annotations
