@@ -9,8 +9,9 @@
 // Files: device_caching_allocator.cpp holds the fast path (malloc/free and their block
 // bookkeeping), device_slow_path.cpp everything that touches the device or recovers memory,
 // device_expandable.cpp expandable segments (expandable_segments:True), device_private_pools.cpp
-// private pools (CUDA graphs, MemPool; private_pool.h), device_restore.cpp what replay needs to
-// start from a recorded state.
+// private pools (CUDA graphs, MemPool; private_pool.h), device_pool_checkpoint.cpp a pool's state
+// saved and put back (CUDA graph trees), device_restore.cpp what replay needs to start from a
+// recorded state.
 // Thread-safe: one mutex per device guards all state below it, the map of live allocations
 // included, so allocate and deallocate each take a single lock.
 #pragma once
