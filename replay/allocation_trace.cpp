@@ -1,6 +1,7 @@
 #include "replay/allocation_trace.h"
 
 #include "snapshot/file_contents.h"
+#include "snapshot/printable.h"
 
 #include <charconv>
 #include <sstream>
@@ -29,16 +30,6 @@ bool parse_number(std::string_view field, T& out) {
   return ec == std::errc() && ptr == end;
 }
 
-std::string printable(std::string_view text) {
-  std::string out;
-  for (char ch : text.substr(0, 60)) {
-    const auto byte = static_cast<unsigned char>(ch);
-    out += (byte >= 0x20 && byte < 0x7f) ? ch : '?';
-  }
-  if (text.size() > 60) out += "...";
-  return out;
-}
-
 // Parses one non-comment line; returns an error message or empty.
 std::string parse_line(std::string_view line, TraceEvent& event) {
   std::string_view rest = line;
@@ -48,20 +39,20 @@ std::string parse_line(std::string_view line, TraceEvent& event) {
     const std::string_view bytes = next_field(rest);
     const std::string_view stream = next_field(rest);
     event.kind = TraceEvent::Kind::kAlloc;
-    if (!parse_number(id, event.id)) return "bad id '" + printable(id) + "'";
-    if (!parse_number(bytes, event.bytes)) return "bad byte count '" + printable(bytes) + "'";
+    if (!parse_number(id, event.id)) return "bad id '" + printable(id, 60) + "'";
+    if (!parse_number(bytes, event.bytes)) return "bad byte count '" + printable(bytes, 60) + "'";
     if (event.bytes > kMaxTraceAllocationBytes) return "byte count " + std::string(bytes) + " is larger than any device";
-    if (!parse_number(stream, event.stream)) return "bad stream '" + printable(stream) + "'";
+    if (!parse_number(stream, event.stream)) return "bad stream '" + printable(stream, 60) + "'";
   } else if (kind == "f") {
     const std::string_view stream = next_field(rest);
     event.kind = TraceEvent::Kind::kFree;
     event.bytes = 0;
-    if (!parse_number(id, event.id)) return "bad id '" + printable(id) + "'";
-    if (!parse_number(stream, event.stream)) return "bad stream '" + printable(stream) + "'";
+    if (!parse_number(id, event.id)) return "bad id '" + printable(id, 60) + "'";
+    if (!parse_number(stream, event.stream)) return "bad stream '" + printable(stream, 60) + "'";
   } else {
-    return "expected 'a <id> <bytes> <stream>' or 'f <id> <stream>', got '" + printable(line) + "'";
+    return "expected 'a <id> <bytes> <stream>' or 'f <id> <stream>', got '" + printable(line, 60) + "'";
   }
-  if (!next_field(rest).empty()) return "unexpected text after the event: '" + printable(line) + "'";
+  if (!next_field(rest).empty()) return "unexpected text after the event: '" + printable(line, 60) + "'";
   return {};
 }
 

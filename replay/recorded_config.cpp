@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "allocator/policy.h"
+#include "snapshot/printable.h"
 
 namespace memsnap {
 namespace {
@@ -61,7 +62,7 @@ std::vector<uint64_t> numbers_in(std::string_view text) {
 
 Result<AllocatorConfig> fail(std::string_view key, std::string_view value) {
   return Result<AllocatorConfig>::failure("allocator_settings: cannot read " + std::string(key) +
-                                          " = '" + std::string(value.substr(0, 80)) + "'");
+                                          " = '" + printable(value, 80) + "'");
 }
 
 }  // namespace

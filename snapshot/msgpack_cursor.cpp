@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include "snapshot/printable.h"
+
 namespace memsnap {
 
 std::string Where::str() const {
@@ -12,11 +14,7 @@ std::string Where::str() const {
     const Where& w = **it;
     if (!w.name.empty()) {
       if (!out.empty()) out += '.';
-      // Names may come from the file (map keys): printable and short, so the error stays one line.
-      for (size_t i = 0; i < w.name.size() && i < 40; ++i) {
-        const auto c = static_cast<unsigned char>(w.name[i]);
-        out += c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '?';
-      }
+      out += printable(w.name);  // names may come from the file (map keys)
     }
     if (w.index >= 0) out += "[" + std::to_string(w.index) + "]";
   }

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "snapshot/huge_pages.h"
+#include "snapshot/printable.h"
 
 namespace memsnap {
 
@@ -27,6 +28,8 @@ std::string at(const std::string& where, size_t index) {
 std::string dot(const std::string& where, std::string_view key) {
   return where.empty() ? std::string(key) : where + "." + std::string(key);
 }
+
+std::string quoted(std::string_view text) { return "'" + printable(text) + "'"; }
 
 std::optional<TraceAction> action_from_pytorch_name(std::string_view name) {
   if (name == "free") return TraceAction::kFreeCompleted;  // PyTorch 1.13's single free event
@@ -174,7 +177,7 @@ bool PyTorchDocument::parse_entry(const Object& dict, TraceEntry& entry, std::st
   }
   if (!action.is(Tag::kString)) return bad("action: expected a string");
   const auto parsed = action_named(action);
-  if (!parsed) return bad("action: unknown action '" + std::string(store_.text(action)) + "'");
+  if (!parsed) return bad("action: unknown action " + quoted(store_.text(action)));
   entry.action = *parsed;
   // An oom entry carries the device's free bytes where others carry an address.
   const Value address = *parsed == TraceAction::kOom && addr == kMissing ? device_free : addr;
@@ -291,7 +294,7 @@ SnapshotBlock PyTorchDocument::convert_block(Value v, uint64_t expected_address,
   block.requested_size = uint_field(dict, k_requested_size_, where, block.size);
   const std::string state = string_field(dict, k_state_, where, "");
   const auto parsed = block_state_from_name(state);
-  if (!parsed) fail(dot(where, "state"), "unknown block state '" + state + "'");
+  if (!parsed) fail(dot(where, "state"), "unknown block state " + quoted(state));
   block.state = *parsed;
   block.stack = stack_field(dict, k_frames_, where);
   const Value history = field(dict, k_history_);

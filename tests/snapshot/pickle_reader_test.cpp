@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+
 #include <random>
 #include <string>
 
@@ -35,6 +38,17 @@ TEST(PickleReader, LoadsARealPyTorchSnapshot) {
   EXPECT_FALSE(loaded->snapshot.segments.empty());
   ASSERT_EQ(loaded->snapshot.device_traces.size(), 1u);
   EXPECT_EQ(loaded->snapshot.device_traces[0].size(), 250u);
+}
+
+// A block state with a newline in it (found by snapshot_loader_fuzz): the error quotes it
+// printable, on one line.
+TEST(PickleReader, TextFromTheFileKeepsTheErrorOnOneLine) {
+  std::ifstream in(MEMSNAP_TEST_DATA_DIR "/../fuzz/corpus-pickle/newline-in-block-state", std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(bytes.empty());
+  const std::string error = load_error(bytes);
+  EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+  EXPECT_NE(error.find("unknown block state 'a??ive_allocated'"), std::string::npos) << error;
 }
 
 TEST(PickleReader, GzipCompressedFilesLoadTheSame) {
