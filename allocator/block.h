@@ -43,10 +43,11 @@ struct Block {
   bool expandable = false;  // lies in an expandable segment (segment->expandable, kept here
                             // because the fast path asks on every allocation and free)
   bool mapped = true;  // false: address space of an expandable segment with no memory yet
-  int event_count = 0;                // outstanding events before a pending free completes
-  // Other streams it was used on (record_stream). A freed block keeps them while its events
-  // wait for a capture to end (DeviceCachingAllocator::frees_awaiting_events_).
-  std::vector<StreamId> stream_uses;
+  // Outstanding events before a pending free completes; 1, with no event yet, while a block
+  // freed during a capture waits for the capture to end to record its events
+  // (DeviceCachingAllocator::frees_awaiting_events_, which keeps its stream_uses until then).
+  int event_count = 0;
+  std::vector<StreamId> stream_uses;  // other streams it was used on (record_stream)
   uint64_t gc_count_base = 0;         // pool's search count when it became free (GC age)
   // A value an observer may attach to the block while it is allocated (history keeps the
   // allocation's stack id here, so a free needs no lookup). The allocator never reads it and
@@ -60,7 +61,7 @@ struct Block {
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
   // Free memory, ready for reuse (unmapped address space is not memory).
-  bool is_free() const { return !allocated && event_count == 0 && mapped && stream_uses.empty(); }
+  bool is_free() const { return !allocated && event_count == 0 && mapped; }
 };
 
 struct Segment {

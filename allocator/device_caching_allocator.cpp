@@ -70,16 +70,19 @@ size_t DeviceCachingAllocator::allocated_size(uintptr_t address) const {
 
 Block* DeviceCachingAllocator::malloc(size_t size, StreamId stream, AllocatorLock& lock) {
   if (size > kMaxRequestSize) report_out_of_memory(size, size, size, stream, nullptr, lock);
-  // Querying events is illegal while a graph captures: PyTorch waits until no pool is being
-  // allocated to.
+  const size_t rounded = round_size(size, config_);
+  BlockPool* pool = nullptr;
   if (allocating_to_.empty()) {
     if (!frees_awaiting_events_.empty()) insert_deferred_events();
     if (!pending_events_.empty()) process_events();
+    pool = is_small_request(rounded) ? &small_blocks_ : &large_blocks_;
+  } else {
+    // Querying events is illegal while a graph captures: PyTorch waits until no pool is being
+    // allocated to.
+    pool = &routed_pool_for(rounded, stream);
   }
-  const size_t rounded = round_size(size, config_);
-  BlockPool& pool = pool_for(rounded, stream);
-  Block* block = config_.caching ? take_free_block(pool, stream, rounded) : nullptr;
-  if (block == nullptr) block = allocate_after_miss(pool, stream, rounded, size, lock);
+  Block* block = config_.caching ? take_free_block(*pool, stream, rounded) : nullptr;
+  if (block == nullptr) block = allocate_after_miss(*pool, stream, rounded, size, lock);
   return finish_allocation(block, rounded, size);
 }
 
@@ -105,9 +108,9 @@ Block* DeviceCachingAllocator::finish_allocation(Block* block, size_t rounded_si
   const bool already_split = block->is_split();
   // Expandable memory is left out of the split statistics, as in PyTorch.
   const bool counts_split = !block->expandable;
-  const bool no_split = pool.owner() != nullptr && pool.owner()->no_split;
-  if ((split_any_remainder && block->size > rounded_size) ||
-      (!split_any_remainder && !no_split && should_split(block->size, rounded_size, small, config_))) {
+  if (split_any_remainder ? block->size > rounded_size
+                          : should_split(block->size, rounded_size, small, config_) &&
+                                (pool.owner() == nullptr || !pool.owner()->no_split)) {
     Block* remaining = split_block_at(block, rounded_size);
     pool.insert(remaining);
     if (counts_split && already_split) {
@@ -178,7 +181,7 @@ void DeviceCachingAllocator::free(Block* block) {
   else if (allocating_to_.empty())
     insert_events(block);  // becomes reusable once the other streams catch up
   else
-    frees_awaiting_events_.push_back(block);
+    defer_events(block);
 }
 
 // Returns a block whose frees (and events) are complete to its pool, merged with its free

@@ -137,15 +137,8 @@ class DeviceCachingAllocator {
   // --- fast path (device_caching_allocator.cpp); the caller holds mutex_ ---
   Block* malloc(size_t size, StreamId stream, AllocatorLock& lock);
   void free(Block* block);
-  BlockPool& pool_for(size_t rounded_size, StreamId stream) {
-    const bool small = is_small_request(rounded_size);
-    if (!allocating_to_.empty()) {
-      if (PrivatePool* pool = routed_pool(stream))
-        return small ? pool->small_blocks : pool->large_blocks;
-    }
-    return small ? small_blocks_ : large_blocks_;
-  }
-  PrivatePool* routed_pool(StreamId stream);
+  // While some pool is being allocated to: the pool that serves a request on `stream`.
+  BlockPool& routed_pool_for(size_t rounded_size, StreamId stream);
   PrivatePool* find_pool(MempoolId pool) const;
   std::pair<PrivatePool*, bool> find_or_make_pool(MempoolId pool);
   PrivatePool& add_pool_use(MempoolId pool);
@@ -183,6 +176,7 @@ class DeviceCachingAllocator {
   void garbage_collect_cached_blocks();
   void insert_events(Block* block);
   void process_events();
+  void defer_events(Block* block);
   void insert_deferred_events();
   // Waits for the pending frees (of one private pool's blocks alone, when given).
   void synchronize_and_free_events(const PrivatePool* only = nullptr);

@@ -13,11 +13,13 @@ namespace {
 
 }  // namespace
 
-// The pool begun last whose filter accepts the stream: an inner scope wins over an outer one.
-PrivatePool* DeviceCachingAllocator::routed_pool(StreamId stream) {
+// The pool begun last whose filter accepts the stream (an inner scope wins over an outer one),
+// else the global pools.
+BlockPool& DeviceCachingAllocator::routed_pool_for(size_t rounded_size, StreamId stream) {
+  const bool small = is_small_request(rounded_size);
   for (auto it = allocating_to_.rbegin(); it != allocating_to_.rend(); ++it)
-    if (it->second(stream)) return it->first;
-  return nullptr;
+    if (it->second(stream)) return small ? it->first->small_blocks : it->first->large_blocks;
+  return small ? small_blocks_ : large_blocks_;
 }
 
 PrivatePool* DeviceCachingAllocator::find_pool(MempoolId pool) const {

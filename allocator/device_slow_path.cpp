@@ -298,11 +298,21 @@ void DeviceCachingAllocator::process_events() {
   }
 }
 
+// A block freed during a capture, used on other streams: no event may be recorded now, so it
+// stays active (event_count 1, no event yet) until no pool is being allocated to.
+void DeviceCachingAllocator::defer_events(Block* block) {
+  block->event_count = 1;
+  frees_awaiting_events_.push_back(block);
+}
+
 // Blocks freed during a capture get their events now that none is underway.
 void DeviceCachingAllocator::insert_deferred_events() {
   std::vector<Block*> blocks = std::move(frees_awaiting_events_);
   frees_awaiting_events_.clear();
-  for (Block* block : blocks) insert_events(block);
+  for (Block* block : blocks) {
+    block->event_count = 0;
+    insert_events(block);
+  }
 }
 
 void DeviceCachingAllocator::synchronize_and_free_events(const PrivatePool* only) {
