@@ -1,6 +1,7 @@
 """An out-of-memory is torch.OutOfMemoryError, with PyTorch's message and memsnap's reason; the
 process lives on, and the snapshot asked for is written before the error reaches the caller."""
 import glob
+import inspect
 import json
 import os
 import subprocess
@@ -25,18 +26,10 @@ def test_a_request_larger_than_the_device_raises_and_the_process_goes_on(memsnap
     assert torch.cuda.memory_stats()["num_ooms"] >= 1
 
 
-# A batch-size finder under a 2 GiB cap: halve the batch at every out-of-memory error until three
-# training steps in a row fit.
-BATCH_FINDER = """
-    import json, torch
-    {install}
-    total = torch.cuda.get_device_properties(0).total_memory
-    torch.cuda.empty_cache()
-    torch.cuda.set_per_process_memory_fraction(2 * (1 << 30) / total)
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096)).cuda()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    batch, failures, fitted, last_message = 1 << 17, 0, 0, ""
+def halve_until_it_fits(model, optimizer, batch):
+    """A batch-size finder: halve the batch at every out-of-memory error until three training
+    steps in a row fit. Returns the batch, the errors met and the last one's message."""
+    failures, fitted, last_message = 0, 0, ""
     while fitted < 3:
         try:
             x = torch.randn(batch, 4096, device="cuda")
@@ -49,10 +42,25 @@ BATCH_FINDER = """
             failures, fitted, last_message, x = failures + 1, 0, str(error), None
             optimizer.zero_grad(set_to_none=True)
             batch //= 2
-    torch.cuda.synchronize()
-    torch.cuda.set_per_process_memory_fraction(1.0)
-    print(json.dumps({{"batch": batch, "failures": failures, "last_message": last_message,
-                      "peak_reserved": torch.cuda.max_memory_reserved()}}))
+    return batch, failures, last_message
+
+
+# The finder under a 2 GiB cap, in a fresh process (PyTorch's own allocator, or memsnap's).
+BATCH_FINDER = """
+import json, torch
+{install}
+""" + inspect.getsource(halve_until_it_fits) + """
+total = torch.cuda.get_device_properties(0).total_memory
+torch.cuda.empty_cache()
+torch.cuda.set_per_process_memory_fraction(2 * (1 << 30) / total)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096)).cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+batch, failures, last_message = halve_until_it_fits(model, optimizer, 1 << 17)
+torch.cuda.synchronize()
+torch.cuda.set_per_process_memory_fraction(1.0)
+print(json.dumps({{"batch": batch, "failures": failures, "last_message": last_message,
+                  "peak_reserved": torch.cuda.max_memory_reserved()}}))
 """
 
 
@@ -80,19 +88,7 @@ def test_training_goes_on_after_an_oom_under_a_memory_cap(memsnap_torch, tmp_pat
     try:
         model = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096)).cuda()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-        batch, failures, fitted = 1 << 17, 0, 0
-        while fitted < 3:  # halve at each out-of-memory error until three steps in a row fit
-            try:
-                x = torch.randn(batch, 4096, device="cuda")
-                model(x).square().mean().backward()
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                x = None
-                fitted += 1
-            except torch.OutOfMemoryError as error:
-                failures, fitted, last_message, x = failures + 1, 0, str(error), None
-                optimizer.zero_grad(set_to_none=True)
-                batch //= 2
+        batch, failures, last_message = halve_until_it_fits(model, optimizer, 1 << 17)
         assert failures >= 1 and batch >= 1024
         assert "allowed;" in last_message and "memsnap: " in last_message
         torch.cuda.synchronize()
