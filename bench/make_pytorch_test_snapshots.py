@@ -1,5 +1,5 @@
-"""PyTorch snapshots for the replay and explain-oom tests (tests/data/pytorch-2.11-h100), recorded
-on a GPU:  python3 bench/make_pytorch_test_snapshots.py OUT_FOLDER
+"""PyTorch snapshots for the replay, explain-oom and reader tests (tests/data/pytorch-2.11-h100),
+recorded on a GPU:  python3 bench/make_pytorch_test_snapshots.py OUT_FOLDER [SCENARIO...]
 """
 import sys, torch
 MiB = 1 << 20
@@ -50,8 +50,24 @@ def streams_wrapped(path):
     torch.cuda.memory._dump_snapshot(path)
     torch.cuda.memory._record_memory_history(enabled=None)
 
+def forward_frames(path):
+    # A training step whose forward pass ran under anomaly mode: PyTorch gives the allocations
+    # of the backward pass the forward call's traceback ("forward_frames").
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).cuda()
+    x = torch.randn(32, 64, device="cuda")
+    torch.cuda.memory._record_memory_history(max_entries=100000, stacks="python")
+    with torch.autograd.set_detect_anomaly(True, check_nan=False):
+        loss = model(x).square().mean()
+    loss.backward()
+    torch.cuda.synchronize()
+    torch.cuda.memory._dump_snapshot(path)
+    torch.cuda.memory._record_memory_history(enabled=None)
+
+SCENARIOS = {"frag_oom": frag_oom, "streams_wrapped": streams_wrapped, "forward_frames": forward_frames}
+
 if __name__ == "__main__":
     out = sys.argv[1]
-    frag_oom(out + "/frag_oom.pickle")
-    streams_wrapped(out + "/streams_wrapped.pickle")
+    for name in sys.argv[2:] or list(SCENARIOS):
+        SCENARIOS[name](f"{out}/{name}.pickle")
     print("ok")

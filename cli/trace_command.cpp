@@ -87,8 +87,8 @@ CommandRunner add_trace_command(CLI::App& app) {
                       std::string(trace_action_name(e.action)).c_str(), e.address,
                       svg::human_bytes(e.size).c_str(), e.stream);
         out += line;
-        const std::optional<uint32_t> headline = headline_frame(snapshot, e.stack, filter);
-        out += headline ? frame_label(snapshot.frames[*headline], filter) : std::string("<no stack>");
+        const std::string headline = headline_label(snapshot, e.stack, filter);
+        out += headline.empty() ? std::string("<no stack>") : headline;
         out += '\n';
         if (options->stacks)
           for (auto it = frames.rbegin(); it != frames.rend(); ++it)

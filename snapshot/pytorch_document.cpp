@@ -57,6 +57,7 @@ PyTorchDocument::PyTorchDocument(pickle::ValueStore& store) : store_(store) {
   k_local_rank_ = key("local_rank"); k_world_size_ = key("world_size");
   k_time_unix_us_ = key("time_unix_us"); k_clock_offset_us_ = key("clock_offset_us");
   k_index_ = key("index"); k_total_memory_ = key("total_memory");
+  k_forward_frames_ = key("forward_frames");
 }
 
 std::optional<TraceAction> PyTorchDocument::action_named(Value name) {
@@ -161,7 +162,7 @@ bool PyTorchDocument::parse_entry(const Object& dict, TraceEntry& entry, std::st
   };
   // One pass over the items (this runs once per trace entry while a pickle streams in).
   Value action = kMissing, addr = kMissing, device_free = kMissing, size = kMissing,
-        stream = kMissing, time = kMissing, frames = kMissing;
+        stream = kMissing, time = kMissing, frames = kMissing, forward = kMissing;
   for (size_t i = 0; i + 1 < dict.items.size(); i += 2) {
     const Value key = dict.items[i];
     if (!key.is(Tag::kString)) continue;
@@ -174,6 +175,7 @@ bool PyTorchDocument::parse_entry(const Object& dict, TraceEntry& entry, std::st
     else if (id == k_time_us_) time = value;
     else if (id == k_frames_) frames = value;
     else if (id == k_device_free_) device_free = value;
+    else if (id == k_forward_frames_) forward = value;
   }
   if (!action.is(Tag::kString)) return bad("action: expected a string");
   const auto parsed = action_named(action);
@@ -198,7 +200,51 @@ bool PyTorchDocument::parse_entry(const Object& dict, TraceEntry& entry, std::st
   std::string why;
   if (!parse_stack(frames, entry.stack, error ? &why : nullptr))
     return bad("frames" + (why.empty() || why[0] == '[' ? why : ": " + why));
+  entry.stack = with_forward_frames(entry.stack, forward);
   return true;
+}
+
+// A traceback line: `  File "model.py", line 12, in forward\n    y = self.fc(x)\n`.
+uint32_t PyTorchDocument::forward_frame(std::string_view line) {
+  constexpr std::string_view kFile = "File \"", kLine = "\", line ", kIn = ", in ";
+  const size_t file_at = line.find(kFile);
+  const size_t line_at = file_at == std::string_view::npos ? file_at : line.find(kLine, file_at);
+  const size_t in_at = line_at == std::string_view::npos ? line_at : line.find(kIn, line_at);
+  if (in_at != std::string_view::npos) {
+    const std::string_view file = line.substr(file_at + kFile.size(), line_at - file_at - kFile.size());
+    const std::string_view number = line.substr(line_at + kLine.size(), in_at - line_at - kLine.size());
+    std::string_view name = line.substr(in_at + kIn.size());
+    name = name.substr(0, name.find('\n'));
+    int64_t line_number = 0;
+    bool digits = !number.empty() && number.size() <= 18;
+    for (char c : number) {
+      digits = digits && c >= '0' && c <= '9';
+      if (digits) line_number = line_number * 10 + (c - '0');
+    }
+    if (digits) return intern_frame({store_.intern(name), store_.intern(file), line_number});
+  }
+  // Not a traceback line: its first line, as the frame's name.
+  std::string_view text = line.substr(std::min(line.find_first_not_of(' '), line.size()));
+  text = text.substr(0, std::min<size_t>(text.find('\n'), 200));
+  return intern_frame({store_.intern(text), store_.intern(""), 0});
+}
+
+StackIndex PyTorchDocument::with_forward_frames(StackIndex stack, Value forward) {
+  if (!forward.is(Tag::kObject) || store_.object(forward).kind != ObjectKind::kList) return stack;
+  auto [cached, fresh] = forward_suffixes_.try_emplace(forward.payload());
+  std::vector<uint32_t>& suffix = cached->second;
+  if (fresh) {
+    const Object& lines = store_.object(forward);
+    for (auto it = lines.items.rbegin(); it != lines.items.rend(); ++it)  // outermost first there
+      if (it->is(Tag::kString)) suffix.push_back(forward_frame(store_.text(*it)));
+    if (!suffix.empty())
+      suffix.insert(suffix.begin(), intern_frame({store_.intern(kBackwardOfForwardFunction), store_.intern(""), 0}));
+  }
+  if (suffix.empty()) return stack;
+  std::vector<uint32_t> frames;
+  if (stack != kNoStackIndex) frames = stacks_[static_cast<size_t>(stack)];
+  frames.insert(frames.end(), suffix.begin(), suffix.end());
+  return intern_stack(frames);
 }
 
 Value PyTorchDocument::lower(pickle::ValueStore& store, Value object) {
@@ -282,7 +328,7 @@ StackIndex PyTorchDocument::stack_field(const Object& dict, uint32_t key, const 
   std::string why;
   if (!parse_stack(field(dict, key), stack, &why))
     throw std::runtime_error(dot(where, store_.text(key)) + (why[0] == '[' ? "" : ": ") + why);
-  return stack;
+  return with_forward_frames(stack, field(dict, k_forward_frames_));
 }
 
 SnapshotBlock PyTorchDocument::convert_block(Value v, uint64_t expected_address,

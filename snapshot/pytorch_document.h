@@ -43,6 +43,12 @@ class PyTorchDocument final : public pickle::Lowering {
   bool parse_frame(const pickle::Object& dict, uint32_t& frame, std::string* error);
   bool parse_stack(pickle::Value frames, StackIndex& stack, std::string* error);
   bool parse_entry(const pickle::Object& dict, TraceEntry& entry, std::string* error);
+  // The stack continued by a "forward_frames" list (traceback lines of the forward call, as
+  // PyTorch records them for backward allocations under anomaly mode) past a
+  // kBackwardOfForwardFunction frame; unchanged when there is none. Lines that are not
+  // traceback lines become frames of their own text.
+  StackIndex with_forward_frames(StackIndex stack, pickle::Value forward_frames);
+  uint32_t forward_frame(std::string_view line);
   uint32_t intern_frame(const FrameKey& key);
   StackIndex intern_stack(const std::vector<uint32_t>& frames);
 
@@ -70,7 +76,7 @@ class PyTorchDocument final : public pickle::Lowering {
       k_active_size_, k_requested_size_, k_segment_type_, k_segment_pool_id_, k_is_expandable_,
       k_blocks_, k_state_, k_history_, k_real_size_, k_stage_, k_source_, k_format_, k_process_, k_devices_,
       k_statistics_, k_host_, k_pid_, k_rank_, k_local_rank_, k_world_size_, k_time_unix_us_, k_clock_offset_us_, k_index_,
-      k_total_memory_;
+      k_total_memory_, k_forward_frames_;
   std::vector<FrameKey> frames_;
   std::unordered_map<FrameKey, uint32_t, FrameKeyHash> frame_ids_;
   std::vector<std::vector<uint32_t>> stacks_;
@@ -78,6 +84,9 @@ class PyTorchDocument final : public pickle::Lowering {
   std::vector<TraceEntry> entries_;
   bool pytorch_source_ = true;  // a PyTorch file, not memsnap's JSON export
   std::vector<uint32_t> scratch_frames_;
+  // A forward_frames list's frames, innermost first after the joining frame, by its object
+  // (PyTorch shares one list among the events of one autograd node).
+  std::unordered_map<uint64_t, std::vector<uint32_t>> forward_suffixes_;
   // The action a string id names (-1 unknown, -2 not looked up yet): one lookup per
   // distinct string instead of a name comparison per entry.
   std::vector<int8_t> action_by_string_;

@@ -28,6 +28,16 @@ struct Frame {
   bool operator==(const Frame&) const = default;
 };
 
+// The frame that joins an allocation made during autograd's backward pass to the forward call
+// that created the autograd node being run: frames inner to it ran the backward, frames outer
+// to it are the forward call's Python frames (PyTorch's "forward_frames"). In a stack read
+// from the root: `train.py:57 <module>` ... `model.py:12 forward`, `<autograd backward>`,
+// `Engine::thread_main` ... the allocation.
+inline constexpr std::string_view kBackwardOfForwardFunction = "<autograd backward>";
+inline bool is_backward_of_forward(const Frame& frame) {
+  return frame.function == kBackwardOfForwardFunction && frame.file.empty();
+}
+
 // An index into Snapshot::stacks, or kNoStackIndex.
 using StackIndex = int64_t;
 inline constexpr StackIndex kNoStackIndex = -1;

@@ -208,13 +208,25 @@ std::optional<uint32_t> headline_frame(const Snapshot& snapshot, StackIndex stac
   return frames.back();
 }
 
+std::string headline_label(const Snapshot& snapshot, StackIndex stack, const FrameFilter& filter) {
+  const std::optional<uint32_t> headline = headline_frame(snapshot, stack, filter);
+  if (!headline) return "";
+  const std::vector<uint32_t> frames = visible_frames_outermost_first(snapshot, stack, filter);
+  // A backward allocation's headline is the forward call, outer to the joining frame.
+  const auto at = std::find(frames.begin(), frames.end(), *headline);
+  const bool backward = std::any_of(at, frames.end(), [&](uint32_t frame) {
+    return is_backward_of_forward(snapshot.frames[frame]);
+  });
+  return (backward ? "backward of " : "") + frame_label(snapshot.frames[*headline], filter);
+}
+
 std::string call_site_label(const Snapshot& snapshot, StackIndex stack) {
   if (stack == kNoStackIndex) return "<no stack recorded>";
   const std::optional<uint32_t> headline = headline_frame(snapshot, stack, {});
   if (!headline) return "<no visible frames>";
   const std::vector<uint32_t> frames = visible_frames_outermost_first(snapshot, stack, {});
   const auto at = std::find(frames.begin(), frames.end(), *headline);
-  std::string label = frame_label(snapshot.frames[*headline]);
+  std::string label = headline_label(snapshot, stack);
   if (at != frames.begin() && at != frames.end()) label += " <- " + frame_label(snapshot.frames[*(at - 1)]);
   return label;
 }

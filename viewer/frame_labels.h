@@ -47,9 +47,14 @@ std::vector<uint32_t> visible_frames_outermost_first(const Snapshot& snapshot, S
 std::optional<uint32_t> headline_frame(const Snapshot& snapshot, StackIndex stack,
                                        const FrameFilter& filter);
 
+// The headline frame's label, "backward of ..." when the stack is a backward allocation's
+// joined to its forward call (the headline is then that call); "" for a stack with none.
+std::string headline_label(const Snapshot& snapshot, StackIndex stack, const FrameFilter& filter = {});
+
 // A call site in one line: the headline frame and the frame that called it, since sites often
-// share their innermost frame (a helper that allocates for every caller). "<no stack recorded>"
-// for kNoStackIndex.
+// share their innermost frame (a helper that allocates for every caller); "backward of ..." when
+// the headline is the forward call of a backward allocation. "<no stack recorded>" for
+// kNoStackIndex.
 std::string call_site_label(const Snapshot& snapshot, StackIndex stack);
 
 }  // namespace memsnap

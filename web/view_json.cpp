@@ -10,12 +10,6 @@ namespace {
 
 using nlohmann::json;
 
-// The one line that names a stack: the user's innermost Python frame where there is one.
-std::string innermost_label(const Snapshot& snapshot, StackIndex stack, const FrameFilter& filter) {
-  const std::optional<uint32_t> frame = headline_frame(snapshot, stack, filter);
-  return frame ? frame_label(snapshot.frames[*frame], filter) : std::string();
-}
-
 json frames_json(const Snapshot& snapshot, StackIndex stack, const FrameFilter& filter) {
   json out = json::array();
   const std::vector<uint32_t> frames = visible_frames_outermost_first(snapshot, stack, filter);
@@ -231,7 +225,7 @@ std::string timeline_json(const Snapshot& snapshot, const Timeline& timeline, co
   out.key("bands").begin_array();
   for (const TimelineBand& band : timeline.bands) {
     out.begin_object().field("address", band.address).field("size", band.size).field("stack", band.stack);
-    out.key("label").string(innermost_label(snapshot, band.stack, filter));
+    out.key("label").string(headline_label(snapshot, band.stack, filter));
     out.field("start", band.start).field("end", band.end).key("before_trace").value(band.before_trace);
     out.key("points").begin_array();
     for (const auto& [sample, bottom] : band.bottom) out.begin_array().value(sample).value(bottom).end_array();
@@ -335,7 +329,7 @@ json trace_page_json(const Snapshot& snapshot, const TraceQuery& query, const Fr
                         {"size", e.size},
                         {"stream", e.stream},
                         {"stack", e.stack},
-                        {"frame", innermost_label(snapshot, e.stack, filter)}});
+                        {"frame", headline_label(snapshot, e.stack, filter)}});
     }
   }
   return {{"matched", matched}, {"offset", query.offset}, {"limit", limit}, {"events", std::move(events)}};

@@ -10,6 +10,7 @@
 #include <cstdio>
 
 #include "allocator/cuda_backend.h"
+#include "python/native/autograd_frames.h"
 #include "python/native/oom_message.h"
 #include "python/native/python_frames.h"
 #include "python/native/torch_stats.h"
@@ -62,7 +63,7 @@ void TorchAllocator::init(int device_count) {
   }
   allocator_ = std::make_unique<CachingAllocator>(backend, config_);
   recorder_ = std::make_unique<HistoryRecorder>(*allocator_);
-  if (python::frames_supported()) recorder_->set_interpreter_frames(&python::process_python_frames());
+  if (python::frames_supported()) recorder_->set_interpreter_frames(&process_autograd_frames());
   fractions_.assign(static_cast<size_t>(std::max(device_count, allocator_->device_count())), 1.0);
   allocator_->add_oom_observer([this](const OomInfo& info) { write_oom_snapshot(info); });
   {

@@ -11,7 +11,9 @@ namespace py = pybind11;
 namespace {
 
 // Frames and stacks are built once each and shared by every entry that names them (as
-// PyTorch shares frame dictionaries); pickle then writes each once.
+// PyTorch shares frame dictionaries); pickle then writes each once. A stack that goes on past
+// the frame joining a backward allocation to its forward call is split as PyTorch splits it:
+// "frames" up to that frame, "forward_frames" the forward call's traceback lines after it.
 class FrameLists {
  public:
   explicit FrameLists(const Snapshot& snapshot) : snapshot_(snapshot) {
@@ -26,21 +28,42 @@ class FrameLists {
     stacks_.resize(snapshot.stacks.size());
   }
 
-  py::list of(StackIndex stack) {
-    if (stack < 0 || static_cast<size_t>(stack) >= stacks_.size()) return empty_;
-    py::object& cached = stacks_[static_cast<size_t>(stack)];
-    if (!cached) {
-      py::list list;
-      for (uint32_t frame : snapshot_.stacks[static_cast<size_t>(stack)]) list.append(frames_[frame]);
-      cached = std::move(list);
+  // Sets "frames" (and "forward_frames" when the stack has them) of an entry or block.
+  void put(py::dict& into, StackIndex stack) {
+    if (stack < 0 || static_cast<size_t>(stack) >= stacks_.size()) {
+      into["frames"] = empty_;
+      return;
     }
-    return py::reinterpret_borrow<py::list>(cached);
+    Lists& lists = stacks_[static_cast<size_t>(stack)];
+    if (!lists.frames) build(lists, snapshot_.stacks[static_cast<size_t>(stack)]);
+    into["frames"] = lists.frames;
+    if (lists.forward) into["forward_frames"] = lists.forward;
   }
 
  private:
+  struct Lists {
+    py::object frames, forward;
+  };
+
+  void build(Lists& lists, const std::vector<uint32_t>& stack) {
+    py::list frames;
+    size_t i = 0;
+    for (; i < stack.size() && !is_backward_of_forward(snapshot_.frames[stack[i]]); ++i)
+      frames.append(frames_[stack[i]]);
+    lists.frames = std::move(frames);
+    if (i + 1 >= stack.size()) return;
+    py::list forward;  // outermost first, as Python's traceback lines are
+    for (size_t j = stack.size(); j-- > i + 1;) {
+      const Frame& frame = snapshot_.frames[stack[j]];
+      forward.append("  File \"" + frame.file + "\", line " + std::to_string(frame.line) + ", in " +
+                     frame.function + "\n");
+    }
+    lists.forward = std::move(forward);
+  }
+
   const Snapshot& snapshot_;
   std::vector<py::dict> frames_;
-  std::vector<py::object> stacks_;
+  std::vector<Lists> stacks_;
   py::list empty_;
 };
 
@@ -82,7 +105,7 @@ py::dict to_torch_snapshot(const Snapshot& snapshot, const AllocatorConfig& conf
     segment["segment_type"] = s.segment_type;
     segment["segment_pool_id"] = py::make_tuple(s.segment_pool_id.first, s.segment_pool_id.second);
     segment["is_expandable"] = s.is_expandable;
-    segment["frames"] = frames.of(s.stack);
+    frames.put(segment, s.stack);
     py::list blocks;
     for (const SnapshotBlock& b : s.blocks) {
       py::dict block;
@@ -90,7 +113,7 @@ py::dict to_torch_snapshot(const Snapshot& snapshot, const AllocatorConfig& conf
       block["size"] = b.size;
       block["requested_size"] = b.requested_size;
       block["state"] = kState[static_cast<size_t>(b.state)];
-      block["frames"] = b.state == BlockState::kInactive ? py::list() : frames.of(b.stack);
+      frames.put(block, b.state == BlockState::kInactive ? kNoStackIndex : b.stack);
       blocks.append(std::move(block));
     }
     segment["blocks"] = std::move(blocks);
@@ -114,7 +137,7 @@ py::dict to_torch_snapshot(const Snapshot& snapshot, const AllocatorConfig& conf
       entry["time_us"] = e.time_us + to_unix_us;
       entry["compile_context"] = na;
       entry["user_metadata"] = no_metadata;
-      entry["frames"] = frames.of(e.stack);
+      frames.put(entry, e.stack);
       trace.append(std::move(entry));
     }
     traces.append(std::move(trace));

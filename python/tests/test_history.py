@@ -8,7 +8,7 @@ import sys
 
 import torch
 
-from conftest import memsnap_cli
+from conftest import memsnap_cli, run_python
 
 HERE = os.path.abspath(__file__)
 
@@ -104,3 +104,79 @@ def test_history_off_captures_nothing(memsnap_torch):
     before = len(memsnap_torch.snapshot()["device_traces"][0])
     torch.empty(1024, device="cuda")
     assert len(memsnap_torch.snapshot()["device_traces"][0]) == before
+
+
+# A GPT-2 training step recorded with Python stacks; prints, for every allocation of the trace,
+# the innermost frame of its forward call ("file:line") or None. PyTorch's allocator gives
+# backward allocations forward frames only under anomaly mode; memsnap's without it.
+FORWARD_FRAMES = """
+import json, os, sys, torch
+memsnap = os.environ["USE_MEMSNAP"] == "1"
+if memsnap:
+    import memsnap.torch
+    memsnap.torch.install()
+from transformers import GPT2Config, GPT2LMHeadModel
+torch.manual_seed(0)
+model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=256, n_head=4, vocab_size=4096)).cuda()
+x = torch.randint(0, 4096, (2, 64), device="cuda")
+model(x, labels=x).loss.backward()  # warm-up: the same allocations in both runs afterwards
+torch.cuda.memory._record_memory_history(stacks="python", max_entries=100000)
+with torch.autograd.set_detect_anomaly(not memsnap, check_nan=False):
+    loss = model(x, labels=x).loss
+loss.backward()
+torch.cuda.synchronize()
+snapshot = torch.cuda.memory._snapshot()
+def innermost(entry):
+    lines = entry.get("forward_frames") or []
+    if not lines:
+        return None
+    text = lines[-1].strip().splitlines()[0]  # '  File "f.py", line 12, in forward'
+    file = text.split('"')[1].rsplit("/", 1)[-1]
+    return file + ":" + text.split(", line ")[1].split(",")[0]
+allocs = [e for e in snapshot["device_traces"][0] if e["action"] == "alloc"]
+print(json.dumps({"sizes": [e["size"] for e in allocs], "forward": [innermost(e) for e in allocs],
+                  "python": [bool(e["frames"]) for e in allocs]}))
+"""
+
+
+def test_backward_allocations_carry_their_forward_call_as_pytorch_anomaly_mode_does():
+    pytorch = run_python(FORWARD_FRAMES, env={"USE_MEMSNAP": "0"})
+    memsnap = run_python(FORWARD_FRAMES, env={"USE_MEMSNAP": "1"})
+    assert memsnap["sizes"] == pytorch["sizes"], "the same allocations on both allocators"
+    # The allocations PyTorch links to a forward call: those of the backward pass.
+    linked = [i for i, f in enumerate(pytorch["forward"]) if f is not None]
+    assert len(linked) > 20, pytorch["forward"]
+    same = [i for i in linked if memsnap["forward"][i] == pytorch["forward"][i]]
+    differ = [(i, pytorch["forward"][i], memsnap["forward"][i]) for i in linked if i not in same]
+    print(f"forward frames: {len(same)} of {len(linked)} backward allocations name PyTorch's forward call; "
+          f"differing: {differ[:10]}")
+    assert len(same) >= 0.9 * len(linked), differ
+    # Forward allocations have frames of their own and no forward call.
+    for i, has_python in enumerate(memsnap["python"]):
+        if has_python:
+            assert memsnap["forward"][i] is None, i
+    assert any("modeling_gpt2.py" in f for f in (memsnap["forward"][i] for i in linked) if f)
+
+
+def test_backward_stacks_read_in_memsnap_through_the_joining_frame(memsnap_torch, tmp_path):
+    memsnap_torch.record_history(stacks="all", max_entries=100000, clear=True)
+    try:
+        layer = torch.nn.Linear(512, 512).cuda()
+        out = layer(torch.randn(256, 512, device="cuda"))  # the forward call
+        forward_line = sys._getframe().f_lineno - 1
+        out.square().sum().backward()
+        path = str(tmp_path / "backward.msgpack")
+        memsnap_torch.dump_snapshot(path)
+        snapshot = torch.cuda.memory._snapshot()
+    finally:
+        memsnap_torch.record_history("off", "none", 1)
+    linked = [e for e in snapshot["device_traces"][0] if e["action"] == "alloc" and e.get("forward_frames")]
+    assert linked, "backward allocations carry forward_frames"
+    here = f'File "{HERE}", line {forward_line}, in test_backward_stacks_read_in_memsnap_through_the_joining_frame'
+    assert any(here in line for e in linked for line in e["forward_frames"]), linked[0]["forward_frames"]
+    # stacks="all": the backward thread's C++ frames come first, as PyTorch's "frames".
+    assert any("autograd" in f["name"] for e in linked for f in e["frames"]), linked[0]["frames"][:5]
+    done = subprocess.run([memsnap_cli(), "trace", path, "--stacks", "--action", "alloc"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "<autograd backward>" in done.stdout and f"test_history.py:{forward_line}" in done.stdout

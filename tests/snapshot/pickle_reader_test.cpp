@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 
@@ -59,6 +60,44 @@ TEST(PickleReader, GzipCompressedFilesLoadTheSame) {
   ASSERT_TRUE(compressed.ok()) << compressed.error();
   EXPECT_TRUE(compressed->compressed);
   EXPECT_GT(compressed->snapshot.device_traces.at(0).size(), 10000u);
+}
+
+// PyTorch's forward_frames (traceback lines of the forward call, recorded for backward
+// allocations under anomaly mode) continue the event's stack past the joining frame,
+// innermost first like every stack.
+TEST(PickleReader, ForwardFramesContinueTheStackPastTheJoiningFrame) {
+  auto loaded = load_snapshot_from_memory(data_file("pytorch-2.11-h100/forward_frames.pickle"));
+  ASSERT_TRUE(loaded.ok()) << loaded.error();
+  const memsnap::Snapshot& s = loaded->snapshot;
+  size_t joined = 0;
+  for (const memsnap::TraceEntry& entry : s.device_traces.at(0)) {
+    if (entry.stack == memsnap::kNoStackIndex) continue;
+    const std::vector<uint32_t>& frames = s.stacks.at(static_cast<size_t>(entry.stack));
+    const auto marker = std::find_if(frames.begin(), frames.end(), [&](uint32_t f) {
+      return memsnap::is_backward_of_forward(s.frames[f]);
+    });
+    if (marker == frames.end()) continue;
+    ++joined;
+    // Python-only stacks: the backward thread has no frames of its own.
+    EXPECT_EQ(marker, frames.begin());
+    ASSERT_GE(frames.end() - marker, 3);
+    const memsnap::Frame& outermost = s.frames[frames.back()];
+    EXPECT_EQ(outermost.function, "<module>");
+    EXPECT_NE(outermost.file.find("make_pytorch_test_snapshots.py"), std::string::npos) << outermost.file;
+    EXPECT_EQ(outermost.line, 72);
+    for (auto it = marker + 1; it != frames.end(); ++it) {
+      EXPECT_GT(s.frames[*it].line, 0);
+      EXPECT_EQ(s.frames[*it].function.find('\n'), std::string::npos);
+    }
+  }
+  EXPECT_EQ(joined, 30u);
+  size_t joined_blocks = 0;
+  for (const memsnap::SnapshotSegment& segment : s.segments)
+    for (const memsnap::SnapshotBlock& block : segment.blocks)
+      if (block.stack != memsnap::kNoStackIndex && !s.stacks[static_cast<size_t>(block.stack)].empty() &&
+          memsnap::is_backward_of_forward(s.frames[s.stacks[static_cast<size_t>(block.stack)].front()]))
+        ++joined_blocks;
+  EXPECT_EQ(joined_blocks, 5u);
 }
 
 TEST(PickleReader, LegacyLayoutsLoad) {

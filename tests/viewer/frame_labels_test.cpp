@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,32 @@ TEST(FrameLabels, APyTorchStackWithCppFramesReadsInSevenLines) {
   EXPECT_EQ(memsnap::frame_label(s.frames[*headline]), "<module> (oom_snapshot.py:8)");
   EXPECT_EQ(memsnap::visible_frames_outermost_first(s, alloc->stack, {true}).size(),
             s.stacks.at(static_cast<size_t>(alloc->stack)).size());
+}
+
+// A backward allocation joined to its forward call (PyTorch's forward_frames) is named by that
+// call, as a backward of it.
+TEST(FrameLabels, BackwardAllocationsAreNamedByTheirForwardCall) {
+  const auto loaded = memsnap::load_snapshot(std::string(MEMSNAP_TEST_DATA_DIR) + "/pytorch-2.11-h100/forward_frames.pickle");
+  ASSERT_TRUE(loaded) << loaded.error();
+  const memsnap::Snapshot& s = loaded.value().snapshot;
+  std::vector<std::string> forward, backward;
+  for (const memsnap::TraceEntry& e : s.device_traces.at(0)) {
+    if (e.action != memsnap::TraceAction::kAlloc) continue;
+    const std::string label = memsnap::headline_label(s, e.stack);
+    (label.rfind("backward of ", 0) == 0 ? backward : forward).push_back(label);
+  }
+  ASSERT_FALSE(forward.empty());
+  ASSERT_FALSE(backward.empty());
+  EXPECT_EQ(forward.front(), "forward (linear.py:134)");
+  EXPECT_NE(std::find(backward.begin(), backward.end(), "backward of forward (linear.py:134)"), backward.end());
+  // The mean's gradient: its forward call is the script's own line.
+  EXPECT_NE(std::find(backward.begin(), backward.end(), "backward of forward_frames (make_pytorch_test_snapshots.py:61)"),
+            backward.end());
+  for (const memsnap::TraceEntry& e : s.device_traces.at(0)) {
+    if (e.action == memsnap::TraceAction::kAlloc && memsnap::headline_label(s, e.stack).rfind("backward of ", 0) == 0) {
+      EXPECT_EQ(memsnap::call_site_label(s, e.stack).rfind("backward of ", 0), 0u);
+    }
+  }
 }
 
 }  // namespace frame_labels_test

@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""What recording memory history costs a real training step: PyTorch's allocator against
+memsnap's (the `memsnap` Python package), side by side on one GPU.
+
+    python3 bench/torch_recording_bench.py --model gpt2 --rounds 3
+    python3 bench/torch_recording_bench.py --model resnet50 --rounds 3
+
+Each run is a fresh process (the allocator is chosen before CUDA starts), PyTorch and memsnap
+alternating for --rounds rounds. A run trains the model (random init, AdamW) and times every
+step: first with history off, then --cycles times through history with Python stacks, history
+with all stacks (Python and C++), and history off again, each for --steps steps; both
+allocators are driven through PyTorch's own `torch.cuda.memory._record_memory_history`. Then it
+records --dump-steps steps from a cleared history with each stack choice and times
+`torch.cuda.memory._dump_snapshot` (memsnap: also its msgpack `dump_snapshot`).
+
+Printed, as measured in this one run: median step time per mode; the cost of recording per
+allocator event (allocations and frees: the step's extra time over history off, divided by the
+events of a step); whether turning history off gives the step its speed back; dump times and
+sizes. Events per step are counted from `memory_stats()` and must be equal on both allocators.
+"""
+import argparse
+import json
+import os
+import pickle
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+# One cycle, through PyTorch's API on both allocators ("fresh": history off before any recording
+# comes first). "none" records the trace without stacks.
+MODES = ("none", "python", "all", "off")
+# memsnap only, through memsnap.torch.record_history: where memsnap's own cost goes.
+MEMSNAP_MODES = ("memsnap-none", "memsnap-python", "memsnap-cpp", "memsnap-all")
+LABELS = {"fresh": "history off (before recording)", "none": "trace, no stacks",
+          "python": "python stacks", "all": "all stacks (python + C++)",
+          "off": "history off (in the cycles)", "after": "history off (after all recording)"}
+
+
+def build(workload, torch):
+    """One step of the workload, as a function."""
+    if workload == "allocations":
+        # Allocator calls alone: a tensor made and dropped 1,000 times, 30 Python calls deep
+        # (as deep as a model's forward), no kernel run.
+        def nest(level):
+            if level:
+                return nest(level - 1)
+            for _ in range(1000):
+                torch.empty(4096, device="cuda")
+        return lambda: nest(30)
+    if workload == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
+        model = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=768, n_head=12)).cuda()
+        tokens = torch.randint(0, model.config.vocab_size, (2, 128), device="cuda")
+        loss_of = lambda: model(tokens, labels=tokens).loss  # noqa: E731
+    else:
+        import torchvision
+        model = torchvision.models.resnet50().cuda()
+        images = torch.randn(8, 3, 128, 128, device="cuda")
+        loss_of = lambda: model(images).square().mean()  # noqa: E731
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        loss_of().backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return step
+
+
+def set_history(torch, mode, max_entries, clear=False):
+    if mode in ("off", "fresh"):
+        torch.cuda.memory._record_memory_history(enabled=None)
+    elif mode.startswith("memsnap-"):
+        import memsnap.torch
+        memsnap.torch.record_history(stacks=mode[len("memsnap-"):], max_entries=max_entries)
+    elif mode == "none":
+        torch.cuda.memory._record_memory_history(enabled="all", context=None,
+                                                 max_entries=max_entries, clear_history=clear)
+    else:
+        torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks=mode,
+                                                 max_entries=max_entries, clear_history=clear)
+
+
+def events_so_far(torch):
+    stats = torch.cuda.memory_stats()
+    return stats["allocation.all.allocated"] + stats["allocation.all.freed"]
+
+
+def worker(args):
+    import torch
+    if args.worker == "memsnap":
+        import memsnap.torch
+        memsnap.torch.install()
+    torch.manual_seed(0)
+    step = build(args.model, torch)
+
+    def timed_steps(count):
+        times = []
+        for _ in range(count):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            step()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+        return times
+
+    for _ in range(args.warmup):
+        step()
+    modes = MODES + (MEMSNAP_MODES if args.worker == "memsnap" else ())
+    times = {mode: [] for mode in ("fresh",) + modes + ("after",)}
+    before = events_so_far(torch)
+    times["fresh"] += timed_steps(args.steps * 2)
+    events_per_step = (events_so_far(torch) - before) / (args.steps * 2)
+    for _ in range(args.cycles):
+        for mode in modes:
+            set_history(torch, mode, args.max_entries)
+            times[mode] += timed_steps(args.steps)
+    set_history(torch, "off", args.max_entries)
+    times["after"] += timed_steps(args.steps * 2)
+
+    dumps = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for stacks in ("python", "all"):
+            set_history(torch, stacks, args.max_entries, clear=True)
+            for _ in range(args.dump_steps):
+                step()
+            torch.cuda.synchronize()
+            path = os.path.join(folder, f"{stacks}.pickle")
+            start = time.perf_counter()
+            torch.cuda.memory._dump_snapshot(path)
+            seconds = time.perf_counter() - start
+            with open(path, "rb") as file:
+                entries = sum(len(trace) for trace in pickle.load(file)["device_traces"])
+            dump = {"seconds": seconds, "bytes": os.path.getsize(path), "entries": entries}
+            if args.worker == "memsnap":
+                msgpack = os.path.join(folder, f"{stacks}.msgpack")
+                start = time.perf_counter()
+                memsnap.torch.dump_snapshot(msgpack)
+                dump["msgpack_seconds"] = time.perf_counter() - start
+                dump["msgpack_bytes"] = os.path.getsize(msgpack)
+            dumps[stacks] = dump
+            set_history(torch, "off", args.max_entries)
+    print(json.dumps({"times": times, "events_per_step": events_per_step, "dumps": dumps}))
+
+
+def run(args, kind):
+    command = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--model", args.model,
+               "--steps", str(args.steps), "--cycles", str(args.cycles), "--warmup", str(args.warmup),
+               "--dump-steps", str(args.dump_steps), "--max-entries", str(args.max_entries)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"{kind} run failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=["gpt2", "resnet50", "allocations"], default="gpt2")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=4, help="timed steps per mode and cycle")
+    parser.add_argument("--cycles", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=15)
+    parser.add_argument("--dump-steps", type=int, default=60)
+    parser.add_argument("--max-entries", type=int, default=1_000_000)
+    parser.add_argument("--worker", choices=["pytorch", "memsnap"])
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args)
+
+    kinds = ("pytorch", "memsnap")
+    runs = {kind: [] for kind in kinds}
+    for _ in range(args.rounds):
+        for kind in kinds:
+            runs[kind].append(run(args, kind))
+
+    events = {kind: {r["events_per_step"] for r in runs[kind]} for kind in kinds}
+    per_step = runs["pytorch"][0]["events_per_step"]
+    print(f"model {args.model}: {args.rounds} rounds alternating, {args.steps} steps per mode x "
+          f"{args.cycles} cycles, allocator events (allocations + frees) per step: "
+          f"pytorch {sorted(events['pytorch'])} memsnap {sorted(events['memsnap'])}")
+    median = {kind: {mode: statistics.median(t for r in runs[kind] for t in r["times"][mode])
+                     for mode in runs[kind][0]["times"]} for kind in kinds}
+    print(f"{'median step (ms)':<34}{'pytorch':>10}{'memsnap':>10}{'memsnap/pytorch':>17}")
+    for mode in ("fresh",) + MODES + ("after",):
+        p, m = median["pytorch"][mode], median["memsnap"][mode]
+        print(f"{LABELS[mode]:<34}{p * 1e3:>10.3f}{m * 1e3:>10.3f}{m / p:>17.4f}")
+    # Against history off in the same cycles: drift over a run (clocks, caches warming) cancels.
+    print(f"{'recording cost per event (us)':<34}{'pytorch':>10}{'memsnap':>10}{'memsnap/pytorch':>17}")
+    for mode in ("none", "python", "all"):
+        cost = {kind: (median[kind][mode] - median[kind]["off"]) / per_step for kind in kinds}
+        ratio = cost["memsnap"] / cost["pytorch"] if cost["pytorch"] > 0 else float("nan")
+        print(f"{LABELS[mode]:<34}{cost['pytorch'] * 1e6:>10.3f}{cost['memsnap'] * 1e6:>10.3f}{ratio:>17.4f}")
+    print("memsnap through memsnap.torch.record_history, cost per event (us): " + ", ".join(
+        f"{mode[len('memsnap-'):]} {(median['memsnap'][mode] - median['memsnap']['off']) / per_step * 1e6:.3f}"
+        for mode in MEMSNAP_MODES))
+    for kind in kinds:
+        print(f"{kind}: history off, after recording / before any: "
+              f"{median[kind]['after'] / median[kind]['fresh']:.4f} (last {args.steps * 2} steps / first "
+              f"{args.steps * 2}), in the cycles / before any: {median[kind]['off'] / median[kind]['fresh']:.4f}")
+    print(f"{'dump (median s, MB, entries)':<34}{'pytorch':>22}{'memsnap':>22}")
+    for stacks in ("python", "all"):
+        cells = []
+        for kind in kinds:
+            dumps = [r["dumps"][stacks] for r in runs[kind]]
+            cells.append(f"{statistics.median(d['seconds'] for d in dumps):.3f} s "
+                         f"{dumps[0]['bytes'] / 1e6:.1f} MB {dumps[0]['entries']}")
+        print(f"{'_dump_snapshot, ' + stacks + ' stacks':<34}{cells[0]:>22}{cells[1]:>22}")
+        dumps = [r["dumps"][stacks] for r in runs["memsnap"]]
+        cell = (f"{statistics.median(d['msgpack_seconds'] for d in dumps):.3f} s "
+                f"{dumps[0]['msgpack_bytes'] / 1e6:.1f} MB")
+        print(f"{'memsnap msgpack, ' + stacks + ' stacks':<34}{'':>22}{cell:>22}")
+
+
+if __name__ == "__main__":
+    main()
