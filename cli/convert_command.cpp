@@ -5,6 +5,7 @@
 
 #include "snapshot/json_writer.h"
 #include "snapshot/msgpack_writer.h"
+#include "snapshot/pytorch_pickle_writer.h"
 #include "cli/snapshot_input.h"
 
 namespace memsnap::cli {
@@ -23,26 +24,30 @@ CommandRunner add_convert_command(CLI::App& app) {
   auto options = std::make_shared<Options>();
   CLI::App* command = app.add_subcommand(
       "convert",
-      "Convert a snapshot between memsnap's .msgpack and .json (PyTorch's field names, frames "
-      "expanded); PyTorch .pickle files (gzip or not) are read. The output format follows "
-      "OUT's extension unless --to says.");
+      "Convert a snapshot between memsnap's .msgpack, .json (PyTorch's field names, frames "
+      "expanded) and PyTorch's .pickle (as torch.cuda.memory._dump_snapshot writes it, for "
+      "PyTorch's own viewers); .pickle files are read gzipped or not. The output format "
+      "follows OUT's extension unless --to says.");
   command->add_option("IN", options->input, "snapshot file (any format memsnap reads)")->required();
-  command->add_option("OUT", options->output, "file to write: .msgpack or .json ('-' for stdout with --to)")->required();
-  command->add_option("--to", options->to, "msgpack or json")->check(CLI::IsMember({"msgpack", "json"}));
+  command->add_option("OUT", options->output, "file to write: .msgpack, .json or .pickle ('-' for stdout with --to)")->required();
+  command->add_option("--to", options->to, "msgpack, json or pickle")->check(CLI::IsMember({"msgpack", "json", "pickle"}));
   return [command, options] {
     if (!command->parsed()) return;
     std::string to = options->to;
     if (to.empty()) {
       if (ends_with(options->output, ".msgpack")) to = "msgpack";
       else if (ends_with(options->output, ".json")) to = "json";
-      else if (ends_with(options->output, ".pickle"))
-        throw CommandError(options->output + ": memsnap reads PyTorch pickles but does not write them; use .msgpack or .json");
+      else if (ends_with(options->output, ".pickle")) to = "pickle";
       else
-        throw CommandError(options->output + ": unknown output format (use .msgpack or .json, or --to)");
+        throw CommandError(options->output + ": unknown output format (use .msgpack, .json or .pickle, or --to)");
     }
     const LoadedSnapshot input = load_input(options->input);
-    write_output(options->output, to == "json" ? to_json(input.snapshot).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"
-                                               : to_msgpack(input.snapshot));
+    if (to == "json")
+      write_output(options->output, to_json(input.snapshot).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    else if (to == "pickle")
+      write_output(options->output, to_pytorch_pickle(input.snapshot));
+    else
+      write_output(options->output, to_msgpack(input.snapshot));
   };
 }
 

@@ -3,24 +3,36 @@
 namespace memsnap {
 namespace {
 
-nlohmann::json frames_of(const Snapshot& snapshot, StackIndex stack) {
+// "frames" and, for a stack joined to its forward call, "forward_frames" (PyTorch's shape).
+void put_frames(nlohmann::json& into, const Snapshot& snapshot, StackIndex stack) {
   nlohmann::json frames = nlohmann::json::array();
-  if (stack < 0 || static_cast<size_t>(stack) >= snapshot.stacks.size()) return frames;
-  for (uint32_t index : snapshot.stacks[static_cast<size_t>(stack)]) {
-    const Frame& frame = snapshot.frames.at(index);
-    frames.push_back({{"name", frame.function}, {"filename", frame.file}, {"line", frame.line}});
+  if (stack >= 0 && static_cast<size_t>(stack) < snapshot.stacks.size()) {
+    const std::vector<uint32_t>& indices = snapshot.stacks[static_cast<size_t>(stack)];
+    const size_t joint = forward_joint(snapshot.frames, indices);
+    for (size_t i = 0; i < joint; ++i) {
+      const Frame& frame = snapshot.frames.at(indices[i]);
+      frames.push_back({{"name", frame.function}, {"filename", frame.file}, {"line", frame.line}});
+    }
+    if (joint + 1 < indices.size()) {
+      nlohmann::json forward = nlohmann::json::array();
+      for (size_t i = indices.size(); i-- > joint + 1;) forward.push_back(traceback_line(snapshot.frames.at(indices[i])));
+      into["forward_frames"] = std::move(forward);
+    }
   }
-  return frames;
+  into["frames"] = std::move(frames);
 }
 
 nlohmann::json block_json(const Snapshot& snapshot, const SnapshotBlock& block) {
   nlohmann::json history = nlohmann::json::array();
-  for (const HistoryItem& item : block.history)
-    history.push_back({{"addr", item.address}, {"real_size", item.size},
-                       {"frames", frames_of(snapshot, item.stack)}});
-  return {{"address", block.address},       {"size", block.size},
-          {"requested_size", block.requested_size}, {"state", block_state_name(block.state)},
-          {"frames", frames_of(snapshot, block.stack)}, {"history", history}};
+  for (const HistoryItem& item : block.history) {
+    history.push_back({{"addr", item.address}, {"real_size", item.size}});
+    put_frames(history.back(), snapshot, item.stack);
+  }
+  nlohmann::json out = {{"address", block.address}, {"size", block.size},
+                        {"requested_size", block.requested_size}, {"state", block_state_name(block.state)},
+                        {"history", history}};
+  put_frames(out, snapshot, block.stack);
+  return out;
 }
 
 }  // namespace
@@ -49,19 +61,20 @@ nlohmann::json to_json(const Snapshot& snapshot) {
                         {"segment_type", segment.segment_type},
                         {"segment_pool_id", {segment.segment_pool_id.first, segment.segment_pool_id.second}},
                         {"is_expandable", segment.is_expandable},
-                        {"frames", frames_of(snapshot, segment.stack)},
                         {"blocks", blocks}});
+    put_frames(segments.back(), snapshot, segment.stack);
   }
   nlohmann::json traces = nlohmann::json::array();
   for (const auto& trace : snapshot.device_traces) {
     nlohmann::json entries = nlohmann::json::array();
-    for (const TraceEntry& entry : trace)
+    for (const TraceEntry& entry : trace) {
       entries.push_back({{"action", trace_action_name(entry.action)},
                          {"addr", entry.address},
                          {"size", entry.size},
                          {"stream", entry.stream},
-                         {"time_us", entry.time_us},
-                         {"frames", frames_of(snapshot, entry.stack)}});
+                         {"time_us", entry.time_us}});
+      put_frames(entries.back(), snapshot, entry.stack);
+    }
     traces.push_back(entries);
   }
   nlohmann::json settings = nlohmann::json::object();

@@ -11,6 +11,16 @@ constexpr std::array<std::string_view, 3> kBlockStateNames = {
 
 }  // namespace
 
+size_t forward_joint(const std::vector<Frame>& frames, const std::vector<uint32_t>& stack) {
+  size_t joint = 0;
+  while (joint < stack.size() && !is_backward_of_forward(frames[stack[joint]])) ++joint;
+  return joint;
+}
+
+std::string traceback_line(const Frame& frame) {
+  return "  File \"" + frame.file + "\", line " + std::to_string(frame.line) + ", in " + frame.function + "\n";
+}
+
 std::string_view block_state_name(BlockState state) {
   return kBlockStateNames[static_cast<size_t>(state)];
 }

@@ -38,6 +38,13 @@ inline bool is_backward_of_forward(const Frame& frame) {
   return frame.function == kBackwardOfForwardFunction && frame.file.empty();
 }
 
+// Where such a stack splits: the index of its joining frame, or the stack's size when it has
+// none. PyTorch's layout holds the frames before it as "frames" and those after it as
+// "forward_frames", traceback lines outermost first (traceback_line).
+size_t forward_joint(const std::vector<Frame>& frames, const std::vector<uint32_t>& stack);
+// '  File "model.py", line 12, in forward\n', as Python's traceback module writes a frame.
+std::string traceback_line(const Frame& frame);
+
 // An index into Snapshot::stacks, or kNoStackIndex.
 using StackIndex = int64_t;
 inline constexpr StackIndex kNoStackIndex = -1;

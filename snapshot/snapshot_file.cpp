@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "snapshot/msgpack_writer.h"
+#include "snapshot/pytorch_pickle_writer.h"
 
 namespace memsnap {
 namespace {
@@ -59,7 +60,9 @@ std::optional<std::string> write_file_atomically(const std::string& path, const 
 std::optional<std::string> dump_snapshot(CachingAllocator& allocator, HistoryRecorder* recorder,
                                          const std::string& path, const SnapshotOptions& options) {
   try {
-    return write_file_atomically(path, to_msgpack(take_snapshot(allocator, recorder, options)));
+    const Snapshot snapshot = take_snapshot(allocator, recorder, options);
+    const bool pickle = path.size() >= 7 && path.compare(path.size() - 7, 7, ".pickle") == 0;
+    return write_file_atomically(path, pickle ? to_pytorch_pickle(snapshot) : to_msgpack(snapshot));
   } catch (const std::exception& error) {
     return "cannot take a snapshot for " + path + ": " + error.what();
   }

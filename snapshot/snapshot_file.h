@@ -16,7 +16,9 @@ namespace memsnap {
 // Writes `bytes` to `path` atomically; returns a one-line error on failure.
 std::optional<std::string> write_file_atomically(const std::string& path, const std::string& bytes);
 
-// Takes a snapshot and writes it as msgpack to `path`. Returns a one-line error on failure.
+// Takes a snapshot and writes it to `path`: as PyTorch's snapshot pickle when the path ends in
+// ".pickle" (snapshot/pytorch_pickle_writer.h), else as memsnap's msgpack. Returns a one-line
+// error on failure.
 std::optional<std::string> dump_snapshot(CachingAllocator& allocator, HistoryRecorder* recorder,
                                          const std::string& path,
                                          const SnapshotOptions& options = {});

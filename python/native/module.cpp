@@ -10,6 +10,7 @@
 #include "python/native/python_frames.h"
 #include "python/native/torch_allocator.h"
 #include "python/native/torch_snapshot.h"
+#include "snapshot/pytorch_pickle_writer.h"
 #include "snapshot/snapshot_builder.h"
 #include "snapshot/snapshot_file.h"
 
@@ -79,6 +80,22 @@ void dump(const std::string& path) {
   if (error) throw std::runtime_error(*error);
 }
 
+// torch.cuda.memory._dump_snapshot's file: PyTorch's pickle, whatever the name ends in.
+void dump_pickle(const std::string& path) {
+  TorchAllocator& torch = require_installed();
+  std::optional<std::string> error;
+  {
+    py::gil_scoped_release unlocked;
+    try {
+      error = write_file_atomically(
+          path, to_pytorch_pickle(take_snapshot(torch.allocator(), &torch.recorder(), torch.snapshot_options())));
+    } catch (const std::exception& failure) {
+      error = "cannot take a snapshot for " + path + ": " + failure.what();
+    }
+  }
+  if (error) throw std::runtime_error(*error);
+}
+
 py::dict torch_layout_snapshot(bool include_traces) {
   TorchAllocator& torch = require_installed();
   Snapshot snapshot;
@@ -88,7 +105,7 @@ py::dict torch_layout_snapshot(bool include_traces) {
     options.include_traces = include_traces;
     snapshot = take_snapshot(torch.allocator(), &torch.recorder(), options);
   }
-  return to_torch_snapshot(snapshot, torch.config());
+  return to_torch_snapshot(snapshot);
 }
 
 py::dict memory_stats(int device) {
@@ -117,6 +134,7 @@ PYBIND11_MODULE(_native, m) {
         py::arg("skip_actions") = std::vector<std::string>{});
   m.def("history_settings", &history_settings);
   m.def("dump_snapshot", &dump, py::arg("path"));
+  m.def("dump_pickle", &dump_pickle, py::arg("path"));
   m.def("dump_snapshot_on_oom", [](std::string pattern) {
     require_installed().set_oom_snapshot_pattern(std::move(pattern));
   });

@@ -56,7 +56,7 @@ TEST(TorchLayoutSnapshot, PickledReadsBackAsTheSnapshotItCameFrom) {
   EXPECT_THROW(allocate_from_here(allocator, size_t{1} << 30), memsnap::OutOfMemoryError);
   const memsnap::Snapshot original = memsnap::take_snapshot(allocator, &recorder);
 
-  py::dict dict = memsnap::pytorch::to_torch_snapshot(original, allocator.config());
+  py::dict dict = memsnap::pytorch::to_torch_snapshot(original);
   py::bytes pickled = py::module_::import("pickle").attr("dumps")(dict);
   const auto loaded = memsnap::load_snapshot_from_memory(std::string(pickled));
   ASSERT_TRUE(loaded) << loaded.error();

@@ -114,7 +114,9 @@ def _note_job_place() -> None:
 
 def dump_snapshot(path) -> None:
     """Writes a memsnap snapshot (msgpack) of every device: segments, blocks, history, the
-    trace, statistics and settings. ``memsnap`` (stats, serve, explain-oom, replay) reads it."""
+    trace, statistics and settings. ``memsnap`` (stats, serve, explain-oom, replay) reads it.
+    A path ending in ``.pickle`` gets PyTorch's snapshot pickle instead (what
+    ``torch.cuda.memory._dump_snapshot`` writes), for PyTorch's own viewers."""
     _require_installed()
     _note_job_place()
     _native.dump_snapshot(_path(path))
@@ -171,7 +173,9 @@ def snapshot() -> dict:
 def _patch_torch() -> None:
     """Routes the parts of PyTorch's memory API that bypass the allocator interface (history
     with its stack choice, the snapshot with frames, allocator settings) to memsnap. Each is a
-    function of ``torch._C`` that ``torch.cuda.memory`` looks up at every call."""
+    function of ``torch._C`` that ``torch.cuda.memory`` looks up at every call, or (the
+    snapshot pickle, written natively rather than through Python objects) a function of
+    ``torch.cuda.memory`` itself."""
     global _patched
     if _patched:
         return
@@ -227,6 +231,15 @@ def _patch_torch() -> None:
             snapshot["segments"] = [s for s in snapshot["segments"] if tuple(s["segment_pool_id"]) == pool]
         return snapshot
 
+    original_dump = torch.cuda.memory._dump_snapshot
+
+    def dump_snapshot_pickle(filename="dump_snapshot.pickle", *args, **kwargs):
+        # PyTorch's own options (augment_with_fx_traces) rework its dictionary in Python.
+        if args or any(kwargs.values()):
+            return original_dump(filename, *args, **kwargs)
+        _note_job_place()
+        _native.dump_pickle(_path(filename))
+
     def set_allocator_settings(settings):
         raise RuntimeError(
             "memsnap: allocator settings are fixed when memsnap is installed; pass them to "
@@ -236,6 +249,7 @@ def _patch_torch() -> None:
     C._cuda_record_memory_history = record_memory_history
     C._cuda_record_memory_history_legacy = record_memory_history_legacy
     C._cuda_memorySnapshot = memory_snapshot
+    torch.cuda.memory._dump_snapshot = dump_snapshot_pickle
     torch.cuda.memory._set_allocator_settings = set_allocator_settings
     _patched = True
 

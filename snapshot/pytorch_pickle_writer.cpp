@@ -1,0 +1,419 @@
+#include "snapshot/pytorch_pickle_writer.h"
+
+#include <bit>
+#include <cstring>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "snapshot/json_writer.h"
+
+namespace memsnap {
+namespace {
+
+// Pickle's opcodes (protocol 4) that the snapshot needs.
+enum Op : char {
+  kProto = '\x80', kStop = '.', kMark = '(', kEmptyDict = '}', kEmptyList = ']', kSetItems = 'u',
+  kAppends = 'e', kShortUnicode = '\x8c', kUnicode = 'X', kUnicode8 = '\x8d', kInt1 = 'K',
+  kInt2 = 'M', kInt4 = 'J', kLong1 = '\x8a', kTrue = '\x88', kFalse = '\x89', kNone = 'N',
+  kFloat = 'G', kTuple2 = '\x86', kMemoize = '\x94', kGet = 'h', kLongGet = 'j',
+};
+
+class PickleOut {
+ public:
+  PickleOut() {
+    out_ += kProto;
+    out_ += '\x04';
+  }
+
+  std::string finish() {
+    out_ += kStop;
+    return std::move(out_);
+  }
+
+  void reserve(size_t bytes) { out_.reserve(bytes); }
+
+  // The memo index the object on top of the stack gets.
+  uint32_t memoize() {
+    out_ += kMemoize;
+    return next_memo_++;
+  }
+
+  void get(uint32_t memo) {
+    if (memo < 256) {
+      out_ += kGet;
+      out_ += static_cast<char>(memo);
+    } else {
+      out_ += kLongGet;
+      little_endian(memo, 4);
+    }
+  }
+
+  // A string written once, then named by the memo.
+  void text(std::string_view value) {
+    auto [it, fresh] = strings_.try_emplace(std::string(value), 0);
+    if (!fresh) return get(it->second);
+    if (value.size() < 256) {
+      out_ += kShortUnicode;
+      out_ += static_cast<char>(value.size());
+    } else if (value.size() <= 0xFFFFFFFFu) {
+      out_ += kUnicode;
+      little_endian(value.size(), 4);
+    } else {
+      out_ += kUnicode8;
+      little_endian(value.size(), 8);
+    }
+    out_ += value;
+    it->second = memoize();
+  }
+
+  void integer(int64_t value) {
+    if (value >= 0 && value < 256) {
+      out_ += kInt1;
+      out_ += static_cast<char>(value);
+    } else if (value >= 0 && value < 65536) {
+      out_ += kInt2;
+      little_endian(static_cast<uint64_t>(value), 2);
+    } else if (value >= INT32_MIN && value <= INT32_MAX) {
+      out_ += kInt4;
+      little_endian(static_cast<uint64_t>(static_cast<uint32_t>(static_cast<int32_t>(value))), 4);
+    } else {
+      long1(static_cast<uint64_t>(value), value < 0);
+    }
+  }
+
+  void unsigned_integer(uint64_t value) {
+    if (value <= static_cast<uint64_t>(INT64_MAX)) return integer(static_cast<int64_t>(value));
+    long1(value, false);
+  }
+
+  void boolean(bool value) { out_ += value ? kTrue : kFalse; }
+  void none() { out_ += kNone; }
+
+  void real(double value) {
+    out_ += kFloat;
+    const uint64_t bits = std::bit_cast<uint64_t>(value);
+    for (int shift = 56; shift >= 0; shift -= 8) out_ += static_cast<char>(bits >> shift);
+  }
+
+  void op(Op code) { out_ += code; }
+
+ private:
+  void little_endian(uint64_t value, int bytes) {
+    for (int i = 0; i < bytes; ++i) out_ += static_cast<char>(value >> (8 * i));
+  }
+
+  // Two's complement, little-endian, in as few bytes as keep the sign; a uint64 past INT64_MAX
+  // gets a ninth, zero byte.
+  void long1(uint64_t bits, bool negative) {
+    unsigned char bytes[9];
+    int count = 0;
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<unsigned char>(bits >> (8 * i));
+    count = 8;
+    if (negative) {
+      while (count > 1 && bytes[count - 1] == 0xFF && (bytes[count - 2] & 0x80)) --count;
+    } else {
+      while (count > 1 && bytes[count - 1] == 0 && !(bytes[count - 2] & 0x80)) --count;
+      if (bytes[count - 1] & 0x80) bytes[count++] = 0;
+    }
+    out_ += kLong1;
+    out_ += static_cast<char>(count);
+    out_.append(reinterpret_cast<const char*>(bytes), static_cast<size_t>(count));
+  }
+
+  std::string out_;
+  uint32_t next_memo_ = 0;
+  std::unordered_map<std::string, uint32_t> strings_;
+};
+
+class SnapshotPickler {
+ public:
+  explicit SnapshotPickler(const Snapshot& snapshot)
+      : s_(snapshot),
+        frame_memo_(snapshot.frames.size(), kUnwritten),
+        stack_memo_(snapshot.stacks.size(), {kUnwritten, kUnwritten}) {}
+
+  std::string write() {
+    size_t entries = 0;
+    for (const auto& trace : s_.device_traces) entries += trace.size();
+    p_.reserve(entries * 64 + s_.frames.size() * 96 + (1 << 16));
+    p_.op(kEmptyDict);
+    p_.op(kMark);
+    p_.text("segments");
+    segments();
+    p_.text("device_traces");
+    traces();
+    p_.text("allocator_settings");
+    settings();
+    p_.text("external_annotations");
+    annotations();
+    p_.op(kSetItems);
+    return p_.finish();
+  }
+
+ private:
+  static constexpr uint32_t kUnwritten = ~uint32_t{0};
+
+  void frame(uint32_t index) {
+    uint32_t& memo = frame_memo_[index];
+    if (memo != kUnwritten) return p_.get(memo);
+    const Frame& f = s_.frames[index];
+    p_.op(kEmptyDict);
+    memo = p_.memoize();
+    p_.op(kMark);
+    p_.text("filename");
+    p_.text(f.file);
+    p_.text("line");
+    p_.integer(f.line);
+    p_.text("name");
+    p_.text(f.function);
+    p_.op(kSetItems);
+  }
+
+  // "frames" (and "forward_frames" when the stack is joined to a forward call), as items of
+  // the dict being written.
+  void stack_items(StackIndex stack) {
+    p_.text("frames");
+    if (stack < 0 || static_cast<size_t>(stack) >= s_.stacks.size()) {
+      p_.op(kEmptyList);
+      return;
+    }
+    const std::vector<uint32_t>& frames = s_.stacks[static_cast<size_t>(stack)];
+    const size_t joint = forward_joint(s_.frames, frames);
+    auto& [frames_memo, forward_memo] = stack_memo_[static_cast<size_t>(stack)];
+    if (frames_memo != kUnwritten) {
+      p_.get(frames_memo);
+    } else {
+      p_.op(kEmptyList);
+      frames_memo = p_.memoize();
+      if (joint > 0) {
+        p_.op(kMark);
+        for (size_t i = 0; i < joint; ++i) frame(frames[i]);
+        p_.op(kAppends);
+      }
+    }
+    if (joint + 1 >= frames.size()) return;
+    p_.text("forward_frames");
+    if (forward_memo != kUnwritten) return p_.get(forward_memo);
+    p_.op(kEmptyList);
+    forward_memo = p_.memoize();
+    p_.op(kMark);
+    for (size_t i = frames.size(); i-- > joint + 1;)  // outermost first, as tracebacks read
+      p_.text(traceback_line(s_.frames[frames[i]]));
+    p_.op(kAppends);
+  }
+
+  void segments() {
+    p_.op(kEmptyList);
+    if (s_.segments.empty()) return;
+    p_.op(kMark);
+    for (const SnapshotSegment& segment : s_.segments) {
+      p_.op(kEmptyDict);
+      p_.op(kMark);
+      p_.text("device");
+      p_.integer(segment.device);
+      p_.text("address");
+      p_.unsigned_integer(segment.address);
+      p_.text("total_size");
+      p_.unsigned_integer(segment.total_size);
+      p_.text("allocated_size");
+      p_.unsigned_integer(segment.allocated_size);
+      p_.text("active_size");
+      p_.unsigned_integer(segment.active_size);
+      p_.text("requested_size");
+      p_.unsigned_integer(segment.requested_size);
+      p_.text("stream");
+      p_.integer(static_cast<int64_t>(segment.stream));  // PyTorch's int64 of the handle's bits
+      p_.text("segment_type");
+      p_.text(segment.segment_type.empty() ? (segment.is_small_pool() ? "small" : "large") : segment.segment_type);
+      p_.text("segment_pool_id");
+      p_.unsigned_integer(segment.segment_pool_id.first);
+      p_.unsigned_integer(segment.segment_pool_id.second);
+      p_.op(kTuple2);
+      p_.text("is_expandable");
+      p_.boolean(segment.is_expandable);
+      stack_items(segment.stack);
+      p_.text("blocks");
+      p_.op(kEmptyList);
+      if (!segment.blocks.empty()) {
+        p_.op(kMark);
+        for (const SnapshotBlock& block : segment.blocks) {
+          p_.op(kEmptyDict);
+          p_.op(kMark);
+          p_.text("address");
+          p_.unsigned_integer(block.address);
+          p_.text("size");
+          p_.unsigned_integer(block.size);
+          p_.text("requested_size");
+          p_.unsigned_integer(block.requested_size);
+          p_.text("state");
+          p_.text(block_state_name(block.state));
+          stack_items(block.state == BlockState::kInactive ? kNoStackIndex : block.stack);
+          p_.op(kSetItems);
+        }
+        p_.op(kAppends);
+      }
+      p_.op(kSetItems);
+    }
+    p_.op(kAppends);
+  }
+
+  void traces() {
+    const int64_t to_unix_us = s_.process.clock_offset_us;
+    p_.op(kEmptyList);
+    if (s_.device_traces.empty()) return;
+    p_.op(kMark);
+    for (const std::vector<TraceEntry>& trace : s_.device_traces) {
+      p_.op(kEmptyList);
+      if (trace.empty()) continue;
+      // Python's pickler batches a list's items by the thousand; so does this.
+      for (size_t start = 0; start < trace.size(); start += 1000) {
+        p_.op(kMark);
+        for (size_t i = start; i < std::min(trace.size(), start + 1000); ++i) entry(trace[i], to_unix_us);
+        p_.op(kAppends);
+      }
+    }
+    p_.op(kAppends);
+  }
+
+  void entry(const TraceEntry& e, int64_t to_unix_us) {
+    p_.op(kEmptyDict);
+    p_.op(kMark);
+    p_.text("action");
+    p_.text(trace_action_name(e.action));
+    // An oom entry's address holds the device's free bytes (PyTorch names it device_free).
+    p_.text(e.action == TraceAction::kOom ? "device_free" : "addr");
+    p_.unsigned_integer(e.address);
+    p_.text("size");
+    p_.unsigned_integer(e.size);
+    p_.text("stream");
+    p_.integer(static_cast<int64_t>(e.stream));
+    p_.text("time_us");
+    p_.integer(e.time_us + to_unix_us);
+    p_.text("compile_context");
+    p_.text("N/A");
+    p_.text("user_metadata");
+    p_.text("");
+    // PyTorch's snapshot marker entries (empty_cache's, _snapshot()'s) carry no frames.
+    if (e.action != TraceAction::kSnapshot || e.stack != kNoStackIndex) stack_items(e.stack);
+    p_.op(kSetItems);
+  }
+
+  void json_value(const nlohmann::json& value) {
+    switch (value.type()) {
+      case nlohmann::json::value_t::boolean: return p_.boolean(value.get<bool>());
+      case nlohmann::json::value_t::number_integer: return p_.integer(value.get<int64_t>());
+      case nlohmann::json::value_t::number_unsigned: return p_.unsigned_integer(value.get<uint64_t>());
+      case nlohmann::json::value_t::number_float: return p_.real(value.get<double>());
+      case nlohmann::json::value_t::string: return p_.text(value.get_ref<const std::string&>());
+      case nlohmann::json::value_t::array:
+        p_.op(kEmptyList);
+        if (value.empty()) return;
+        p_.op(kMark);
+        for (const nlohmann::json& item : value) json_value(item);
+        return p_.op(kAppends);
+      case nlohmann::json::value_t::object:
+        p_.op(kEmptyDict);
+        if (value.empty()) return;
+        p_.op(kMark);
+        for (const auto& [key, item] : value.items()) {
+          p_.text(key);
+          json_value(item);
+        }
+        return p_.op(kSetItems);
+      default: return p_.none();
+    }
+  }
+
+  // memsnap's divisions per power-of-two interval: an array, or in files of older versions
+  // text ("0,4,0,...").
+  static std::optional<std::vector<int64_t>> divisions(const nlohmann::json& value) {
+    std::vector<int64_t> out;
+    if (value.is_array()) {
+      for (const nlohmann::json& item : value) {
+        if (!item.is_number_integer()) return std::nullopt;
+        out.push_back(item.get<int64_t>());
+      }
+      return out;
+    }
+    if (!value.is_string()) return std::nullopt;
+    const std::string& text = value.get_ref<const std::string&>();
+    int64_t current = 0;
+    bool digits = false;
+    for (size_t i = 0; i <= text.size(); ++i) {
+      if (i == text.size() || text[i] == ',') {
+        if (!digits) return std::nullopt;
+        out.push_back(current);
+        current = 0;
+        digits = false;
+      } else if (text[i] >= '0' && text[i] <= '9' && current < (int64_t{1} << 40)) {
+        current = current * 10 + (text[i] - '0');
+        digits = true;
+      } else {
+        return std::nullopt;
+      }
+    }
+    return out;
+  }
+
+  // PyTorch's names for memsnap's settings: the configuration text as PYTORCH_CUDA_ALLOC_CONF,
+  // roundup_power2_divisions keyed by the interval's power of two in MiB ("1", "2", "4", ...).
+  // A PyTorch file's settings are written back as they were.
+  void settings() {
+    p_.op(kEmptyDict);
+    if (s_.allocator_settings.empty()) return;
+    p_.op(kMark);
+    const bool memsnap_names = s_.source != "pytorch";
+    for (const auto& [key, text] : s_.allocator_settings) {
+      const nlohmann::json value = setting_value_json(text);
+      if (memsnap_names && key == "config") {
+        p_.text("PYTORCH_CUDA_ALLOC_CONF");
+        json_value(value);
+      } else if (memsnap_names && key == "roundup_power2_divisions" && divisions(value)) {
+        nlohmann::json by_interval = nlohmann::json::object();
+        const std::vector<int64_t> counts = *divisions(value);
+        for (size_t i = 0; i < counts.size() && i < 64; ++i) by_interval[std::to_string(uint64_t{1} << i)] = counts[i];
+        p_.text(key);
+        json_value(by_interval);
+      } else {
+        p_.text(key);
+        json_value(value);
+      }
+    }
+    p_.op(kSetItems);
+  }
+
+  void annotations() {
+    const int64_t to_unix_us = s_.process.clock_offset_us;
+    p_.op(kEmptyList);
+    if (s_.external_annotations.empty()) return;
+    p_.op(kMark);
+    for (const SnapshotAnnotation& a : s_.external_annotations) {
+      p_.op(kEmptyDict);
+      p_.op(kMark);
+      p_.text("device");
+      p_.integer(a.device);
+      p_.text("time_us");
+      p_.integer(a.time_us + to_unix_us);
+      p_.text("stage");
+      p_.text(a.stage);
+      p_.text("name");
+      p_.text(a.name);
+      p_.op(kSetItems);
+    }
+    p_.op(kAppends);
+  }
+
+  const Snapshot& s_;
+  PickleOut p_;
+  std::vector<uint32_t> frame_memo_;
+  std::vector<std::pair<uint32_t, uint32_t>> stack_memo_;  // frames list, forward_frames list
+};
+
+}  // namespace
+
+std::string to_pytorch_pickle(const Snapshot& snapshot) { return SnapshotPickler(snapshot).write(); }
+
+}  // namespace memsnap
