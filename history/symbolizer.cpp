@@ -10,6 +10,7 @@
 
 #include "allocator/device_stats.h"
 #include "history/compile_unit_ranges.h"
+#include "history/module_symbols.h"
 
 namespace memsnap {
 namespace {
@@ -128,6 +129,7 @@ Dwfl* Symbolizer::session() {
   }
   if (dwfl_ != nullptr && !reported_) {
     unit_ranges_.clear();  // modules may go away (and their addresses be reused) in a report
+    module_symbols_.clear();
     dwfl_report_begin(dwfl_);
     const int status = dwfl_linux_proc_report(dwfl_, getpid());
     dwfl_report_end(dwfl_, nullptr, nullptr);
@@ -151,10 +153,11 @@ std::vector<SourceFrame> Symbolizer::resolve(uintptr_t return_address) {
   Dwarf_Addr module_start = 0;
   const char* module_name =
       dwfl_module_info(module, nullptr, &module_start, nullptr, nullptr, nullptr, nullptr, nullptr);
-  GElf_Off offset = 0;
-  GElf_Sym symbol_info;
-  const char* symbol =
-      dwfl_module_addrinfo(module, pc, &offset, &symbol_info, nullptr, nullptr, nullptr);
+  auto [symbols, fresh] = module_symbols_.try_emplace(module);
+  if (fresh) symbols->second = std::make_unique<ModuleSymbols>(module);
+  const ModuleSymbols::Found found = symbols->second->at(pc);
+  const char* symbol = found.name;
+  const uint64_t offset = found.offset;
   // Built with append: GCC 12 at -O3 warns falsely (-Wrestrict) on chained string '+'.
   std::string outer_function = symbol ? demangle(symbol) : base_name(module_name);
   if (symbol == nullptr) outer_function.append("+").append(hex(pc - module_start));

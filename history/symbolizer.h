@@ -20,6 +20,7 @@ struct Dwfl_Module;
 namespace memsnap {
 
 class CompileUnitRanges;
+class ModuleSymbols;
 
 struct SourceFrame {
   std::string function;  // demangled; "??" when unknown
@@ -51,6 +52,7 @@ class Symbolizer {
   bool reported_ = false;
   std::unordered_map<uintptr_t, std::vector<SourceFrame>> cache_;
   std::unordered_map<const ::Dwfl_Module*, std::unique_ptr<CompileUnitRanges>> unit_ranges_;
+  std::unordered_map<const ::Dwfl_Module*, std::unique_ptr<ModuleSymbols>> module_symbols_;
 };
 
 // The process-wide symbolizer (its cache lives as long as the process).

@@ -20,6 +20,6 @@ perf() { LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu:$prefix/lib/x86_64-li
   PERF_EXEC_PATH="$prefix/usr/lib/perf-core" "$prefix/usr/bin/perf" "$@"; }
 mkdir -p "$out"
 perf record -F 2999 -o "$out/perf.data" -- "$@"
-perf report -i "$out/perf.data" --no-children --sort dso,symbol --stdio 2>/dev/null \
+perf report -i "$out/perf.data" --no-children --sort dso,sym --stdio 2>"$out/report.err" \
   | grep -v '^$' | head -120 > "$out/report.txt"
 cat "$out/report.txt"
