@@ -51,10 +51,13 @@ class PickleOut {
     }
   }
 
-  // A string written once, then named by the memo.
-  void text(std::string_view value) {
+  // A string written once, then named by the memo; returns its memo index.
+  uint32_t text(std::string_view value) {
     auto [it, fresh] = strings_.try_emplace(std::string(value), 0);
-    if (!fresh) return get(it->second);
+    if (!fresh) {
+      get(it->second);
+      return it->second;
+    }
     if (value.size() < 256) {
       out_ += kShortUnicode;
       out_ += static_cast<char>(value.size());
@@ -67,6 +70,18 @@ class PickleOut {
     }
     out_ += value;
     it->second = memoize();
+    return it->second;
+  }
+
+  // A string of static storage (a literal, an action's name): remembered by its address, so a
+  // key written for every entry costs one pointer lookup.
+  void literal(std::string_view value) {
+    auto [it, fresh] = literals_.try_emplace(value.data(), 0);
+    if (fresh) {
+      it->second = text(value);
+    } else {
+      get(it->second);
+    }
   }
 
   void integer(int64_t value) {
@@ -126,6 +141,7 @@ class PickleOut {
   std::string out_;
   uint32_t next_memo_ = 0;
   std::unordered_map<std::string, uint32_t> strings_;
+  std::unordered_map<const char*, uint32_t> literals_;
 };
 
 class SnapshotPickler {
@@ -141,13 +157,13 @@ class SnapshotPickler {
     p_.reserve(entries * 64 + s_.frames.size() * 96 + (1 << 16));
     p_.op(kEmptyDict);
     p_.op(kMark);
-    p_.text("segments");
+    p_.literal("segments");
     segments();
-    p_.text("device_traces");
+    p_.literal("device_traces");
     traces();
-    p_.text("allocator_settings");
+    p_.literal("allocator_settings");
     settings();
-    p_.text("external_annotations");
+    p_.literal("external_annotations");
     annotations();
     p_.op(kSetItems);
     return p_.finish();
@@ -163,11 +179,11 @@ class SnapshotPickler {
     p_.op(kEmptyDict);
     memo = p_.memoize();
     p_.op(kMark);
-    p_.text("filename");
+    p_.literal("filename");
     p_.text(f.file);
-    p_.text("line");
+    p_.literal("line");
     p_.integer(f.line);
-    p_.text("name");
+    p_.literal("name");
     p_.text(f.function);
     p_.op(kSetItems);
   }
@@ -175,7 +191,7 @@ class SnapshotPickler {
   // "frames" (and "forward_frames" when the stack is joined to a forward call), as items of
   // the dict being written.
   void stack_items(StackIndex stack) {
-    p_.text("frames");
+    p_.literal("frames");
     if (stack < 0 || static_cast<size_t>(stack) >= s_.stacks.size()) {
       p_.op(kEmptyList);
       return;
@@ -195,7 +211,7 @@ class SnapshotPickler {
       }
     }
     if (joint + 1 >= frames.size()) return;
-    p_.text("forward_frames");
+    p_.literal("forward_frames");
     if (forward_memo != kUnwritten) return p_.get(forward_memo);
     p_.op(kEmptyList);
     forward_memo = p_.memoize();
@@ -212,44 +228,44 @@ class SnapshotPickler {
     for (const SnapshotSegment& segment : s_.segments) {
       p_.op(kEmptyDict);
       p_.op(kMark);
-      p_.text("device");
+      p_.literal("device");
       p_.integer(segment.device);
-      p_.text("address");
+      p_.literal("address");
       p_.unsigned_integer(segment.address);
-      p_.text("total_size");
+      p_.literal("total_size");
       p_.unsigned_integer(segment.total_size);
-      p_.text("allocated_size");
+      p_.literal("allocated_size");
       p_.unsigned_integer(segment.allocated_size);
-      p_.text("active_size");
+      p_.literal("active_size");
       p_.unsigned_integer(segment.active_size);
-      p_.text("requested_size");
+      p_.literal("requested_size");
       p_.unsigned_integer(segment.requested_size);
-      p_.text("stream");
+      p_.literal("stream");
       p_.integer(static_cast<int64_t>(segment.stream));  // PyTorch's int64 of the handle's bits
-      p_.text("segment_type");
+      p_.literal("segment_type");
       p_.text(segment.segment_type.empty() ? (segment.is_small_pool() ? "small" : "large") : segment.segment_type);
-      p_.text("segment_pool_id");
+      p_.literal("segment_pool_id");
       p_.unsigned_integer(segment.segment_pool_id.first);
       p_.unsigned_integer(segment.segment_pool_id.second);
       p_.op(kTuple2);
-      p_.text("is_expandable");
+      p_.literal("is_expandable");
       p_.boolean(segment.is_expandable);
       stack_items(segment.stack);
-      p_.text("blocks");
+      p_.literal("blocks");
       p_.op(kEmptyList);
       if (!segment.blocks.empty()) {
         p_.op(kMark);
         for (const SnapshotBlock& block : segment.blocks) {
           p_.op(kEmptyDict);
           p_.op(kMark);
-          p_.text("address");
+          p_.literal("address");
           p_.unsigned_integer(block.address);
-          p_.text("size");
+          p_.literal("size");
           p_.unsigned_integer(block.size);
-          p_.text("requested_size");
+          p_.literal("requested_size");
           p_.unsigned_integer(block.requested_size);
-          p_.text("state");
-          p_.text(block_state_name(block.state));
+          p_.literal("state");
+          p_.literal(block_state_name(block.state));
           stack_items(block.state == BlockState::kInactive ? kNoStackIndex : block.stack);
           p_.op(kSetItems);
         }
@@ -281,21 +297,21 @@ class SnapshotPickler {
   void entry(const TraceEntry& e, int64_t to_unix_us) {
     p_.op(kEmptyDict);
     p_.op(kMark);
-    p_.text("action");
-    p_.text(trace_action_name(e.action));
+    p_.literal("action");
+    p_.literal(trace_action_name(e.action));
     // An oom entry's address holds the device's free bytes (PyTorch names it device_free).
-    p_.text(e.action == TraceAction::kOom ? "device_free" : "addr");
+    p_.literal(e.action == TraceAction::kOom ? "device_free" : "addr");
     p_.unsigned_integer(e.address);
-    p_.text("size");
+    p_.literal("size");
     p_.unsigned_integer(e.size);
-    p_.text("stream");
+    p_.literal("stream");
     p_.integer(static_cast<int64_t>(e.stream));
-    p_.text("time_us");
+    p_.literal("time_us");
     p_.integer(e.time_us + to_unix_us);
-    p_.text("compile_context");
-    p_.text("N/A");
-    p_.text("user_metadata");
-    p_.text("");
+    p_.literal("compile_context");
+    p_.literal("N/A");
+    p_.literal("user_metadata");
+    p_.literal("");
     // PyTorch's snapshot marker entries (empty_cache's, _snapshot()'s) carry no frames.
     if (e.action != TraceAction::kSnapshot || e.stack != kNoStackIndex) stack_items(e.stack);
     p_.op(kSetItems);
@@ -307,7 +323,7 @@ class SnapshotPickler {
       case nlohmann::json::value_t::number_integer: return p_.integer(value.get<int64_t>());
       case nlohmann::json::value_t::number_unsigned: return p_.unsigned_integer(value.get<uint64_t>());
       case nlohmann::json::value_t::number_float: return p_.real(value.get<double>());
-      case nlohmann::json::value_t::string: return p_.text(value.get_ref<const std::string&>());
+      case nlohmann::json::value_t::string: p_.text(value.get_ref<const std::string&>()); return;
       case nlohmann::json::value_t::array:
         p_.op(kEmptyList);
         if (value.empty()) return;
@@ -369,7 +385,7 @@ class SnapshotPickler {
     for (const auto& [key, text] : s_.allocator_settings) {
       const nlohmann::json value = setting_value_json(text);
       if (memsnap_names && key == "config") {
-        p_.text("PYTORCH_CUDA_ALLOC_CONF");
+        p_.literal("PYTORCH_CUDA_ALLOC_CONF");
         json_value(value);
       } else if (memsnap_names && key == "roundup_power2_divisions" && divisions(value)) {
         nlohmann::json by_interval = nlohmann::json::object();
@@ -393,13 +409,13 @@ class SnapshotPickler {
     for (const SnapshotAnnotation& a : s_.external_annotations) {
       p_.op(kEmptyDict);
       p_.op(kMark);
-      p_.text("device");
+      p_.literal("device");
       p_.integer(a.device);
-      p_.text("time_us");
+      p_.literal("time_us");
       p_.integer(a.time_us + to_unix_us);
-      p_.text("stage");
+      p_.literal("stage");
       p_.text(a.stage);
-      p_.text("name");
+      p_.literal("name");
       p_.text(a.name);
       p_.op(kSetItems);
     }
