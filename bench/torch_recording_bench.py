@@ -2,21 +2,24 @@
 """What recording memory history costs a real training step: PyTorch's allocator against
 memsnap's (the `memsnap` Python package), side by side on one GPU.
 
-    python3 bench/torch_recording_bench.py --model gpt2 --rounds 3
-    python3 bench/torch_recording_bench.py --model resnet50 --rounds 3
+    python3 bench/torch_recording_bench.py --model allocations|gpt2|resnet50 --rounds 3
 
 Each run is a fresh process (the allocator is chosen before CUDA starts), PyTorch and memsnap
-alternating for --rounds rounds. A run trains the model (random init, AdamW) and times every
-step: first with history off, then --cycles times through history with Python stacks, history
-with all stacks (Python and C++), and history off again, each for --steps steps; both
-allocators are driven through PyTorch's own `torch.cuda.memory._record_memory_history`. Then it
-records --dump-steps steps from a cleared history with each stack choice and times
-`torch.cuda.memory._dump_snapshot` (memsnap: also its msgpack `dump_snapshot`).
+alternating for --rounds rounds. A run times every step: history off first, then --cycles
+cycles of --steps steps each of the trace without stacks, Python stacks, all stacks (Python
+and C++) and history off, all set through PyTorch's own
+`torch.cuda.memory._record_memory_history` (memsnap also through memsnap.torch.record_history,
+to show where its cost goes), then history off again. Then it records --dump-steps steps from
+a cleared history with each stack choice and times `torch.cuda.memory._dump_snapshot`
+(memsnap: also its msgpack `dump_snapshot`).
 
 Printed, as measured in this one run: median step time per mode; the cost of recording per
-allocator event (allocations and frees: the step's extra time over history off, divided by the
-events of a step); whether turning history off gives the step its speed back; dump times and
-sizes. Events per step are counted from `memory_stats()` and must be equal on both allocators.
+allocator event (allocations and frees: the mode's median step less history off's in the same
+cycles, divided by the events of a step, counted from `memory_stats()` and equal on both
+allocators); whether turning history off gives the step its speed back; dump times and sizes.
+Workloads: `allocations` (the allocator alone: a tensor made and dropped 1,000 times, 30
+Python calls deep), a `transformers` GPT-2 small and a torchvision resnet50 (random init,
+AdamW, small batches, so the step is CPU-bound).
 """
 import argparse
 import json
