@@ -126,7 +126,8 @@ def dump_snapshot_on_oom(pattern) -> None:
     """Writes a snapshot at every out-of-memory error, before the error is raised. ``pattern``
     may hold ``{pid}``, ``{device}``, ``{n}`` (the error's number), ``{host}``, ``{rank}`` and
     ``{local_rank}`` (from torch.distributed once it is initialized, else from the ``RANK`` and
-    ``LOCAL_RANK`` variables torchrun sets; 0 outside a job); None or "" stops it."""
+    ``LOCAL_RANK`` variables torchrun sets; 0 outside a job); None or "" stops it. Files are
+    memsnap's msgpack, or PyTorch's pickle when the pattern ends in ``.pickle``."""
     _require_installed()
     _note_job_place()
     _native.dump_snapshot_on_oom("" if pattern is None else _path(pattern))
