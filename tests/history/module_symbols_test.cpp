@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -41,8 +42,10 @@ TEST(ModuleSymbols, FindsTheFunctionLibdwflFinds) {
     Dwarf_Addr start = 0, end = 0;
     const char* name = dwfl_module_info(module, nullptr, &start, &end, nullptr, nullptr, nullptr, nullptr);
     const memsnap::ModuleSymbols symbols(module);
-    // Every 61st byte of the module: function bodies, their ends, padding between them.
-    for (Dwarf_Addr pc = start; pc < end && compared < 20000; pc += 61) {
+    // 2,000 addresses spread over each module (no closer than 61 bytes): function bodies,
+    // their ends, padding between them.
+    const Dwarf_Addr stride = std::max<Dwarf_Addr>(61, (end - start) / 2000);
+    for (Dwarf_Addr pc = start; pc < end; pc += stride) {
       GElf_Off offset = 0;
       GElf_Sym info;
       const char* want = dwfl_module_addrinfo(module, pc, &offset, &info, nullptr, nullptr, nullptr);
