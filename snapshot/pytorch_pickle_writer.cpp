@@ -149,7 +149,7 @@ class SnapshotPickler {
   explicit SnapshotPickler(const Snapshot& snapshot)
       : s_(snapshot),
         frame_memo_(snapshot.frames.size(), kUnwritten),
-        stack_memo_(snapshot.stacks.size(), {kUnwritten, kUnwritten}) {}
+        stack_memo_(snapshot.stacks.size()) {}
 
   std::string write() {
     size_t entries = 0;
@@ -171,6 +171,11 @@ class SnapshotPickler {
 
  private:
   static constexpr uint32_t kUnwritten = ~uint32_t{0};
+  // A stack's lists once written: "frames", and "forward_frames" when it has them.
+  struct StackMemo {
+    uint32_t frames = kUnwritten;
+    uint32_t forward = kUnwritten;
+  };
 
   void frame(uint32_t index) {
     uint32_t& memo = frame_memo_[index];
@@ -196,25 +201,28 @@ class SnapshotPickler {
       p_.op(kEmptyList);
       return;
     }
+    StackMemo& memo = stack_memo_[static_cast<size_t>(stack)];
+    if (memo.frames != kUnwritten) {  // written before: named by the memo
+      p_.get(memo.frames);
+      if (memo.forward != kUnwritten) {
+        p_.literal("forward_frames");
+        p_.get(memo.forward);
+      }
+      return;
+    }
     const std::vector<uint32_t>& frames = s_.stacks[static_cast<size_t>(stack)];
     const size_t joint = forward_joint(s_.frames, frames);
-    auto& [frames_memo, forward_memo] = stack_memo_[static_cast<size_t>(stack)];
-    if (frames_memo != kUnwritten) {
-      p_.get(frames_memo);
-    } else {
-      p_.op(kEmptyList);
-      frames_memo = p_.memoize();
-      if (joint > 0) {
-        p_.op(kMark);
-        for (size_t i = 0; i < joint; ++i) frame(frames[i]);
-        p_.op(kAppends);
-      }
+    p_.op(kEmptyList);
+    memo.frames = p_.memoize();
+    if (joint > 0) {
+      p_.op(kMark);
+      for (size_t i = 0; i < joint; ++i) frame(frames[i]);
+      p_.op(kAppends);
     }
     if (joint + 1 >= frames.size()) return;
     p_.literal("forward_frames");
-    if (forward_memo != kUnwritten) return p_.get(forward_memo);
     p_.op(kEmptyList);
-    forward_memo = p_.memoize();
+    memo.forward = p_.memoize();
     p_.op(kMark);
     for (size_t i = frames.size(); i-- > joint + 1;)  // outermost first, as tracebacks read
       p_.text(traceback_line(s_.frames[frames[i]]));
@@ -425,7 +433,7 @@ class SnapshotPickler {
   const Snapshot& s_;
   PickleOut p_;
   std::vector<uint32_t> frame_memo_;
-  std::vector<std::pair<uint32_t, uint32_t>> stack_memo_;  // frames list, forward_frames list
+  std::vector<StackMemo> stack_memo_;
 };
 
 }  // namespace
