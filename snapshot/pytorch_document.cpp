@@ -235,16 +235,23 @@ StackIndex PyTorchDocument::with_forward_frames(StackIndex stack, Value forward)
   std::vector<uint32_t>& suffix = cached->second;
   if (fresh) {
     const Object& lines = store_.object(forward);
-    for (auto it = lines.items.rbegin(); it != lines.items.rend(); ++it)  // outermost first there
-      if (it->is(Tag::kString)) suffix.push_back(forward_frame(store_.text(*it)));
+    for (auto it = lines.items.rbegin(); it != lines.items.rend() && suffix.size() < kMaxForwardFrames; ++it)
+      if (it->is(Tag::kString)) suffix.push_back(forward_frame(store_.text(*it)));  // innermost last there
     if (!suffix.empty())
       suffix.insert(suffix.begin(), intern_frame({store_.intern(kBackwardOfForwardFunction), store_.intern(""), 0}));
   }
   if (suffix.empty()) return stack;
   std::vector<uint32_t> frames;
   if (stack != kNoStackIndex) frames = stacks_[static_cast<size_t>(stack)];
+  // Each stack joined to a forward call is a new one: a file naming many stacks with a long
+  // forward list must not multiply into unbounded memory. Past the budget, stacks stay as
+  // recorded.
+  if (joined_frames_ + frames.size() + suffix.size() > kMaxJoinedFrames) return stack;
   frames.insert(frames.end(), suffix.begin(), suffix.end());
-  return intern_stack(frames);
+  const size_t before = stacks_.size();
+  const StackIndex joined = intern_stack(frames);
+  if (stacks_.size() != before) joined_frames_ += frames.size();
+  return joined;
 }
 
 Value PyTorchDocument::lower(pickle::ValueStore& store, Value object) {

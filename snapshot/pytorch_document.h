@@ -87,6 +87,9 @@ class PyTorchDocument final : public pickle::Lowering {
   // A forward_frames list's frames, innermost first after the joining frame, by its object
   // (PyTorch shares one list among the events of one autograd node).
   std::unordered_map<uint64_t, std::vector<uint32_t>> forward_suffixes_;
+  static constexpr size_t kMaxForwardFrames = 256;        // of one forward call, innermost kept
+  static constexpr size_t kMaxJoinedFrames = size_t{1} << 25;  // in all joined stacks (128 MiB)
+  size_t joined_frames_ = 0;
   // The action a string id names (-1 unknown, -2 not looked up yet): one lookup per
   // distinct string instead of a name comparison per entry.
   std::vector<int8_t> action_by_string_;

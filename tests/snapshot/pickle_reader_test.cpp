@@ -100,6 +100,58 @@ TEST(PickleReader, ForwardFramesContinueTheStackPastTheJoiningFrame) {
   EXPECT_EQ(joined_blocks, 5u);
 }
 
+// A file whose entries each name their own stack and one long forward_frames list: joining
+// them copies the list into every stack, so the reader stops joining past its budget instead
+// of multiplying a few megabytes of input into gigabytes.
+TEST(PickleReader, ForwardFramesJoinWithinABudget) {
+  std::string p = "\x80\x04}(";
+  uint32_t memo = 0;
+  auto text = [&](const std::string& t) {
+    p += '\x8c';
+    p += static_cast<char>(t.size());
+    p += t;
+  };
+  auto int4 = [&](uint32_t v) {
+    p += 'J';
+    for (int i = 0; i < 4; ++i) p += static_cast<char>(v >> (8 * i));
+  };
+  text("segments");
+  p += ']';
+  text("device_traces");
+  p += "](](";
+  constexpr uint32_t kEntries = 160000, kForward = 256;
+  for (uint32_t i = 0; i < kEntries; ++i) {
+    p += "}(";
+    text("action"), text("alloc"), text("addr"), int4(i), text("size"), int4(512), text("frames");
+    p += "](}(";  // a stack of one frame of its own
+    text("filename"), text("f.py"), text("line"), int4(i), text("name"), text("g");
+    p += "ue";
+    text("forward_frames");
+    if (i == 0) {
+      p += "]\x94(";
+      for (uint32_t f = 0; f < kForward; ++f) text("  File \"m.py\", line " + std::to_string(f + 1) + ", in h\n");
+      p += 'e';
+    } else {
+      p += 'h';
+      p += static_cast<char>(memo);
+    }
+    p += 'u';
+  }
+  p += "eeu.";
+  auto loaded = load_snapshot_from_memory(p);
+  ASSERT_TRUE(loaded.ok()) << loaded.error();
+  const memsnap::Snapshot& s = loaded->snapshot;
+  ASSERT_EQ(s.device_traces.at(0).size(), kEntries);
+  size_t joined = 0, frames = 0;
+  for (const auto& stack : s.stacks) {
+    frames += stack.size();
+    joined += stack.size() > 1;
+  }
+  EXPECT_GT(joined, 1000u) << "joins until the budget";
+  EXPECT_LT(joined, kEntries) << "but not past it";
+  EXPECT_LT(frames, (size_t{1} << 25) + kEntries + kForward);
+}
+
 TEST(PickleReader, LegacyLayoutsLoad) {
   auto bare = load_snapshot_from_memory(data_file("legacy/bare_segment_list.pickle"));
   ASSERT_TRUE(bare.ok()) << bare.error();
