@@ -199,35 +199,49 @@ std::vector<uint32_t> visible_frames_outermost_first(const Snapshot& snapshot, S
   return out;
 }
 
+namespace {
+
+// Where the headline sits among a stack's visible frames (outermost first): the innermost
+// Python frame when there is one, else the innermost frame.
+std::optional<size_t> headline_position(const Snapshot& snapshot, const std::vector<uint32_t>& frames) {
+  if (frames.empty()) return std::nullopt;
+  for (size_t i = frames.size(); i-- > 0;)
+    if (frame_is_python(snapshot.frames[frames[i]])) return i;
+  return frames.size() - 1;
+}
+
+// The headline's label; a backward allocation's headline is the forward call, outer to the
+// joining frame.
+std::string headline_text(const Snapshot& snapshot, const std::vector<uint32_t>& frames, size_t at,
+                          const FrameFilter& filter) {
+  const bool backward = std::any_of(frames.begin() + static_cast<std::ptrdiff_t>(at), frames.end(),
+                                    [&](uint32_t frame) { return is_backward_of_forward(snapshot.frames[frame]); });
+  return (backward ? "backward of " : "") + frame_label(snapshot.frames[frames[at]], filter);
+}
+
+}  // namespace
+
 std::optional<uint32_t> headline_frame(const Snapshot& snapshot, StackIndex stack,
                                        const FrameFilter& filter) {
   const std::vector<uint32_t> frames = visible_frames_outermost_first(snapshot, stack, filter);
-  if (frames.empty()) return std::nullopt;
-  for (auto it = frames.rbegin(); it != frames.rend(); ++it)
-    if (frame_is_python(snapshot.frames[*it])) return *it;
-  return frames.back();
+  const std::optional<size_t> at = headline_position(snapshot, frames);
+  if (!at) return std::nullopt;
+  return frames[*at];
 }
 
 std::string headline_label(const Snapshot& snapshot, StackIndex stack, const FrameFilter& filter) {
-  const std::optional<uint32_t> headline = headline_frame(snapshot, stack, filter);
-  if (!headline) return "";
   const std::vector<uint32_t> frames = visible_frames_outermost_first(snapshot, stack, filter);
-  // A backward allocation's headline is the forward call, outer to the joining frame.
-  const auto at = std::find(frames.begin(), frames.end(), *headline);
-  const bool backward = std::any_of(at, frames.end(), [&](uint32_t frame) {
-    return is_backward_of_forward(snapshot.frames[frame]);
-  });
-  return (backward ? "backward of " : "") + frame_label(snapshot.frames[*headline], filter);
+  const std::optional<size_t> at = headline_position(snapshot, frames);
+  return at ? headline_text(snapshot, frames, *at, filter) : std::string();
 }
 
 std::string call_site_label(const Snapshot& snapshot, StackIndex stack) {
   if (stack == kNoStackIndex) return "<no stack recorded>";
-  const std::optional<uint32_t> headline = headline_frame(snapshot, stack, {});
-  if (!headline) return "<no visible frames>";
   const std::vector<uint32_t> frames = visible_frames_outermost_first(snapshot, stack, {});
-  const auto at = std::find(frames.begin(), frames.end(), *headline);
-  std::string label = headline_label(snapshot, stack);
-  if (at != frames.begin() && at != frames.end()) label += " <- " + frame_label(snapshot.frames[*(at - 1)]);
+  const std::optional<size_t> at = headline_position(snapshot, frames);
+  if (!at) return "<no visible frames>";
+  std::string label = headline_text(snapshot, frames, *at, {});
+  if (*at > 0) label += " <- " + frame_label(snapshot.frames[frames[*at - 1]]);
   return label;
 }
 
