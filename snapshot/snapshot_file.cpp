@@ -57,15 +57,29 @@ std::optional<std::string> write_file_atomically(const std::string& path, const 
   return std::nullopt;
 }
 
-std::optional<std::string> dump_snapshot(CachingAllocator& allocator, HistoryRecorder* recorder,
-                                         const std::string& path, const SnapshotOptions& options) {
+namespace {
+
+std::optional<std::string> dump_as(CachingAllocator& allocator, HistoryRecorder* recorder,
+                                   const std::string& path, const SnapshotOptions& options, bool pickle) {
   try {
     const Snapshot snapshot = take_snapshot(allocator, recorder, options);
-    const bool pickle = path.size() >= 7 && path.compare(path.size() - 7, 7, ".pickle") == 0;
     return write_file_atomically(path, pickle ? to_pytorch_pickle(snapshot) : to_msgpack(snapshot));
   } catch (const std::exception& error) {
     return "cannot take a snapshot for " + path + ": " + error.what();
   }
+}
+
+}  // namespace
+
+std::optional<std::string> dump_snapshot(CachingAllocator& allocator, HistoryRecorder* recorder,
+                                         const std::string& path, const SnapshotOptions& options) {
+  const bool pickle = path.size() >= 7 && path.compare(path.size() - 7, 7, ".pickle") == 0;
+  return dump_as(allocator, recorder, path, options, pickle);
+}
+
+std::optional<std::string> dump_pytorch_pickle(CachingAllocator& allocator, HistoryRecorder* recorder,
+                                               const std::string& path, const SnapshotOptions& options) {
+  return dump_as(allocator, recorder, path, options, true);
 }
 
 std::string expand_dump_path(const std::string& pattern, int device, uint64_t count,

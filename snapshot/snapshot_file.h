@@ -22,6 +22,11 @@ std::optional<std::string> write_file_atomically(const std::string& path, const 
 std::optional<std::string> dump_snapshot(CachingAllocator& allocator, HistoryRecorder* recorder,
                                          const std::string& path,
                                          const SnapshotOptions& options = {});
+// The same, always as PyTorch's snapshot pickle (torch.cuda.memory._dump_snapshot's file,
+// whatever its name ends in).
+std::optional<std::string> dump_pytorch_pickle(CachingAllocator& allocator, HistoryRecorder* recorder,
+                                               const std::string& path,
+                                               const SnapshotOptions& options = {});
 
 // From now on, every out-of-memory error first writes a snapshot to a path made from
 // `pattern`: its placeholders (expand_dump_path) are filled in. The snapshot is taken from the OOM observer, which runs without the allocator's

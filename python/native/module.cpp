@@ -10,7 +10,6 @@
 #include "python/native/python_frames.h"
 #include "python/native/torch_allocator.h"
 #include "python/native/torch_snapshot.h"
-#include "snapshot/pytorch_pickle_writer.h"
 #include "snapshot/snapshot_builder.h"
 #include "snapshot/snapshot_file.h"
 
@@ -70,28 +69,15 @@ py::dict history_settings() {
   return out;
 }
 
-void dump(const std::string& path) {
+// memsnap.torch.dump_snapshot (msgpack, or PyTorch's pickle for a .pickle path) and
+// torch.cuda.memory._dump_snapshot (PyTorch's pickle, whatever the name ends in).
+void dump(const std::string& path, bool always_pickle) {
   TorchAllocator& torch = require_installed();
   std::optional<std::string> error;
   {
     py::gil_scoped_release unlocked;
-    error = dump_snapshot(torch.allocator(), &torch.recorder(), path, torch.snapshot_options());
-  }
-  if (error) throw std::runtime_error(*error);
-}
-
-// torch.cuda.memory._dump_snapshot's file: PyTorch's pickle, whatever the name ends in.
-void dump_pickle(const std::string& path) {
-  TorchAllocator& torch = require_installed();
-  std::optional<std::string> error;
-  {
-    py::gil_scoped_release unlocked;
-    try {
-      error = write_file_atomically(
-          path, to_pytorch_pickle(take_snapshot(torch.allocator(), &torch.recorder(), torch.snapshot_options())));
-    } catch (const std::exception& failure) {
-      error = "cannot take a snapshot for " + path + ": " + failure.what();
-    }
+    error = always_pickle ? dump_pytorch_pickle(torch.allocator(), &torch.recorder(), path, torch.snapshot_options())
+                          : dump_snapshot(torch.allocator(), &torch.recorder(), path, torch.snapshot_options());
   }
   if (error) throw std::runtime_error(*error);
 }
@@ -133,8 +119,8 @@ PYBIND11_MODULE(_native, m) {
         py::arg("max_entries"), py::arg("clear") = false,
         py::arg("skip_actions") = std::vector<std::string>{});
   m.def("history_settings", &history_settings);
-  m.def("dump_snapshot", &dump, py::arg("path"));
-  m.def("dump_pickle", &dump_pickle, py::arg("path"));
+  m.def("dump_snapshot", [](const std::string& path) { dump(path, false); }, py::arg("path"));
+  m.def("dump_pickle", [](const std::string& path) { dump(path, true); }, py::arg("path"));
   m.def("dump_snapshot_on_oom", [](std::string pattern) {
     require_installed().set_oom_snapshot_pattern(std::move(pattern));
   });
