@@ -6,17 +6,18 @@ memsnap's (the `memsnap` Python package), side by side on one GPU.
 
 Each run is a fresh process (the allocator is chosen before CUDA starts), PyTorch and memsnap
 alternating for --rounds rounds. A run times every step: history off first, then --cycles
-cycles of --steps steps each of the trace without stacks, Python stacks, all stacks (Python
-and C++) and history off, all set through PyTorch's own
-`torch.cuda.memory._record_memory_history` (memsnap also through memsnap.torch.record_history,
-to show where its cost goes), then history off again. Then it records --dump-steps steps from
-a cleared history with each stack choice and times `torch.cuda.memory._dump_snapshot`
-(memsnap: also its msgpack `dump_snapshot`).
+cycles in which each mode is measured as a pair: --steps steps with history off, then --steps
+steps recording in that mode. Modes: the trace without stacks, Python stacks, all stacks (Python
+and C++), all set through PyTorch's own `torch.cuda.memory._record_memory_history` (memsnap
+also through memsnap.torch.record_history, to show where its cost goes); then history off
+again. Then it records --dump-steps steps from a cleared history with each stack choice and
+times `torch.cuda.memory._dump_snapshot` (memsnap: also its msgpack `dump_snapshot`).
 
 Printed, as measured in this one run: median step time per mode; the cost of recording per
-allocator event (allocations and frees: the mode's median step less history off's in the same
-cycles, divided by the events of a step, counted from `memory_stats()` and equal on both
-allocators); whether turning history off gives the step its speed back; dump times and sizes.
+allocator event (allocations and frees): the median over all pairs of a mode's steps less the
+history-off steps just before them, divided by the events of a step (counted from
+`memory_stats()`, equal on both allocators), so that the host's drift over a run cancels pair
+by pair; whether turning history off gives the step its speed back; dump times and sizes.
 Workloads: `allocations` (the allocator alone: a tensor made and dropped 1,000 times, 30
 Python calls deep), a `transformers` GPT-2 small and a torchvision resnet50 (random init,
 AdamW, small batches, so the step is CPU-bound).
@@ -110,15 +111,26 @@ def worker(args):
 
     for _ in range(args.warmup):
         step()
+    if args.only:  # one mode alone, for a profiler: nothing else runs after the warmup
+        set_history(torch, args.only, args.max_entries)
+        timed_steps(args.steps * args.cycles)
+        return
     modes = MODES + (MEMSNAP_MODES if args.worker == "memsnap" else ())
     times = {mode: [] for mode in ("fresh",) + modes + ("after",)}
     before = events_so_far(torch)
     times["fresh"] += timed_steps(args.steps * 2)
     events_per_step = (events_so_far(torch) - before) / (args.steps * 2)
+    # Each recorded stretch against the history-off stretch just before it.
+    differences = {mode: [] for mode in modes if mode != "off"}
     for _ in range(args.cycles):
-        for mode in modes:
+        for mode in differences:
+            set_history(torch, "off", args.max_entries)
+            off = timed_steps(args.steps)
             set_history(torch, mode, args.max_entries)
-            times[mode] += timed_steps(args.steps)
+            recorded = timed_steps(args.steps)
+            times["off"] += off
+            times[mode] += recorded
+            differences[mode].append(statistics.fmean(recorded) - statistics.fmean(off))
     set_history(torch, "off", args.max_entries)
     times["after"] += timed_steps(args.steps * 2)
 
@@ -144,7 +156,8 @@ def worker(args):
                 dump["msgpack_bytes"] = os.path.getsize(msgpack)
             dumps[stacks] = dump
             set_history(torch, "off", args.max_entries)
-    print(json.dumps({"times": times, "events_per_step": events_per_step, "dumps": dumps}))
+    print(json.dumps({"times": times, "differences": differences, "events_per_step": events_per_step,
+                      "dumps": dumps}))
 
 
 def run(args, kind):
@@ -161,12 +174,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", choices=["gpt2", "resnet50", "allocations"], default="gpt2")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=4, help="timed steps per mode and cycle")
-    parser.add_argument("--cycles", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=2, help="timed steps per half of a pair")
+    parser.add_argument("--cycles", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=15)
     parser.add_argument("--dump-steps", type=int, default=60)
     parser.add_argument("--max-entries", type=int, default=1_000_000)
     parser.add_argument("--worker", choices=["pytorch", "memsnap"])
+    parser.add_argument("--only", choices=MODES + MEMSNAP_MODES,
+                        help="with --worker: record in this mode alone for --steps x --cycles steps "
+                             "after the warmup (to run under a profiler: bench/gpu/profile.sh)")
     args = parser.parse_args()
     if args.worker:
         return worker(args)
@@ -188,15 +204,24 @@ def main():
     for mode in ("fresh",) + MODES + ("after",):
         p, m = median["pytorch"][mode], median["memsnap"][mode]
         print(f"{LABELS[mode]:<34}{p * 1e3:>10.3f}{m * 1e3:>10.3f}{m / p:>17.4f}")
-    # Against history off in the same cycles: drift over a run (clocks, caches warming) cancels.
+    # Each pair's recorded steps less the history-off steps just before them: drift over a run
+    # (clocks, caches warming, other tenants of the host) cancels pair by pair.
+    def cost(kind, mode):
+        return statistics.median(d for r in runs[kind] for d in r["differences"][mode]) / per_step
+
     print(f"{'recording cost per event (us)':<34}{'pytorch':>10}{'memsnap':>10}{'memsnap/pytorch':>17}")
     for mode in ("none", "python", "all"):
-        cost = {kind: (median[kind][mode] - median[kind]["off"]) / per_step for kind in kinds}
-        ratio = cost["memsnap"] / cost["pytorch"] if cost["pytorch"] > 0 else float("nan")
-        print(f"{LABELS[mode]:<34}{cost['pytorch'] * 1e6:>10.3f}{cost['memsnap'] * 1e6:>10.3f}{ratio:>17.4f}")
+        p, m = cost("pytorch", mode), cost("memsnap", mode)
+        ratio = m / p if p > 0 else float("nan")
+        print(f"{LABELS[mode]:<34}{p * 1e6:>10.3f}{m * 1e6:>10.3f}{ratio:>17.4f}")
+    pairs = len(runs["pytorch"]) * len(runs["pytorch"][0]["differences"]["all"])
+    print(f"(median of {pairs} pairs per mode and allocator; the pairs' quartiles for all stacks, us "
+          f"per event: " + ", ".join(
+              f"{kind} " + " / ".join(f"{q / per_step * 1e6:.3f}" for q in statistics.quantiles(
+                  [d for r in runs[kind] for d in r["differences"]["all"]], n=4))
+              for kind in kinds) + ")")
     print("memsnap through memsnap.torch.record_history, cost per event (us): " + ", ".join(
-        f"{mode[len('memsnap-'):]} {(median['memsnap'][mode] - median['memsnap']['off']) / per_step * 1e6:.3f}"
-        for mode in MEMSNAP_MODES))
+        f"{mode[len('memsnap-'):]} {cost('memsnap', mode) * 1e6:.3f}" for mode in MEMSNAP_MODES))
     for kind in kinds:
         print(f"{kind}: history off, after recording / before any: "
               f"{median[kind]['after'] / median[kind]['fresh']:.4f} (last {args.steps * 2} steps / first "

@@ -5,7 +5,8 @@
 #
 #   bash bench/gpu/profile.sh OUT_DIR -- COMMAND...
 #
-# OUT_DIR gets perf.data and report.txt (flat: self time by library and symbol).
+# OUT_DIR gets perf.data, report.txt (flat: self time by library and symbol) and
+# libraries.txt (self time by library).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=${1:?usage: profile.sh OUT_DIR -- COMMAND...}
@@ -20,6 +21,9 @@ perf() { LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu:$prefix/lib/x86_64-li
   PERF_EXEC_PATH="$prefix/usr/lib/perf-core" "$prefix/usr/bin/perf" "$@"; }
 mkdir -p "$out"
 perf record -F 2999 -o "$out/perf.data" -- "$@"
-perf report -i "$out/perf.data" --no-children --sort dso,sym --stdio 2>"$out/report.err" \
-  | grep -v '^$' | head -120 > "$out/report.txt"
-cat "$out/report.txt"
+# (Whole reports first: a pipe into head would end perf with SIGPIPE, failing the script.)
+perf report -i "$out/perf.data" --no-children --sort dso,sym --stdio >"$out/report.full" 2>"$out/report.err"
+perf report -i "$out/perf.data" --no-children --sort dso --stdio >"$out/libraries.full" 2>>"$out/report.err"
+grep -v '^$' "$out/report.full" | head -120 >"$out/report.txt" || true
+grep -v -e '^$' -e '^#' "$out/libraries.full" | head -40 >"$out/libraries.txt" || true
+cat "$out/libraries.txt" "$out/report.txt"
