@@ -3,7 +3,10 @@
 //
 // The whole buffer is allocated and touched when the capacity is set, not as entries
 // arrive: a recording program then takes no page faults (and no copies from growth) in its
-// allocation path.
+// allocation path. Recording turned off (capacity 0) drops the entries but keeps the buffer,
+// as PyTorch keeps its trace's memory: turning it on again with the same capacity writes
+// nothing (rewriting a buffer of a million entries would cost milliseconds and flush the
+// processor's caches at every switch).
 #pragma once
 
 #include <algorithm>
@@ -40,10 +43,10 @@ class TraceRing {
   explicit TraceRing(size_t capacity = 0) { set_capacity(capacity); }
 
   void push(const RecordedEvent& event) {
-    if (slots_.empty()) return;
+    if (capacity_ == 0) return;
     slots_[next_] = event;
-    next_ = next_ + 1 == slots_.size() ? 0 : next_ + 1;
-    if (size_ < slots_.size())
+    next_ = next_ + 1 == capacity_ ? 0 : next_ + 1;
+    if (size_ < capacity_)
       ++size_;
     else
       ++dropped_;
@@ -53,18 +56,24 @@ class TraceRing {
   std::vector<RecordedEvent> entries() const {
     std::vector<RecordedEvent> out;
     out.reserve(size_);
-    const size_t oldest = size_ < slots_.size() ? 0 : next_;
-    for (size_t i = 0; i < size_; ++i) out.push_back(slots_[(oldest + i) % slots_.size()]);
+    const size_t oldest = size_ < capacity_ ? 0 : next_;
+    for (size_t i = 0; i < size_; ++i) out.push_back(slots_[(oldest + i) % capacity_]);
     return out;
   }
 
   // Keeps the newest entries that still fit.
   void set_capacity(size_t capacity) {
-    if (capacity == slots_.size()) return;
+    if (capacity == capacity_) return;
+    if (capacity == 0 || (capacity_ == 0 && capacity == slots_.size())) {  // off, or on again
+      capacity_ = capacity;
+      size_ = next_ = 0;
+      return;
+    }
     std::vector<RecordedEvent> kept = entries();
     if (kept.size() > capacity) kept.erase(kept.begin(), kept.end() - static_cast<std::ptrdiff_t>(capacity));
     slots_.assign(capacity, RecordedEvent{});
     std::copy(kept.begin(), kept.end(), slots_.begin());
+    capacity_ = capacity;
     size_ = kept.size();
     next_ = capacity == 0 ? 0 : size_ % capacity;
   }
@@ -75,11 +84,12 @@ class TraceRing {
   }
 
   size_t size() const { return size_; }
-  size_t capacity() const { return slots_.size(); }
+  size_t capacity() const { return capacity_; }
   uint64_t dropped() const { return dropped_; }  // entries overwritten since the last clear
 
  private:
-  std::vector<RecordedEvent> slots_;
+  std::vector<RecordedEvent> slots_;  // at least capacity_ entries
+  size_t capacity_ = 0;
   size_t size_ = 0;
   size_t next_ = 0;  // the slot written next; once full, the oldest entry
   uint64_t dropped_ = 0;

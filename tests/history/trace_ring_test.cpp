@@ -28,4 +28,24 @@ TEST(TraceRing, KeepsTheNewestEntriesOldestFirst) {
   EXPECT_EQ(ring.size(), 0u);
 }
 
+TEST(TraceRing, TurnedOffDropsItsEntriesAndOnAgainStartsEmpty) {
+  memsnap::TraceRing ring(3);
+  for (size_t i = 1; i <= 4; ++i) ring.push({memsnap::TraceAction::kAlloc, 0, i, 0, 0, 0});
+  ring.set_capacity(0);  // recording off
+  EXPECT_EQ(ring.capacity(), 0u);
+  EXPECT_TRUE(ring.entries().empty());
+  ring.push({memsnap::TraceAction::kAlloc, 0, 9, 0, 0, 0});
+  EXPECT_TRUE(ring.entries().empty());
+  ring.set_capacity(3);  // on again, in the buffer kept
+  EXPECT_EQ(ring.capacity(), 3u);
+  EXPECT_TRUE(ring.entries().empty());
+  for (size_t i = 10; i <= 14; ++i) ring.push({memsnap::TraceAction::kAlloc, 0, i, 0, 0, 0});
+  EXPECT_EQ(sizes(ring), (std::vector<size_t>{12, 13, 14}));
+  ring.set_capacity(0);
+  ring.set_capacity(5);  // on again with another capacity
+  ring.push({memsnap::TraceAction::kAlloc, 0, 20, 0, 0, 0});
+  EXPECT_EQ(sizes(ring), (std::vector<size_t>{20}));
+  EXPECT_EQ(ring.capacity(), 5u);
+}
+
 }  // namespace trace_ring_test
