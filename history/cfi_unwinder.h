@@ -15,16 +15,17 @@
 #include <cstdint>
 #include <limits>
 
+#include "history/stack_capture.h"
+
 namespace memsnap {
 
-struct StackNote;
 
 inline constexpr size_t kUnsupportedStack = std::numeric_limits<size_t>::max();
 
 // As capture_stack (stack_capture.h): return addresses innermost first, the first being
 // inside the caller, after leaving out `skip` more. kUnsupportedStack when a frame on the
-// way needs a full unwinder. `note` as for capture_stack.
+// way needs a full unwinder. `note` and `stop` as for capture_stack.
 size_t capture_stack_cfi(uintptr_t* frames, size_t max_frames, size_t skip = 0,
-                         StackNote** note = nullptr);
+                         StackNote** note = nullptr, const StopCode& stop = {});
 
 }  // namespace memsnap

@@ -108,7 +108,8 @@ StackId HistoryRecorder::capture(DeviceRecord& record) const {
   return id;
 }
 
-// C++ frames first, then the interpreter's tokens: one interned stack. The walker's note
+// C++ frames up to the innermost run of the interpreter, then the interpreter's tokens: one
+// interned stack. The walker's note
 // (the id of a repeated C++ path) cannot be used here, since the same C++ path runs under
 // many interpreter stacks.
 StackId HistoryRecorder::capture_with_interpreter(DeviceRecord& record) const {
@@ -116,8 +117,8 @@ StackId HistoryRecorder::capture_with_interpreter(DeviceRecord& record) const {
   size_t count = 0;
   if (record.settings.cpp_stacks)
     count = record.settings.unwinder == StackUnwinder::kFramePointers
-                ? capture_stack_frame_pointers(frames, kMaxStackDepth, kCaptureSkip)
-                : capture_stack(frames, kMaxStackDepth, kCaptureSkip);
+                ? capture_stack_frame_pointers(frames, kMaxStackDepth, kCaptureSkip, interpreter_stop_)
+                : capture_stack(frames, kMaxStackDepth, kCaptureSkip, nullptr, interpreter_stop_);
   count += interpreter_->capture(frames + count, kMaxInterpreterTokens);
   return record.stacks.intern(frames, count);
 }

@@ -99,8 +99,12 @@ class HistoryRecorder final : public AllocatorObserver {
 
   // The source of interpreter frames for settings with interpreter_stacks. Set it once,
   // before any device records them; it must outlive the recorder (snapshots resolve its
-  // tokens).
-  void set_interpreter_frames(InterpreterFrames* source) { interpreter_ = source; }
+  // tokens). With its frames, a stack's C++ walk ends at the interpreter's innermost
+  // evaluation loop: the frames above it are the interpreter's own.
+  void set_interpreter_frames(InterpreterFrames* source) {
+    interpreter_ = source;
+    interpreter_stop_ = source != nullptr ? source->evaluation_loop_code() : StopCode{};
+  }
   InterpreterFrames* interpreter_frames() const { return interpreter_; }
 
   void annotate(std::string name, bool start, std::optional<int> device = std::nullopt);
@@ -164,6 +168,7 @@ class HistoryRecorder final : public AllocatorObserver {
   CachingAllocator& allocator_;
   std::vector<std::unique_ptr<DeviceRecord>> devices_;
   InterpreterFrames* interpreter_ = nullptr;
+  StopCode interpreter_stop_;
 };
 
 // Names a phase of the program for as long as it lives: START when made, END when destroyed.

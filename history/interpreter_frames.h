@@ -4,13 +4,15 @@
 // allocator lock (so without taking the interpreter's own lock); resolves a token to a
 // function, file and line only when a snapshot asks; and names the C++ function its frames
 // run in, so a snapshot can put them in call order among the C++ frames. A recorded stack is
-// one array: C++ return addresses, then the interpreter's tokens, innermost first.
+// one array: C++ return addresses (up to the innermost run of the evaluation loop when the
+// source knows where its code lies), then the interpreter's tokens, innermost first.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
+#include "history/stack_capture.h"
 #include "history/symbolizer.h"
 
 namespace memsnap {
@@ -44,6 +46,9 @@ class InterpreterFrames {
   // Whether a C++ function, as symbolized, is the evaluation loop whose runs the
   // kInterpreterRunEnd tokens separate.
   virtual bool is_evaluation_loop(std::string_view function) const = 0;
+  // Where that loop's code lies, for a C++ walk to end at (its frames above are the
+  // interpreter's); empty when unknown, and the walk goes on.
+  virtual StopCode evaluation_loop_code() const { return {}; }
 };
 
 }  // namespace memsnap

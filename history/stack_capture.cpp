@@ -70,12 +70,18 @@ bool stack_fallback_is_libunwind() {
   return unw_backtrace_fn != nullptr;
 }
 
+size_t end_at_stop(const uintptr_t* frames, size_t count, const StopCode& stop) {
+  for (size_t i = 0; i < count; ++i)
+    if (stop.holds_return_address(frames[i])) return i + 1;
+  return count;
+}
+
 __attribute__((noinline)) size_t capture_stack(uintptr_t* frames, size_t max_frames,
-                                               size_t skip, StackNote** note) {
+                                               size_t skip, StackNote** note, const StopCode& stop) {
   // +1: this function's own frame.
-  const size_t count = capture_stack_cfi(frames, max_frames, skip + 1, note);
+  const size_t count = capture_stack_cfi(frames, max_frames, skip + 1, note, stop);
   if (count != kUnsupportedStack) return count;
-  return capture_stack_libunwind(frames, max_frames, skip + 1);
+  return end_at_stop(frames, capture_stack_libunwind(frames, max_frames, skip + 1), stop);
 }
 
 namespace {
@@ -111,7 +117,8 @@ __attribute__((noinline)) size_t capture_stack_libgcc(uintptr_t* frames, size_t 
 }
 
 __attribute__((noinline)) MEMSNAP_READS_RAW_STACK size_t
-capture_stack_frame_pointers(uintptr_t* frames, size_t max_frames, size_t skip) {
+capture_stack_frame_pointers(uintptr_t* frames, size_t max_frames, size_t skip,
+                             const StopCode& stop) {
   const StackBounds stack = thread_stack_bounds();
   // Each frame starts with the caller's frame pointer, then the return address into it.
   auto frame = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
@@ -123,10 +130,12 @@ capture_stack_frame_pointers(uintptr_t* frames, size_t max_frames, size_t skip) 
     const uintptr_t caller_frame = reinterpret_cast<const volatile uintptr_t*>(frame)[0];
     const uintptr_t return_address = reinterpret_cast<const volatile uintptr_t*>(frame)[1];
     if (return_address == 0) break;
-    if (skip > 0)
+    if (skip > 0) {
       --skip;
-    else
+    } else {
       frames[count++] = return_address;
+      if (stop.holds_return_address(return_address)) break;
+    }
     if (caller_frame <= frame) break;  // the stack grows down: callers are higher
     frame = caller_frame;
   }

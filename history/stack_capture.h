@@ -30,14 +30,30 @@ struct StackNote {
   uint32_t value = 0;
 };
 
+// Code at which a walk ends: the frame whose return address lies inside it is the last one
+// reported. An interpreter's evaluation loop, for a recorder that takes the frames above it
+// from the interpreter: the C++ frames between its runs (the interpreter calling itself
+// through its object protocol) are left unwalked. Empty: the walk goes on to the end.
+struct StopCode {
+  uintptr_t begin = 0;
+  uintptr_t end = 0;
+  // (A return address is just past its call, so a call at the very end returns to `end`.)
+  bool holds_return_address(uintptr_t pc) const { return pc > begin && pc <= end; }
+  bool operator==(const StopCode&) const = default;
+};
+
+// Frames up to and including the first whose return address lies in `stop`.
+size_t end_at_stop(const uintptr_t* frames, size_t count, const StopCode& stop);
+
 // Writes up to `max_frames` return addresses, innermost first, leaving out `skip` frames
-// above the caller (the caller's own frame is always left out). Returns how many it wrote.
-// With `note`, sets *note to the note kept for exactly these frames, or to nullptr when the
-// walk is not remembered (libunwind's fallback). The note stays valid until the calling
-// thread's next capture.
+// above the caller (the caller's own frame is always left out), ending at `stop`. Returns
+// how many it wrote. With `note`, sets *note to the note kept for exactly these frames, or to
+// nullptr when the walk is not remembered (libunwind's fallback). The note stays valid until
+// the calling thread's next capture.
 size_t capture_stack(uintptr_t* frames, size_t max_frames, size_t skip = 0,
-                     StackNote** note = nullptr);
-size_t capture_stack_frame_pointers(uintptr_t* frames, size_t max_frames, size_t skip = 0);
+                     StackNote** note = nullptr, const StopCode& stop = {});
+size_t capture_stack_frame_pointers(uintptr_t* frames, size_t max_frames, size_t skip = 0,
+                                    const StopCode& stop = {});
 // libunwind's walk alone: the fallback of capture_stack, and its reference in tests.
 // libunwind is loaded at run time, privately (see stack_capture.cpp); without it the walk is
 // libgcc's _Unwind_Backtrace.

@@ -107,6 +107,8 @@ bool AutogradFrames::is_evaluation_loop(std::string_view function) const {
   return python_.is_evaluation_loop(function);
 }
 
+StopCode AutogradFrames::evaluation_loop_code() const { return python_.evaluation_loop_code(); }
+
 AutogradFrames& process_autograd_frames() {
   static AutogradFrames* frames = new AutogradFrames(python::process_python_frames());
   return *frames;

@@ -29,6 +29,7 @@ class AutogradFrames final : public InterpreterFrames {
   size_t capture(uintptr_t* tokens, size_t max) override;
   SourceFrame resolve(uintptr_t token) override;
   bool is_evaluation_loop(std::string_view function) const override;
+  StopCode evaluation_loop_code() const override;
 
  private:
   struct Links;

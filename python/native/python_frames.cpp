@@ -1,6 +1,8 @@
 #include "python/native/python_frames.h"
 
 #include <Python.h>
+#include <dlfcn.h>
+#include <link.h>
 
 #include <algorithm>
 #include <array>
@@ -121,6 +123,21 @@ size_t PythonFrames::code_count() const {
 
 bool PythonFrames::is_evaluation_loop(std::string_view function) const {
   return function.rfind("_PyEval_EvalFrameDefault", 0) == 0;
+}
+
+// The loop's entry and size from the dynamic symbol table (CPython exports it, from the
+// executable or from libpython). Code the compiler split off it (".cold" parts) lies
+// elsewhere: a walk passing through there goes on to the loop's next frame.
+StopCode PythonFrames::evaluation_loop_code() const {
+  void* loop = dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault");
+  Dl_info info{};
+  void* entry = nullptr;
+  if (loop == nullptr || dladdr1(loop, &info, &entry, RTLD_DL_SYMENT) == 0 || entry == nullptr)
+    return {};
+  const auto* symbol = static_cast<const ElfW(Sym)*>(entry);
+  if (symbol->st_size == 0) return {};
+  const auto begin = reinterpret_cast<uintptr_t>(loop);
+  return {begin, begin + static_cast<uintptr_t>(symbol->st_size)};
 }
 
 #if MEMSNAP_PYTHON_FRAMES

@@ -35,6 +35,7 @@ class PythonFrames final : public InterpreterFrames {
   size_t capture(uintptr_t* tokens, size_t max) override;
   SourceFrame resolve(uintptr_t token) override;
   bool is_evaluation_loop(std::string_view function) const override;
+  StopCode evaluation_loop_code() const override;
 
   size_t code_count() const;  // distinct code objects interned
 

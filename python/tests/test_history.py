@@ -55,6 +55,11 @@ def test_all_stacks_put_python_frames_in_call_order_among_cpp_frames(memsnap_tor
     assert names[mine + 1] == "test_all_stacks_put_python_frames_in_call_order_among_cpp_frames"
     assert not any(n.startswith("_PyEval_EvalFrameDefault") for n in names), "loop frames are replaced"
     assert not any(n.startswith("memsnap::") for n in names)
+    # The C++ walk ends at the innermost Python frame: CPython calling itself through C
+    # between pytest's frames is not walked.
+    python_file = lambda name: name.endswith(".py") or name.startswith("<frozen ")  # noqa: E731
+    outer = [f"{f['name']} {f['filename']}" for f in frames[mine:] if not python_file(f["filename"])]
+    assert not outer, outer
 
 
 def test_dump_snapshot_is_read_by_memory_viz_and_by_memsnap(memsnap_torch, tmp_path):

@@ -12,13 +12,14 @@ namespace cfi_test_frames {
 namespace {
 
 volatile int g_sink = 0;
+memsnap::StopCode g_stop;
 
 __attribute__((noinline)) TwoWalks walk_both() {
   TwoWalks walks;
   walks.libunwind.resize(memsnap::kMaxStackDepth);
   walks.cfi.resize(memsnap::kMaxStackDepth);
   walks.libunwind.resize(memsnap::capture_stack_libunwind(walks.libunwind.data(), walks.libunwind.size()));
-  const size_t count = memsnap::capture_stack_cfi(walks.cfi.data(), walks.cfi.size());
+  const size_t count = memsnap::capture_stack_cfi(walks.cfi.data(), walks.cfi.size(), 0, nullptr, g_stop);
   walks.unsupported = count == memsnap::kUnsupportedStack;
   walks.cfi.resize(walks.unsupported ? 0 : count);
   g_sink = g_sink + 1;  // no tail call: this frame stays the innermost of both walks
@@ -66,6 +67,8 @@ TwoWalks g_from_handler;
 void handler(int) { g_from_handler = walk_both(); }
 
 }  // namespace
+
+void end_cfi_walks_at(const memsnap::StopCode& stop) { g_stop = stop; }
 
 TwoWalks through_recursion(int depth) {
   TwoWalks walks = recurse(depth);

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "history/stack_capture.h"
+
 namespace cfi_test_frames {
 
 // Both walks from the same innermost function; `first` is the libunwind one.
@@ -22,5 +24,7 @@ TwoWalks through_signal_handler();            // a signal frame on the way
 // must not be reused where the stack above has changed.
 TwoWalks through_one_of_several_callers(int which);
 TwoWalks walk_from_caller();                  // whatever frame shape the caller has
+// The CFI walks of the functions above end at `stop` from now on (libunwind's do not).
+void end_cfi_walks_at(const memsnap::StopCode& stop);
 
 }  // namespace cfi_test_frames

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <vector>
 
@@ -41,6 +42,31 @@ TEST(CfiUnwinder, RememberedWalksAreReusedOnlyWhereTheStackIsUnchanged) {
     SCOPED_TRACE(which);
     expect_same_callers(cfi_test_frames::through_one_of_several_callers(which));
     if (HasFailure()) return;
+  }
+}
+
+// A walk told where to end stops at the first frame whose return address lies there; the
+// walks remembered for reuse are kept apart by where they were to end, so a whole walk never
+// comes back cut short and a cut walk never comes back long.
+TEST(CfiUnwinder, EndsAtTheFirstFrameInsideTheStopCodeWhetherWalkedOrRemembered) {
+  const TwoWalks whole = cfi_test_frames::through_recursion(6);
+  expect_same_callers(whole);
+  // The first return address above the recursion that the stack holds once.
+  size_t end = 0;
+  for (size_t i = 3; i < whole.libunwind.size() && end == 0; ++i)
+    if (std::count(whole.libunwind.begin(), whole.libunwind.end(), whole.libunwind[i]) == 1) end = i;
+  ASSERT_GT(end, 0u);
+  const memsnap::StopCode stop{whole.libunwind[end] - 1, whole.libunwind[end]};
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round);
+    cfi_test_frames::end_cfi_walks_at(stop);
+    for (int again = 0; again < 2; ++again) {  // walked, then taken from the walker's memory
+      const TwoWalks cut = cfi_test_frames::through_recursion(6);
+      ASSERT_EQ(cut.cfi.size(), end + 1);
+      for (size_t i = 1; i <= end; ++i) EXPECT_EQ(cut.cfi[i], whole.libunwind[i]) << i;
+    }
+    cfi_test_frames::end_cfi_walks_at({});
+    EXPECT_EQ(cfi_test_frames::through_recursion(6).cfi.size(), whole.cfi.size());
   }
 }
 

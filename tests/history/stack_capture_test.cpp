@@ -45,6 +45,28 @@ TEST(StackCapture, FindsTheCallingFunctionByNameFileAndLine) {
   EXPECT_TRUE(caller_found);
 }
 
+// Each way of walking ends at the stop code's first frame: the DWARF walk, libunwind's
+// through end_at_stop, and the frame-pointer walk (this file keeps frame pointers).
+TEST(StackCapture, EveryWalkEndsAtTheFirstFrameInsideTheStopCode) {
+  const std::vector<uintptr_t> whole = capture_from_a_named_function();
+  ASSERT_GE(whole.size(), 4u);
+  const memsnap::StopCode stop{whole[2] - 1, whole[2]};
+  EXPECT_EQ(memsnap::end_at_stop(whole.data(), whole.size(), stop), 3u);
+  EXPECT_EQ(memsnap::end_at_stop(whole.data(), whole.size(), {}), whole.size());
+
+  uintptr_t frames[memsnap::kMaxStackDepth];
+  const size_t dwarf = memsnap::capture_stack(frames, memsnap::kMaxStackDepth, 0, nullptr, stop);
+  const size_t dwarf_whole = memsnap::capture_stack(frames, memsnap::kMaxStackDepth);
+  // From this test's frame: one frame fewer than capture_from_a_named_function's walk.
+  EXPECT_EQ(dwarf, 2u);
+  EXPECT_EQ(dwarf_whole, whole.size() - 1);
+  uintptr_t by_pointers[memsnap::kMaxStackDepth];
+  const size_t pointers = memsnap::capture_stack_frame_pointers(by_pointers, memsnap::kMaxStackDepth, 0, stop);
+  ASSERT_GE(pointers, 1u);
+  EXPECT_EQ(by_pointers[pointers - 1], whole[2]);
+  EXPECT_LE(pointers, 2u);
+}
+
 int g_inlined_line = 0;
 
 __attribute__((always_inline)) inline size_t capture_in_inlined_code(uintptr_t* frames) {

@@ -21,12 +21,15 @@ using memsnap::python::PythonFrames;
 
 PythonFrames* g_frames = nullptr;
 
-// What one capture saw: the resolved frames (innermost first), run ends, and how many C++
-// frames of the evaluation loop were on the stack at that moment.
+// What one capture saw: the resolved frames (innermost first), run ends, how many C++
+// frames of the evaluation loop were on the stack at that moment, and the C++ walk whole and
+// ended at the evaluation loop's code.
 struct Capture {
   std::vector<memsnap::SourceFrame> frames;
   size_t run_ends = 0;
   size_t loop_frames = 0;
+  std::vector<uintptr_t> cpp;
+  std::vector<uintptr_t> cpp_to_loop;
 };
 std::vector<Capture> g_captures;
 
@@ -36,11 +39,16 @@ PyObject* capture(PyObject*, PyObject*) {
   Capture taken;
   uintptr_t tokens[memsnap::kMaxInterpreterTokens];
   uintptr_t cpp[memsnap::kMaxStackDepth];
-  size_t count = 0, cpp_count = 0;
+  uintptr_t to_loop[memsnap::kMaxStackDepth];
+  size_t count = 0, cpp_count = 0, to_loop_count = 0;
   Py_BEGIN_ALLOW_THREADS
   count = g_frames->capture(tokens, memsnap::kMaxInterpreterTokens);
   cpp_count = memsnap::capture_stack(cpp, memsnap::kMaxStackDepth);
+  to_loop_count = memsnap::capture_stack(to_loop, memsnap::kMaxStackDepth, 0, nullptr,
+                                         g_frames->evaluation_loop_code());
   Py_END_ALLOW_THREADS
+  taken.cpp.assign(cpp, cpp + cpp_count);
+  taken.cpp_to_loop.assign(to_loop, to_loop + to_loop_count);
   for (size_t i = 0; i < count; ++i) {
     if (memsnap::is_interpreter_frame(tokens[i]))
       taken.frames.push_back(g_frames->resolve(tokens[i]));
@@ -193,6 +201,33 @@ TEST_F(PythonFramesTest, OneRunPerCppFrameOfTheEvaluationLoop) {
   }
   EXPECT_GT(g_captures[1].run_ends, g_captures[0].run_ends) << "map's call into leaf is a run of its own";
   EXPECT_EQ(g_captures[4].frames.at(1).function, "gen");
+}
+
+// What the recorder asks for with Python frames: the C++ walk ends at the innermost frame of
+// the evaluation loop, the frames above being the interpreter's.
+TEST_F(PythonFramesTest, AWalkEndsAtTheInnermostFrameOfTheEvaluationLoop) {
+  const memsnap::StopCode loop = g_frames->evaluation_loop_code();
+  ASSERT_LT(loop.begin, loop.end) << "_PyEval_EvalFrameDefault not found in the dynamic symbols";
+  run("import memsnap_test\n"
+      "def leaf(_=None):\n"
+      "    return memsnap_test.capture()\n"
+      "def outer():\n"
+      "    return list(map(leaf, [1]))[0]\n"
+      "outer()\n");
+  ASSERT_EQ(g_captures.size(), 1u);
+  const Capture& capture = g_captures[0];
+  const auto is_loop = [](uintptr_t address) {
+    for (const memsnap::SourceFrame& frame : memsnap::process_symbolizer().frames_at(address))
+      if (g_frames->is_evaluation_loop(frame.function)) return true;
+    return false;
+  };
+  ASSERT_GE(capture.cpp_to_loop.size(), 2u);
+  ASSERT_LT(capture.cpp_to_loop.size(), capture.cpp.size());
+  EXPECT_TRUE(is_loop(capture.cpp_to_loop.back()));
+  for (size_t i = 0; i + 1 < capture.cpp_to_loop.size(); ++i) EXPECT_FALSE(is_loop(capture.cpp_to_loop[i])) << i;
+  // The same frames as the whole walk up to there (the innermost is each call's own site).
+  for (size_t i = 1; i < capture.cpp_to_loop.size(); ++i) EXPECT_EQ(capture.cpp_to_loop[i], capture.cpp[i]) << i;
+  EXPECT_GE(capture.loop_frames, 2u) << "map's call into leaf runs the loop again, beyond the end";
 }
 
 TEST_F(PythonFramesTest, EachThreadSeesItsOwnFrames) {
