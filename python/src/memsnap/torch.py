@@ -84,7 +84,9 @@ def record_history(
 
     ``level``: ``"off"``; ``"state"`` (the stack of every live allocation); ``"alloc"`` (also a
     trace of allocations); ``"all"`` (also frees, segment events and out-of-memory errors).
-    ``stacks``: ``"all"`` (Python and C++ frames, in call order), ``"python"``, ``"cpp"`` or
+    ``stacks``: ``"all"`` (Python and C++ frames, in call order: the C++ frames from the
+    allocator up to the innermost Python frame, the Python frames above it; a thread running
+    no Python, such as autograd's, gets its whole C++ stack), ``"python"``, ``"cpp"`` or
     ``"none"``. ``max_entries``: trace entries kept per device (the newest). ``skip_actions``:
     trace actions not to record, as PyTorch's (``"free_requested"``, ...).
     """
