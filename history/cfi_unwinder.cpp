@@ -159,7 +159,7 @@ struct WalkMemo {
   MEMSNAP_READS_RAW_STACK static uintptr_t changed(const Word& word) {
     return *reinterpret_cast<const volatile uintptr_t*>(word.address) ^ word.value;
   }
-  // The step of this walk that a walk now at `registers` can go on as, or npos: the same
+  // The step of this walk that a walk now at `registers` can go on as, or kNone: the same
   // registers, and the words read from there on still hold. The words are checked from the
   // outermost in, where two call paths differ when they differ at all; the changed word
   // found is remembered, so that the steps after this one, which would read it too, are
