@@ -56,7 +56,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Thousands of connections a second use up the loopback's ephemeral ports while closed
   // ones wait in TIME_WAIT (more so right after the load tests): each socket closes with a
   // reset instead (SO_LINGER 0, so it leaves no TIME_WAIT), and a connect that finds no free
-  // port waits and tries again. A refused connection means the server is gone: a finding.
+  // port waits and tries again, as does one a signal interrupted (libFuzzer's timers). A
+  // refused connection means the server is gone: a finding.
   int fd = -1;
   for (int attempt = 0;; ++attempt) {
     fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -65,7 +66,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) break;
     const int error = errno;
     ::close(fd);
-    if (error != EADDRNOTAVAIL || attempt == 400) {
+    if ((error != EADDRNOTAVAIL && error != EINTR) || attempt == 400) {
       std::fprintf(stderr, "http_request_fuzz: cannot connect to the server: %s\n", std::strerror(error));
       std::abort();
     }
