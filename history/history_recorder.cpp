@@ -109,9 +109,8 @@ StackId HistoryRecorder::capture(DeviceRecord& record) const {
 }
 
 // C++ frames up to the innermost run of the interpreter, then the interpreter's tokens: one
-// interned stack. The walker's note
-// (the id of a repeated C++ path) cannot be used here, since the same C++ path runs under
-// many interpreter stacks.
+// interned stack. The walker's note (the id of a repeated C++ path) cannot be used here,
+// since the same C++ path runs under many interpreter stacks.
 StackId HistoryRecorder::capture_with_interpreter(DeviceRecord& record) const {
   uintptr_t frames[kMaxStackDepth + kMaxInterpreterTokens];
   size_t count = 0;
