@@ -73,7 +73,7 @@ std::optional<std::string> dump_as(CachingAllocator& allocator, HistoryRecorder*
 
 std::optional<std::string> dump_snapshot(CachingAllocator& allocator, HistoryRecorder* recorder,
                                          const std::string& path, const SnapshotOptions& options) {
-  const bool pickle = path.size() >= 7 && path.compare(path.size() - 7, 7, ".pickle") == 0;
+  const bool pickle = path.ends_with(".pickle");
   return dump_as(allocator, recorder, path, options, pickle);
 }
 
