@@ -1,0 +1,106 @@
+# What `cmake --install` and CPack put where, included by the root CMakeLists.txt.
+#
+#   bin/                        memsnap, memsnap-demo
+#   include/memsnap/<layer>/    the public headers of allocator/, history/ and snapshot/ (writing)
+#                               and every header they include, nothing else
+#   lib/                        libmemsnap_{allocator,history,snapshot}.a
+#   lib/cmake/memsnap/          the CMake package: find_package(memsnap 0.1) -> memsnap::memsnap
+#   lib/pkgconfig/memsnap.pc    the same for pkg-config
+#
+# Tests, benchmarks, the fuzz targets and the other libraries (replay, viewer, web, the PyTorch
+# plugin) are not installed. Install rules live here, not in the layers' own CMakeLists.txt,
+# because python/CMakeLists.txt adds those folders to its wheel build, which must not install them.
+#
+# The libraries are static (as in the build). A static library's private dependencies are still
+# needed when a program links it: CMake exports them as $<LINK_ONLY:...>, and the package config
+# (cmake/memsnapConfig.cmake.in) makes each target they name exist again: find_dependency for
+# Threads, zlib, nlohmann_json and CUDA, pkg-config for libdw. msgpack is header-only and private
+# to memsnap_snapshot, so it is left out of the installed interface (snapshot/CMakeLists.txt).
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(memsnap_package_dir ${CMAKE_INSTALL_LIBDIR}/cmake/memsnap)
+
+# memsnap::memsnap: the three libraries and their usage requirements, C++20 included (the
+# headers need it). An executable is already called memsnap, hence the target's own name.
+add_library(memsnap_libraries INTERFACE)
+target_link_libraries(memsnap_libraries INTERFACE memsnap_snapshot memsnap_history memsnap_allocator)
+target_compile_features(memsnap_libraries INTERFACE cxx_std_20)
+set_target_properties(memsnap_libraries PROPERTIES EXPORT_NAME memsnap)
+add_library(memsnap::memsnap ALIAS memsnap_libraries)
+set_target_properties(memsnap_allocator PROPERTIES EXPORT_NAME allocator)
+set_target_properties(memsnap_history PROPERTIES EXPORT_NAME history)
+set_target_properties(memsnap_snapshot PROPERTIES EXPORT_NAME snapshot)
+
+install(TARGETS memsnap memsnap-demo RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# Headers are included as <memsnap/allocator/caching_allocator.h>; they include each other
+# layer-relative ("allocator/block.h"), so include/memsnap is on the include path as well.
+install(TARGETS memsnap_allocator memsnap_history memsnap_snapshot memsnap_libraries
+        EXPORT memsnapTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} ${CMAKE_INSTALL_INCLUDEDIR}/memsnap)
+install(EXPORT memsnapTargets NAMESPACE memsnap:: DESTINATION ${memsnap_package_dir})
+
+# The headers a program includes; what they include is found at install time
+# (cmake/InstallHeaderClosure.cmake), so a new include never leaves the installed tree short.
+set(memsnap_public_headers
+  allocator/caching_allocator.h
+  allocator/default_backend.h
+  allocator/simulated_backend.h
+  history/history_recorder.h
+  snapshot/snapshot_file.h
+  snapshot/msgpack_writer.h
+  snapshot/json_writer.h
+  snapshot/pytorch_pickle_writer.h
+)
+if(CUDAToolkit_FOUND)
+  list(APPEND memsnap_public_headers allocator/cuda_backend.h)
+endif()
+install(CODE "
+  set(memsnap_source_dir \"${PROJECT_SOURCE_DIR}\")
+  set(memsnap_public_headers \"${memsnap_public_headers}\")
+  set(memsnap_header_destination \"${CMAKE_INSTALL_INCLUDEDIR}/memsnap\")
+  include(\"${PROJECT_SOURCE_DIR}/cmake/InstallHeaderClosure.cmake\")
+")
+
+# The CMake package.
+set(MEMSNAP_PACKAGE_WITH_CUDA ${CUDAToolkit_FOUND})
+if(NOT MEMSNAP_PACKAGE_WITH_CUDA)
+  set(MEMSNAP_PACKAGE_WITH_CUDA FALSE)
+endif()
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/memsnapConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/memsnapConfig.cmake INSTALL_DESTINATION ${memsnap_package_dir})
+# 0.x: a new minor version may change the API, so 0.1 accepts 0.1.x only.
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/memsnapConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/memsnapConfig.cmake ${PROJECT_BINARY_DIR}/memsnapConfigVersion.cmake
+        DESTINATION ${memsnap_package_dir})
+
+# The pkg-config file. Its prefix is found from where the file lies (${pcfiledir}), so it stays
+# right when installed under another prefix (`cmake --install --prefix`, the .deb's /usr).
+# pkg-config --libs gives everything a link needs: the libraries are static, so their own
+# dependencies go in Libs and Requires rather than the .private fields.
+if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
+  set(MEMSNAP_PC_PREFIX "${CMAKE_INSTALL_PREFIX}")
+else()
+  file(RELATIVE_PATH pc_up "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
+  string(REGEX REPLACE "/$" "" pc_up "${pc_up}")
+  set(MEMSNAP_PC_PREFIX "\${pcfiledir}/${pc_up}")
+endif()
+set(MEMSNAP_PC_CFLAGS "")
+set(MEMSNAP_PC_LIBS "")
+if(CUDAToolkit_FOUND)
+  string(APPEND MEMSNAP_PC_CFLAGS " -DMEMSNAP_HAVE_CUDA=1")
+  # The runtime memsnap_allocator linked, from where this build found it.
+  if(MEMSNAP_CUDART STREQUAL "shared")
+    get_filename_component(cudart_dir "${CUDA_cudart_LIBRARY}" DIRECTORY)
+    string(APPEND MEMSNAP_PC_LIBS " -L${cudart_dir} -lcudart")
+  else()
+    get_filename_component(cudart_dir "${CUDA_cudart_static_LIBRARY}" DIRECTORY)
+    string(APPEND MEMSNAP_PC_LIBS " -L${cudart_dir} -lcudart_static -lrt")
+  endif()
+endif()
+configure_file(${PROJECT_SOURCE_DIR}/cmake/memsnap.pc.in ${PROJECT_BINARY_DIR}/memsnap.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/memsnap.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+include(${PROJECT_SOURCE_DIR}/cmake/MemsnapPackage.cmake)
