@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# memsnap as a user gets it from `cmake --install`: installs the build into a fresh prefix, checks
+# that only the user-facing things are there and that each installed header compiles on its own,
+# then builds tests/install/main.cpp against that prefix alone, once through
+# find_package(memsnap) and once through pkg-config, runs both programs and reads the snapshots
+# they write with the installed `memsnap stats`. Registered in tests/CMakeLists.txt.
+#   outside_project_test.sh BUILD_DIR WORK_DIR CMAKE_GENERATOR CXX_COMPILER
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+build=$1 work=$2 generator=$3 cxx=$4
+prefix="$work/prefix"
+started=$SECONDS
+
+step() { echo "== $* ($((SECONDS - started)) s)"; }
+fail() { echo "FAILED: $*" >&2; exit 1; }
+# Runs a command with its output in LOG, shown only when it fails.
+logged() {
+  local log=$1
+  shift
+  "$@" >"$log" 2>&1 || { cat "$log" >&2; fail "$* (log: $log)"; }
+}
+listing() { (cd "$1" && find . -mindepth 1 -maxdepth "$2" | sed 's|^\./||' | sort | tr '\n' ' '); }
+
+rm -rf "$work"
+mkdir -p "$work"
+
+step "cmake --install $build --prefix $prefix"
+logged "$work/install.log" cmake --install "$build" --prefix "$prefix"
+
+step "only the user-facing things are installed"
+pc_file=$(find "$prefix" -name memsnap.pc)
+[[ -n "$pc_file" ]] || fail "no memsnap.pc under $prefix"
+libdir=$(dirname "$(dirname "$pc_file")")
+[[ "$(listing "$prefix/bin" 1)" == "memsnap memsnap-demo " ]] || fail "bin/ holds: $(listing "$prefix/bin" 1)"
+libraries=$(cd "$libdir" && find . -maxdepth 1 \( -name '*.a' -o -name '*.so*' \) | sed 's|^\./||' | sort | tr '\n' ' ')
+[[ "$libraries" == "libmemsnap_allocator.a libmemsnap_history.a libmemsnap_snapshot.a " ]] ||
+  fail "$libdir holds the libraries: $libraries"
+[[ "$(listing "$prefix/include" 1)" == "memsnap " ]] || fail "include/ holds: $(listing "$prefix/include" 1)"
+[[ "$(listing "$prefix/include/memsnap" 1)" == "allocator history snapshot " ]] ||
+  fail "include/memsnap/ holds: $(listing "$prefix/include/memsnap" 1)"
+[[ -f "$libdir/cmake/memsnap/memsnapConfig.cmake" ]] || fail "no CMake package under $libdir/cmake/memsnap"
+
+# Each header alone, with nothing but the installed tree (and Debian's nlohmann_json) to include;
+# any compiler output counts as a failure.
+check_header() {
+  echo "#include <$1>" | "$cxx" -std=c++20 -fsyntax-only -I"$prefix/include" -I"$prefix/include/memsnap" \
+    -x c++ - 2>&1 | sed "s|^|$1: |"
+}
+export -f check_header
+export cxx prefix
+headers=$(cd "$prefix/include" && find memsnap -name '*.h' | sort)
+step "$(wc -l <<<"$headers") installed headers compile on their own"
+# shellcheck disable=SC2016  # $0 is expanded by the inner bash, as meant
+xargs -P 2 -n 1 bash -c 'check_header "$0"' <<<"$headers" >"$work/headers.log" 2>&1
+[[ ! -s "$work/headers.log" ]] || { cat "$work/headers.log" >&2; fail "installed headers that do not compile alone"; }
+
+# Runs PROGRAM, which writes a snapshot to FILE, and reads it with the installed memsnap.
+check_program() {
+  local program=$1 snapshot=$2
+  logged "$snapshot.log" "$program" "$snapshot"
+  [[ -s "$snapshot" ]] || fail "$program wrote no snapshot at $snapshot"
+  logged "$snapshot.stats" "$prefix/bin/memsnap" stats "$snapshot"
+  # main.cpp's three allocations: a small-pool segment and two large ones.
+  if ! grep -q "^memsnap snapshot: 1 device, 3 segments, 4 blocks" "$snapshot.stats" ||
+     ! grep -q "^trace: alloc 3, " "$snapshot.stats"; then
+    cat "$snapshot.stats" >&2
+    fail "memsnap stats read something else from $snapshot"
+  fi
+  head -1 "$snapshot.stats"
+}
+
+step "find_package(memsnap 0.1) with CMAKE_PREFIX_PATH=$prefix"
+logged "$work/configure.log" cmake -S "$here" -B "$work/cmake-build" -G "$generator" \
+  -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF
+found=$(sed -n 's/^memsnap_DIR:PATH=//p' "$work/cmake-build/CMakeCache.txt")
+[[ "$found" == "$prefix"/* ]] || fail "find_package found memsnap at $found, not in $prefix"
+logged "$work/build.log" cmake --build "$work/cmake-build"
+check_program "$work/cmake-build/memsnap_outside_app" "$work/find_package.msgpack"
+
+step "pkg-config --cflags --libs memsnap with PKG_CONFIG_PATH=$(dirname "$pc_file")"
+export PKG_CONFIG_PATH
+PKG_CONFIG_PATH=$(dirname "$pc_file")
+[[ "$(pkg-config --modversion memsnap)" == "0.1.0" ]] || fail "pkg-config reads version $(pkg-config --modversion memsnap)"
+flags=$(pkg-config --cflags --libs memsnap)
+# shellcheck disable=SC2086
+logged "$work/pkg-config-build.log" "$cxx" -std=c++20 "$here/main.cpp" -o "$work/pkg-config-app" $flags
+check_program "$work/pkg-config-app" "$work/pkg-config.msgpack"
+
+step "passed"
