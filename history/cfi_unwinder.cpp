@@ -1,7 +1,11 @@
 #include "history/cfi_unwinder.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
+#include <new>
 #include <optional>
 
 #include "history/stack_capture.h"
@@ -13,42 +17,37 @@
 namespace memsnap {
 namespace {
 
-// A FrameRule in one word, for the cache. Offsets beyond these widths (frames of
-// megabytes) do not fit: such a rule is looked up again at every use.
+// A FrameRule in one word, for the cache, laid out so that each field is one sign-extending
+// move: the CFA offset in the low 32 bits, the saved %rbp's offset in the next 16, the return
+// address's in the next 8, the kind and flags in the top byte. A rule whose offsets do not
+// fit (frames of more than 32 KiB between %rbp's slot and the CFA) is looked up again at
+// every use.
 struct PackedRule {
-  static constexpr unsigned kCfaBits = 24, kRbpBits = 18, kReturnBits = 16;
-  static constexpr bool fits(int64_t value, unsigned bits) {
-    return value >= -(int64_t{1} << (bits - 1)) && value < (int64_t{1} << (bits - 1));
-  }
   static std::optional<uint64_t> pack(const FrameRule& rule) {
-    if (!fits(rule.cfa_offset, kCfaBits) || !fits(rule.rbp_offset, kRbpBits) ||
-        !fits(rule.return_address_offset, kReturnBits))
+    if (rule.rbp_offset != static_cast<int16_t>(rule.rbp_offset) ||
+        rule.return_address_offset != static_cast<int8_t>(rule.return_address_offset))
       return std::nullopt;
-    const auto field = [](int32_t value, unsigned bits) {
-      return static_cast<uint64_t>(static_cast<uint32_t>(value)) & ((uint64_t{1} << bits) - 1);
-    };
-    return static_cast<uint64_t>(rule.kind) | uint64_t{rule.cfa_from_rbp} << 2 |
-           uint64_t{rule.cfa_deref} << 3 | uint64_t{rule.rbp_saved} << 4 | uint64_t{rule.rbp_from_rbp} << 5 |
-           field(rule.cfa_offset, kCfaBits) << 6 | field(rule.rbp_offset, kRbpBits) << (6 + kCfaBits) |
-           field(rule.return_address_offset, kReturnBits) << (6 + kCfaBits + kRbpBits);
+    const uint64_t flags = static_cast<uint64_t>(rule.kind) | uint64_t{rule.cfa_from_rbp} << 2 |
+                           uint64_t{rule.cfa_deref} << 3 | uint64_t{rule.rbp_saved} << 4 |
+                           uint64_t{rule.rbp_from_rbp} << 5;
+    return uint64_t{static_cast<uint32_t>(rule.cfa_offset)} |
+           uint64_t{static_cast<uint16_t>(rule.rbp_offset)} << 32 |
+           uint64_t{static_cast<uint8_t>(rule.return_address_offset)} << 48 | flags << 56;
   }
   static FrameRule unpack(uint64_t word) {
-    const auto field = [word](unsigned shift, unsigned bits) {  // sign-extended
-      return static_cast<int32_t>(static_cast<int64_t>(word << (64 - shift - bits)) >> (64 - bits));
-    };
+    const auto flags = static_cast<unsigned>(word >> 56);
     FrameRule rule;
-    rule.kind = static_cast<FrameRule::Kind>(word & 3);
-    rule.cfa_from_rbp = (word >> 2) & 1;
-    rule.cfa_deref = (word >> 3) & 1;
-    rule.rbp_saved = (word >> 4) & 1;
-    rule.rbp_from_rbp = (word >> 5) & 1;
-    rule.cfa_offset = field(6, kCfaBits);
-    rule.rbp_offset = field(6 + kCfaBits, kRbpBits);
-    rule.return_address_offset = field(6 + kCfaBits + kRbpBits, kReturnBits);
+    rule.kind = static_cast<FrameRule::Kind>(flags & 3);
+    rule.cfa_from_rbp = (flags >> 2) & 1;
+    rule.cfa_deref = (flags >> 3) & 1;
+    rule.rbp_saved = (flags >> 4) & 1;
+    rule.rbp_from_rbp = (flags >> 5) & 1;
+    rule.cfa_offset = static_cast<int32_t>(static_cast<uint32_t>(word));
+    rule.rbp_offset = static_cast<int16_t>(static_cast<uint16_t>(word >> 32));
+    rule.return_address_offset = static_cast<int8_t>(static_cast<uint8_t>(word >> 48));
     return rule;
   }
 };
-static_assert(6 + PackedRule::kCfaBits + PackedRule::kRbpBits + PackedRule::kReturnBits == 64);
 
 // Rules by code address, four to a set of one cache line: a model's step walks through
 // thousands of distinct return addresses (PyTorch's dispatcher, autograd, the interpreter),
@@ -60,10 +59,31 @@ class RuleCache {
   RuleCache() : unloaded_(unloaded_module_count()) {}
 
   FrameRule rule(uintptr_t pc) {
-    // (A multiplicative hash: return addresses cluster, in a few large modules.)
-    Set& set = sets_[(pc * 0x9E3779B97F4A7C15ull) >> (64 - kSetBits)];
-    for (size_t way = 0; way < kWays; ++way)
-      if (set.pc[way] == pc) return PackedRule::unpack(set.rule[way]);
+    Set& set = set_of(pc);
+    // Every way compared and the match selected without a branch: which way holds an
+    // address differs from step to step, and a mispredicted branch costs more than the probe.
+    static_assert(kWays == 4);
+    const bool match[kWays] = {set.pc[0] == pc, set.pc[1] == pc, set.pc[2] == pc, set.pc[3] == pc};
+    uint64_t packed = match[1] ? set.rule[1] : set.rule[0];
+    packed = match[2] ? set.rule[2] : packed;
+    packed = match[3] ? set.rule[3] : packed;
+    if (__builtin_expect(match[0] | match[1] | match[2] | match[3], 1)) return PackedRule::unpack(packed);
+    return miss(set, pc);
+  }
+  uint64_t generation() const { return generation_; }  // changes when rules are dropped
+
+ private:
+  static constexpr unsigned kSetBits = 12;  // 4,096 sets of 4: 256 KiB a thread
+  static constexpr size_t kWays = 4;
+  struct alignas(64) Set {
+    uintptr_t pc[kWays] = {};  // 0: empty (no code lies at address 0)
+    uint64_t rule[kWays] = {};
+  };
+
+  // (A multiplicative hash: return addresses cluster, in a few large modules.)
+  Set& set_of(uintptr_t pc) { return sets_[(pc * 0x9E3779B97F4A7C15ull) >> (64 - kSetBits)]; }
+
+  __attribute__((noinline)) FrameRule miss(Set& set, uintptr_t pc) {
     // A miss is the slow path anyway: see whether modules were unloaded since the rules
     // were read, and start over if so.
     const uint64_t unloaded = unloaded_module_count();
@@ -82,15 +102,7 @@ class RuleCache {
     }
     return found;
   }
-  uint64_t generation() const { return generation_; }  // changes when rules are dropped
 
- private:
-  static constexpr unsigned kSetBits = 12;  // 4,096 sets of 4: 256 KiB a thread
-  static constexpr size_t kWays = 4;
-  struct alignas(64) Set {
-    uintptr_t pc[kWays] = {};  // 0: empty (no code lies at address 0)
-    uint64_t rule[kWays] = {};
-  };
   Set sets_[size_t{1} << kSetBits];
   uint64_t unloaded_;
   uint64_t generation_ = 0;
@@ -104,6 +116,12 @@ class RuleCache {
 // remembered walk read from there on still holds the same value, the rest of the new walk
 // is the remembered one. Checking costs independent loads, where walking costs a chain of
 // dependent ones: the outer frames a program's allocations share come almost for free.
+//
+// Only what the rest of the walk depends on is compared. Code built without frame pointers
+// uses %rbp as an ordinary register: the word a function saved it in holds whatever its
+// caller kept there (a loop counter, a tensor), different at every call, though no step
+// above reads %rbp. Such a word, and %rbp before a step, count only where a later step
+// computes its CFA or finds the saved %rbp from %rbp before a step restores it.
 struct WalkMemo {
   static constexpr size_t kMaxSteps = kMaxStackDepth + 16;  // skipped frames included
   struct Registers {
@@ -112,31 +130,37 @@ struct WalkMemo {
   struct Word {
     uintptr_t address, value;
   };
-  // (What every step of a walk asks of every memo comes first, in one cache line.)
   uint64_t rules_generation = ~uint64_t{0};
   size_t steps = 0;
   size_t word_count = 0;
-  // Within the walk under way: the first step whose stack pointer is not below the walk's
-  // (steps go up the stack, in both walks); and words below stale_end are known to have
-  // changed (one at stale_end - 1), so no step whose words start below it can be taken over.
-  size_t cursor = 0;
-  size_t stale_end = 0;
   // Ended by itself or at `stop`: nothing beyond `steps` to find. Otherwise it stopped for
   // want of room, and knows nothing past its `steps`.
   bool complete = false;
+  // Whether the way the walk ended depends on %rbp after its last step (a step that failed
+  // after reading it).
+  bool end_reads_bp = false;
   StopCode stop;  // where the walk was to end: only walks with the same take it over
   uint64_t last_used = 0;
+  // During walk number `stale_walk`, words below stale_end are known to have changed (one
+  // at stale_end - 1): no step whose words start below it can be taken over.
+  uint64_t stale_walk = 0;
+  size_t stale_end = 0;
   // The caller's note on the frames this walk gave, cut with `note_skip` and `note_max`
   // (another cut is other frames: the note starts over).
   StackNote note;
   size_t note_skip = 0;
   size_t note_max = 0;
-  // The registers before each step, one array each: the search for a step of a given stack
-  // pointer reads the stack pointers alone.
   uintptr_t sp_before[kMaxSteps];
   uintptr_t pc_before[kMaxSteps];
   uintptr_t bp_before[kMaxSteps];
   uint16_t first_word[kMaxSteps];  // words read by step i start here
+  // Per step: kReadsBp, its rule reads %rbp before it; kSetsBp, its rule sets %rbp from a
+  // stack word (the saved_bp-th word of the step, kNoWord once left out); kBpMatters, the
+  // rest of the walk depends on %rbp before the step.
+  static constexpr uint8_t kReadsBp = 1, kSetsBp = 2, kBpMatters = 4;
+  static constexpr uint8_t kNoWord = 0xFF;
+  uint8_t bp_flags[kMaxSteps];
+  uint8_t saved_bp[kMaxSteps];
   uintptr_t produced[kMaxSteps];   // the return address step i found
   Word words[kMaxSteps * 3];
 
@@ -159,61 +183,135 @@ struct WalkMemo {
   MEMSNAP_READS_RAW_STACK static uintptr_t changed(const Word& word) {
     return *reinterpret_cast<const volatile uintptr_t*>(word.address) ^ word.value;
   }
-  // The step of this walk that a walk now at `registers` can go on as, or kNone: the same
-  // registers, and the words read from there on still hold. The words are checked from the
-  // outermost in, where two call paths differ when they differ at all; the changed word
-  // found is remembered, so that the steps after this one, which would read it too, are
-  // passed over without a load (else a new walk inside a known one, whose outer frames
-  // differ, would check the same words again at every step).
-  MEMSNAP_READS_RAW_STACK size_t step_at(const Registers& registers) {
-    while (cursor < steps && sp_before[cursor] < registers.sp) ++cursor;
-    if (cursor >= steps || sp_before[cursor] != registers.sp || pc_before[cursor] != registers.pc ||
-        bp_before[cursor] != registers.bp || first_word[cursor] < stale_end)
-      return kNone;
-    for (size_t w = word_count; w-- > first_word[cursor];) {
+  // Whether this walk's first `count` steps gave the return addresses `other`'s gave.
+  bool same_start(const WalkMemo& other, size_t count) const {
+    return std::equal(produced, produced + count, other.produced);
+  }
+
+  // Once the walk is done: which steps depend on %rbp before them, and the saved-%rbp words
+  // nothing depends on left out of the words to check.
+  void settle_bp() {
+    bool matters = end_reads_bp;  // after the last step
+    bool keep_word[kMaxSteps];
+    for (size_t step = steps; step-- > 0;) {
+      keep_word[step] = matters;
+      matters = (bp_flags[step] & kReadsBp) || (!(bp_flags[step] & kSetsBp) && matters);
+      bp_flags[step] = static_cast<uint8_t>((bp_flags[step] & ~kBpMatters) | (matters ? kBpMatters : 0));
+    }
+    size_t kept = 0;
+    for (size_t step = 0; step < steps; ++step) {
+      const size_t begin = first_word[step];
+      const size_t end = step + 1 < steps ? first_word[step + 1] : word_count;
+      first_word[step] = static_cast<uint16_t>(kept);
+      for (size_t w = begin; w < end; ++w)
+        if (keep_word[step] || w - begin != saved_bp[step]) words[kept++] = words[w];
+      if (!keep_word[step]) saved_bp[step] = kNoWord;
+    }
+    word_count = kept;
+  }
+  // Whether walk number `walk`, now at `registers`, can go on as this walk from `step`: the
+  // same registers there, and the words read from there on still hold. The words are
+  // checked from the outermost in, where two call paths differ when they differ at all; the
+  // changed word found is remembered, so that later steps, which would read it too, are
+  // passed over without a load.
+  MEMSNAP_READS_RAW_STACK bool continues(size_t step, const Registers& registers, uint64_t walk) {
+    if (step >= steps || sp_before[step] != registers.sp || pc_before[step] != registers.pc ||
+        ((bp_flags[step] & kBpMatters) && bp_before[step] != registers.bp) ||
+        (stale_walk == walk && first_word[step] < stale_end))
+      return false;
+    for (size_t w = word_count; w-- > first_word[step];) {
       if (changed(words[w]) != 0) {
+        stale_walk = walk;
         stale_end = w + 1;
-        return kNone;
+        return false;
       }
     }
-    return cursor;
+    return true;
   }
-  static constexpr size_t kNone = ~size_t{0};
+};
+
+// Where a remembered walk had given registers: a hint, checked against the walk itself
+// before use (its slot may have been overwritten by another walk since).
+struct JoinHint {
+  uintptr_t pc = 0;
+  uintptr_t sp = 0;
+  uint16_t memo = 0;
+  uint16_t step = 0;
 };
 
 struct ThreadWalker {
-  static constexpr size_t kMemos = 4;
+  static constexpr size_t kMemos = 8;
+  static constexpr unsigned kHintBits = 8;  // 256 hints, 6 KiB
+  static constexpr size_t kHintStride = 4;  // past the first steps, hints are probed at every 4th
   const StackBounds stack = thread_stack_bounds();
   RuleCache rules;
   WalkMemo storage[kMemos + 1];
-  WalkMemo* memos[kMemos] = {&storage[0], &storage[1], &storage[2], &storage[3]};
-  WalkMemo* scratch = &storage[kMemos];  // the walk under way
+  uint16_t scratch = kMemos;  // the storage of the walk under way; the others are memos
   uint64_t clock = 0;
+  // The walk under way looks up its registers here, one probe every kHintStride steps,
+  // instead of searching every memo at every step: most steps of a model's walks were never
+  // walked from the same registers, and a search per memo per step cost more than the
+  // walking it saved.
+  JoinHint hints[size_t{1} << kHintBits];
 
-  // Keeps the finished walk in scratch in place of the least recently used memo.
+  static size_t hint_slot(uintptr_t pc, uintptr_t sp) {
+    return static_cast<size_t>(((pc ^ (sp << 16)) * 0x9E3779B97F4A7C15ull) >> (64 - kHintBits));
+  }
+  JoinHint& hint(uintptr_t pc, uintptr_t sp) { return hints[hint_slot(pc, sp)]; }
+
+  // Keeps the finished walk in scratch in place of the least recently used memo, and
+  // leaves a hint for each of its steps.
   void keep_scratch() {
-    WalkMemo** oldest = &memos[0];
-    for (WalkMemo*& memo : memos)
-      if (memo->last_used < (*oldest)->last_used) oldest = &memo;
-    std::swap(*oldest, scratch);
+    uint16_t oldest = scratch == 0 ? 1 : 0;
+    for (uint16_t m = 0; m <= kMemos; ++m)
+      if (m != scratch && storage[m].last_used < storage[oldest].last_used) oldest = m;
+    const WalkMemo& kept = storage[scratch];
+    for (size_t step = 0; step < kept.steps; ++step)
+      hint(kept.pc_before[step], kept.sp_before[step]) = {kept.pc_before[step], kept.sp_before[step],
+                                                          scratch, static_cast<uint16_t>(step)};
+    scratch = oldest;
   }
 };
 
+// A thread's walker lives in one huge page where the system gives them on request: its
+// rules span 64 small pages, and a program's work between two allocations evicts their
+// translations too, so a walk through cold rules missed the TLB at every step.
+struct WalkerDelete {
+  void operator()(ThreadWalker* walker) const {
+    walker->~ThreadWalker();
+    std::free(walker);
+  }
+};
+
+std::unique_ptr<ThreadWalker, WalkerDelete> new_walker() {
+  constexpr size_t kHugePage = size_t{2} << 20;
+  static_assert(sizeof(ThreadWalker) <= kHugePage);
+  void* memory = std::aligned_alloc(kHugePage, kHugePage);
+  if (memory != nullptr) {
+    madvise(memory, kHugePage, MADV_HUGEPAGE);  // (a hint: without it, small pages serve)
+  } else {
+    constexpr size_t kLine = 64;
+    memory = std::aligned_alloc(kLine, (sizeof(ThreadWalker) + kLine - 1) / kLine * kLine);
+    if (memory == nullptr) throw std::bad_alloc();
+  }
+  return std::unique_ptr<ThreadWalker, WalkerDelete>(new (memory) ThreadWalker);
+}
+
 ThreadWalker& thread_walker() {
-  // On the heap: tens of KiB are too much for every thread's static TLS block.
-  thread_local std::unique_ptr<ThreadWalker> walker = std::make_unique<ThreadWalker>();
+  // On the heap: its hundreds of KiB are too much for every thread's static TLS block.
+  thread_local std::unique_ptr<ThreadWalker, WalkerDelete> walker = new_walker();
   return *walker;
 }
 
-// Reads a word of the thread's stack at `address` into `value` and remembers it in `memo`;
-// false when it lies outside the stack.
-MEMSNAP_READS_RAW_STACK bool load(const StackBounds& stack, uintptr_t low, uintptr_t address,
-                                  uintptr_t& value, WalkMemo& memo) {
+// Reads a word of the thread's stack at `address` into `value` and remembers it in `memo`
+// (at `word_count`, which it advances); false when it lies outside the stack.
+MEMSNAP_READS_RAW_STACK inline bool load(const StackBounds& stack, uintptr_t low, uintptr_t address,
+                                         uintptr_t& value, WalkMemo& memo, size_t& word_count) {
   if (address < low || address < stack.low || address > stack.high - sizeof(uintptr_t) ||
       address % alignof(uintptr_t) != 0)
     return false;
   value = *reinterpret_cast<const volatile uintptr_t*>(address);
-  memo.words[memo.word_count++] = {address, value};
+  memo.words[word_count++] = {address, value};
   return true;
 }
 
@@ -260,74 +358,106 @@ __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max
     return kUnsupportedStack;
   const size_t step_limit = std::min(skip + std::min(max_frames, kMaxStackDepth), WalkMemo::kMaxSteps);
   const uint64_t generation = walker.rules.generation();
+  const uint64_t walk = ++walker.clock;
   FrameSink sink(frames, max_frames, skip);
-  WalkMemo& memo = *walker.scratch;
-  memo.steps = memo.word_count = 0;
-  memo.last_used = ++walker.clock;
+  WalkMemo& memo = walker.storage[walker.scratch];
+  memo.last_used = walk;
   memo.note = StackNote{};
   memo.stop = stop;
-  for (WalkMemo* earlier : walker.memos) earlier->cursor = earlier->stale_end = 0;
-  auto finish = [&](bool complete) {
+  // (Kept in locals, not in the memo, while the walk runs: stores into the memo's arrays
+  // would otherwise make the compiler reload them at every step.)
+  size_t steps = 0;
+  size_t word_count = 0;
+  auto finish = [&](bool complete, bool end_reads_bp = false) {
+    memo.steps = steps;
+    memo.word_count = word_count;
     memo.complete = complete;
+    memo.end_reads_bp = end_reads_bp;
+    memo.settle_bp();
     memo.rules_generation = generation;
     if (walker.rules.generation() == generation) {
-      walker.keep_scratch();  // swaps pointers: `memo` is still this walk
+      walker.keep_scratch();  // `memo` stays this walk; the next one gets other storage
       if (note != nullptr) *note = memo.note_for(skip, max_frames);
+    } else {
+      memo.last_used = 0;  // described by dropped rules: reuse this storage first
     }
     return sink.count();
   };
 
   for (size_t i = 0; i < step_limit; ++i) {
-    for (WalkMemo* earlier : walker.memos) {
+    if (i > ThreadWalker::kHintStride && i % ThreadWalker::kHintStride != 0) {
+      // (Every step near the start, where walks from one place part: the step after they
+      // part finds the walk that went the same way. Then between probes: once two walks
+      // meet they go on together, so a join found a few steps late is found all the same.)
+    } else if (const JoinHint& hint = walker.hint(registers.pc, registers.sp);
+               hint.pc == registers.pc && hint.sp == registers.sp && hint.memo != walker.scratch) {
+      WalkMemo& earlier = walker.storage[hint.memo];
       // (Against the rules now: a lookup on the way may have dropped them.)
-      if (earlier->rules_generation != walker.rules.generation() || !(earlier->stop == stop)) continue;
-      const size_t at = earlier->step_at(registers);
-      if (at == WalkMemo::kNone) continue;
-      // The rest of this walk is the earlier one's from step `at`, if it knows enough of it.
-      const size_t known = earlier->steps - at;
-      if (!earlier->complete && known < step_limit - i) continue;
-      const size_t taken = std::min(known, step_limit - i);
-      earlier->last_used = walker.clock;
-      sink.add_all(earlier->produced + at, taken);
-      if (i == 0 && at == 0) {  // the same walk again: nothing new to remember
-        if (note != nullptr) *note = earlier->note_for(skip, max_frames);
-        return sink.count();
+      if (earlier.rules_generation == walker.rules.generation() && earlier.stop == stop &&
+          earlier.continues(hint.step, registers, walk)) {
+        // The rest of this walk is the earlier one's from step `at`, if it knows enough of it.
+        const size_t at = hint.step;
+        const size_t known = earlier.steps - at;
+        if (earlier.complete || known >= step_limit - i) {
+          const size_t taken = std::min(known, step_limit - i);
+          earlier.last_used = walk;
+          sink.add_all(earlier.produced + at, taken);
+          if (at == i && memo.same_start(earlier, i)) {
+            // The same walk again (its first steps walked afresh because the hint for where
+            // it starts named another walk): nothing new to remember.
+            memo.last_used = 0;
+            if (note != nullptr) *note = earlier.note_for(skip, max_frames);
+            return sink.count();
+          }
+          // A new walk that joins a known one: remember it whole.
+          const size_t first_word = earlier.first_word[at];
+          const size_t word_end = at + taken < earlier.steps ? earlier.first_word[at + taken] : earlier.word_count;
+          for (size_t j = 0; j < taken; ++j) {
+            memo.set_before(i + j, {earlier.pc_before[at + j], earlier.sp_before[at + j], earlier.bp_before[at + j]});
+            memo.produced[i + j] = earlier.produced[at + j];
+            memo.first_word[i + j] = static_cast<uint16_t>(word_count + earlier.first_word[at + j] - first_word);
+            memo.bp_flags[i + j] = earlier.bp_flags[at + j];
+            memo.saved_bp[i + j] = earlier.saved_bp[at + j];
+          }
+          std::copy(earlier.words + first_word, earlier.words + word_end, memo.words + word_count);
+          word_count += word_end - first_word;
+          steps = i + taken;
+          return finish(earlier.complete && taken == known, taken == known && earlier.end_reads_bp);
+        }
       }
-      // A new walk that joins a known one: remember it whole.
-      const size_t first_word = earlier->first_word[at];
-      const size_t word_end = at + taken < earlier->steps ? earlier->first_word[at + taken] : earlier->word_count;
-      for (size_t j = 0; j < taken; ++j) {
-        memo.set_before(i + j, {earlier->pc_before[at + j], earlier->sp_before[at + j], earlier->bp_before[at + j]});
-        memo.produced[i + j] = earlier->produced[at + j];
-        memo.first_word[i + j] =
-            static_cast<uint16_t>(memo.word_count + earlier->first_word[at + j] - first_word);
-      }
-      for (size_t w = first_word; w < word_end; ++w) memo.words[memo.word_count++] = earlier->words[w];
-      memo.steps = i + taken;
-      return finish(earlier->complete && taken == known);
     }
     memo.set_before(i, registers);
-    memo.first_word[i] = static_cast<uint16_t>(memo.word_count);
+    memo.first_word[i] = static_cast<uint16_t>(word_count);
     // A return address is just past its call; the call itself is what the rule is for.
     const FrameRule rule = walker.rules.rule(i == 0 ? registers.pc : registers.pc - 1);
-    if (rule.kind == FrameRule::Kind::kUnsupported) return kUnsupportedStack;
+    if (rule.kind == FrameRule::Kind::kUnsupported) {
+      memo.last_used = 0;
+      return kUnsupportedStack;
+    }
     if (rule.kind != FrameRule::Kind::kStep) return finish(true);
+    const bool reads_bp = rule.cfa_from_rbp || (rule.rbp_saved && rule.rbp_from_rbp);
+    memo.bp_flags[i] = static_cast<uint8_t>((reads_bp ? WalkMemo::kReadsBp : 0) |
+                                            (rule.rbp_saved ? WalkMemo::kSetsBp : 0));
     const uintptr_t sp = registers.sp;
     uintptr_t cfa = (rule.cfa_from_rbp ? registers.bp : sp) + static_cast<intptr_t>(rule.cfa_offset);
-    if (rule.cfa_deref && !load(stack, sp, cfa, cfa, memo)) return finish(true);
-    if (cfa <= sp) return finish(true);  // callers' frames lie above: a rule going down is wrong
+    // (A step that fails ends the walk the way it does because of what it read, %rbp too.)
+    if (rule.cfa_deref && !load(stack, sp, cfa, cfa, memo, word_count)) return finish(true, reads_bp);
+    if (cfa <= sp) return finish(true, reads_bp);  // callers' frames lie above: a rule going down is wrong
     uintptr_t return_address = 0;
-    if (!load(stack, sp, cfa + static_cast<intptr_t>(rule.return_address_offset), return_address, memo))
-      return finish(true);
+    if (!load(stack, sp, cfa + static_cast<intptr_t>(rule.return_address_offset), return_address, memo,
+              word_count))
+      return finish(true, reads_bp);
+    memo.saved_bp[i] = static_cast<uint8_t>(word_count - memo.first_word[i]);
     if (rule.rbp_saved &&
         !load(stack, sp, (rule.rbp_from_rbp ? registers.bp : cfa) + static_cast<intptr_t>(rule.rbp_offset),
-              registers.bp, memo))
-      return finish(true);
+              registers.bp, memo, word_count))
+      return finish(true, reads_bp);
+    if (!rule.rbp_saved) memo.saved_bp[i] = WalkMemo::kNoWord;
     registers.sp = cfa;
     registers.pc = return_address;
     if (return_address == 0) return finish(true);
     memo.produced[i] = return_address;
-    memo.steps = i + 1;
+    steps = i + 1;
     sink.add(return_address);
     if (stop.holds_return_address(return_address)) return finish(true);
   }

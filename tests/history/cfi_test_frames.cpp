@@ -64,6 +64,37 @@ __attribute__((noinline)) TwoWalks via_second() {
 
 TwoWalks g_from_handler;
 
+// Calls fn with %rbp holding `value`; its CFA is %rsp-based and %rbp is saved at CFA - 16
+// (the shape GCC gives a function that uses %rbp as an ordinary register). The callee saves
+// `value` in its own frame.
+extern "C" void memsnap_test_call_with_rbp(void (*fn)(), uintptr_t value);
+asm(R"(
+  .text
+  .p2align 4
+  .type memsnap_test_call_with_rbp, @function
+memsnap_test_call_with_rbp:
+  .cfi_startproc
+  push %rbp
+  .cfi_def_cfa_offset 16
+  .cfi_offset %rbp, -16
+  mov %rsi, %rbp
+  call *%rdi
+  pop %rbp
+  .cfi_def_cfa_offset 8
+  ret
+  .cfi_endproc
+  .size memsnap_test_call_with_rbp, .-memsnap_test_call_with_rbp
+)");
+
+NotedWalk g_noted;
+
+__attribute__((noinline)) void walk_noted() {
+  g_noted.cfi.resize(memsnap::kMaxStackDepth);
+  const size_t count = memsnap::capture_stack_cfi(g_noted.cfi.data(), g_noted.cfi.size(), 0, &g_noted.note);
+  g_noted.cfi.resize(count == memsnap::kUnsupportedStack ? 0 : count);
+  g_sink = g_sink + 1;
+}
+
 void handler(int) { g_from_handler = walk_both(); }
 
 }  // namespace
@@ -92,6 +123,13 @@ TwoWalks walk_from_caller() {
   TwoWalks walks = walk_both();
   g_sink = g_sink + 1;
   return walks;
+}
+
+NotedWalk through_rbp_holding(uintptr_t value) {
+  g_noted = NotedWalk{};
+  memsnap_test_call_with_rbp(walk_noted, value);
+  g_sink = g_sink + 1;
+  return g_noted;
 }
 
 TwoWalks through_signal_handler() {

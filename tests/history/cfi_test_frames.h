@@ -24,6 +24,13 @@ TwoWalks through_signal_handler();            // a signal frame on the way
 // must not be reused where the stack above has changed.
 TwoWalks through_one_of_several_callers(int which);
 TwoWalks walk_from_caller();                  // whatever frame shape the caller has
+// A CFI walk (with its note) through a frame that saved %rbp holding `value` and addresses
+// nothing from %rbp, as code without frame pointers does with %rbp used for data.
+struct NotedWalk {
+  std::vector<uintptr_t> cfi;
+  memsnap::StackNote* note = nullptr;
+};
+NotedWalk through_rbp_holding(uintptr_t value);
 // The CFI walks of the functions above end at `stop` from now on (libunwind's do not).
 void end_cfi_walks_at(const memsnap::StopCode& stop);
 

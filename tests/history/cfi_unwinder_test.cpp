@@ -132,6 +132,29 @@ TEST(CfiUnwinder, NotesComeBackOnlyWithTheFramesTheyWereWrittenFor) {
   EXPECT_GT(hits, 400);            // and repeated walks do bring their notes back
 }
 
+// Code without frame pointers keeps data in %rbp, and the callee saves it in its frame: a
+// word that differs at every call although nothing above reads %rbp. The walk from the same
+// place must still be known again (its note comes back), and give the same frames.
+TEST(CfiUnwinder, ASavedRbpWordNoStepReadsDoesNotKeepAWalkFromBeingKnownAgain) {
+  constexpr uint64_t kOwner = 7;
+  std::vector<uintptr_t> first;
+  int hits = 0;
+  for (uintptr_t value = 1; value < 100; ++value) {
+    SCOPED_TRACE(value);
+    const cfi_test_frames::NotedWalk walk = cfi_test_frames::through_rbp_holding(value * 0x10001);
+    ASSERT_GE(walk.cfi.size(), 3u);
+    ASSERT_NE(walk.note, nullptr);
+    if (first.empty()) {
+      first = walk.cfi;
+      *walk.note = {kOwner, 1};
+      continue;
+    }
+    ASSERT_EQ(walk.cfi, first);
+    if (walk.note->owner == kOwner) ++hits;
+  }
+  EXPECT_EQ(hits, 98);
+}
+
 TEST(CfiRules, AddressesOutsideAnyModuleHaveNoRule) {
   EXPECT_EQ(memsnap::find_frame_rule(0x10).kind, memsnap::FrameRule::Kind::kNoInfo);
   const auto here = reinterpret_cast<uintptr_t>(&expect_same_callers);
