@@ -108,6 +108,7 @@ py::dict memory_stats(int device) {
 
 PYBIND11_MODULE(_native, m) {
   m.doc() = "memsnap's native side for memsnap.torch";
+  python::watch_code_objects();  // (the GIL is held here, as the watcher needs)
   m.def("install", [](std::optional<std::string> settings) { install(settings); },
         py::arg("settings") = py::none());
   m.def("is_installed", [] {

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
@@ -35,6 +36,13 @@ constexpr size_t kMaxFramesWalked = 4096;  // a corrupt chain ends the walk, not
 std::atomic<uint64_t> next_serial{1};
 
 #if MEMSNAP_PYTHON_FRAMES
+
+// Code objects some PythonFrames interned, and how many of them have died: a thread's
+// cached id for a code address holds while the count is what it was when the id was cached.
+std::atomic<bool> watching_code{false};
+std::atomic<uint64_t> code_deaths{0};
+std::mutex interned_mutex;
+std::unordered_set<const void*>* interned_codes = new std::unordered_set<const void*>;  // never destroyed
 
 // What identifies a code object beyond its address: its immutable fields' identities.
 struct Fingerprint {
@@ -113,6 +121,36 @@ std::string frames_unsupported_reason() {
          PY_VERSION;
 }
 
+#if MEMSNAP_PYTHON_FRAMES && PY_VERSION_HEX >= 0x030C0000
+
+namespace {
+
+// Runs with the GIL held as a code object is created or destroyed; must not raise.
+int on_code_event(PyCodeEvent event, PyCodeObject* code) {
+  if (event != PY_CODE_EVENT_DESTROY) return 0;
+  std::lock_guard<std::mutex> lock(interned_mutex);
+  if (interned_codes->erase(code) > 0) code_deaths.fetch_add(1, std::memory_order_release);
+  return 0;
+}
+
+}  // namespace
+
+bool watch_code_objects() {
+  if (watching_code.load()) return true;
+  if (PyCode_AddWatcher(on_code_event) < 0) {
+    PyErr_Clear();
+    return false;
+  }
+  watching_code.store(true);
+  return true;
+}
+
+#else
+
+bool watch_code_objects() { return false; }
+
+#endif
+
 PythonFrames::PythonFrames() : table_(std::make_unique<Table>()), serial_(next_serial++) {}
 PythonFrames::~PythonFrames() = default;
 
@@ -149,9 +187,17 @@ namespace {
 struct CacheSlot {
   const void* code = nullptr;
   uint64_t owner = 0;
-  Fingerprint fingerprint;
+  uint64_t deaths = 0;      // code_deaths when cached (while watching)
+  Fingerprint fingerprint;  // (without a watcher)
+  int first_traceable = 0;  // the code's _co_firsttraceable
   uint32_t id = 0;
 };
+
+// _PyFrame_IsIncomplete (a frame before its first RESUME instruction), with the code
+// object's _co_firsttraceable given, so that a known code object is not read for it.
+bool is_incomplete(const _PyInterpreterFrame* frame, PyCodeObject* code, int first_traceable) {
+  return frame->owner != FRAME_OWNED_BY_GENERATOR && frame->prev_instr < _PyCode_CODE(code) + first_traceable;
+}
 thread_local std::array<CacheSlot, 512> code_cache;
 
 }  // namespace
@@ -162,6 +208,10 @@ size_t PythonFrames::capture(uintptr_t* tokens, size_t max) {
   PyThreadState* thread = PyGILState_GetThisThreadState();
   if (thread == nullptr || thread->cframe == nullptr) return 0;
   _PyInterpreterFrame* frame = thread->cframe->current_frame;
+  // (Read before any frame: a code object that died before this capture began, and whose
+  // address a frame of this thread now holds, was counted before this thread ran the frame.)
+  const bool watching = watching_code.load(std::memory_order_relaxed);
+  const uint64_t deaths = code_deaths.load(std::memory_order_acquire);
   size_t count = 0;
   for (size_t walked = 0; frame != nullptr && count < max && walked < kMaxFramesWalked; ++walked) {
 #if PY_VERSION_HEX >= 0x030C0000
@@ -173,13 +223,23 @@ size_t PythonFrames::capture(uintptr_t* tokens, size_t max) {
     }
 #endif
     PyCodeObject* code = frame->f_code;
-    if (code != nullptr && !_PyFrame_IsIncomplete(frame)) {
-      const Fingerprint fingerprint = fingerprint_of(code);
-      CacheSlot& slot = code_cache[(reinterpret_cast<uintptr_t>(code) >> 4) % code_cache.size()];
+    CacheSlot* slot = nullptr;
+    bool known = false;
+    if (code != nullptr) {
+      slot = &code_cache[(reinterpret_cast<uintptr_t>(code) >> 4) % code_cache.size()];
+      known = slot->code == code && slot->owner == serial_ &&
+              (watching ? slot->deaths == deaths : slot->fingerprint == fingerprint_of(code));
+    }
+    if (code != nullptr && !is_incomplete(frame, code, known ? slot->first_traceable : code->_co_firsttraceable)) {
       uint32_t id;
-      if (slot.code == code && slot.owner == serial_ && slot.fingerprint == fingerprint) {
-        id = slot.id;
+      if (known) {
+        id = slot->id;
       } else {
+        const Fingerprint fingerprint = fingerprint_of(code);
+        if (watching) {  // so that its death is counted
+          std::lock_guard<std::mutex> lock(interned_mutex);
+          interned_codes->insert(code);
+        }
         std::lock_guard<std::mutex> lock(table_->mutex);
         auto found = table_->by_address.find(code);
         if (found != table_->by_address.end() && found->second.fingerprint == fingerprint) {
@@ -194,7 +254,7 @@ size_t PythonFrames::capture(uintptr_t* tokens, size_t max) {
                                                static_cast<size_t>(PyBytes_GET_SIZE(code->co_linetable)))});
           table_->by_address[code] = {fingerprint, id};
         }
-        slot = {code, serial_, fingerprint, id};
+        *slot = {code, serial_, deaths, fingerprint, code->_co_firsttraceable, id};
       }
       const ptrdiff_t index = frame->prev_instr - _PyCode_CODE(code);
       const uint64_t instruction =

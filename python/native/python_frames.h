@@ -8,7 +8,11 @@
 // code id and the instruction's offset. A code object is interned the first time it is seen
 // by copying what a frame needs later (name, file, first line, line table), so tokens resolve
 // to lines at snapshot time without the interpreter, and after the code object is gone.
-// Address reuse is caught by a fingerprint of the code object's fields.
+// Address reuse (a code object freed, another made at its address) is caught by watching
+// code objects die (CPython 3.12's code watchers, see watch_code_objects): a frame whose
+// code was seen before then costs no read of the code object at all, where the code objects
+// of a deep stack's outer frames are far from the processor's caches. Without a watcher
+// (3.11, or no watcher slot free) a fingerprint of the code object's fields catches it.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +28,11 @@ namespace memsnap::python {
 // and if not, why.
 bool frames_supported();
 std::string frames_unsupported_reason();
+
+// Starts watching code objects die, for every PythonFrames; call with the GIL held. False
+// where the interpreter has no code watchers (before 3.12) or none free: then frames are
+// told apart by fingerprint.
+bool watch_code_objects();
 
 class PythonFrames final : public InterpreterFrames {
  public:

@@ -185,3 +185,24 @@ def test_backward_stacks_read_in_memsnap_through_the_joining_frame(memsnap_torch
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "<autograd backward>" in done.stdout and f"test_history.py:{forward_line}" in done.stdout
+
+
+def test_code_objects_that_die_and_whose_addresses_are_reused_keep_their_own_names(memsnap_torch):
+    """Functions made and dropped one after another: a new code object often takes a freed
+    one's address, and each allocation must still name the function that made it."""
+    torch.cuda.memory._record_memory_history(stacks="python", max_entries=100000)
+    tensors = []
+    try:
+        for i in range(200):
+            namespace = {"torch": torch}
+            exec(compile(f"def made_{i}():\n    return torch.empty(4096 + {i}, device='cuda')\n",
+                         f"<made {i}>", "exec"), namespace)
+            tensors.append((i, namespace[f"made_{i}"]()))
+            del namespace  # the function and its code object die here
+        snapshot = torch.cuda.memory._snapshot()
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    allocs = {e["addr"]: e for e in snapshot["device_traces"][0] if e["action"] == "alloc"}
+    for i, tensor in tensors:
+        frames = allocs[tensor.data_ptr()]["frames"]
+        assert frames[0]["name"] == f"made_{i}" and frames[0]["filename"] == f"<made {i}>", frames[0]

@@ -114,6 +114,7 @@ class PythonFramesTest : public ::testing::Test {
   static void SetUpTestSuite() {
     PyImport_AppendInittab("memsnap_test", init_module);
     Py_Initialize();
+    memsnap::python::watch_code_objects();  // (from 3.12; before, frames are told by fingerprint)
     g_frames = new PythonFrames;
   }
   // Runs `source` as the module "frames_test.py"; fails the test on a Python error.
