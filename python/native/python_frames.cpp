@@ -141,7 +141,10 @@ bool watch_code_objects() {
     PyErr_Clear();
     return false;
   }
-  watching_code.store(true);
+  // Ids cached before now were cached unwatched (their code objects' deaths go uncounted):
+  // counting one death makes every thread look them up again.
+  code_deaths.fetch_add(1, std::memory_order_release);
+  watching_code.store(true, std::memory_order_release);
   return true;
 }
 
@@ -210,7 +213,7 @@ size_t PythonFrames::capture(uintptr_t* tokens, size_t max) {
   _PyInterpreterFrame* frame = thread->cframe->current_frame;
   // (Read before any frame: a code object that died before this capture began, and whose
   // address a frame of this thread now holds, was counted before this thread ran the frame.)
-  const bool watching = watching_code.load(std::memory_order_relaxed);
+  const bool watching = watching_code.load(std::memory_order_acquire);
   const uint64_t deaths = code_deaths.load(std::memory_order_acquire);
   size_t count = 0;
   for (size_t walked = 0; frame != nullptr && count < max && walked < kMaxFramesWalked; ++walked) {
