@@ -49,6 +49,7 @@ set(memsnap_public_headers
   allocator/simulated_backend.h
   history/history_recorder.h
   snapshot/snapshot_file.h
+  snapshot/environment_recording.h
   snapshot/msgpack_writer.h
   snapshot/json_writer.h
   snapshot/pytorch_pickle_writer.h

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "allocator/device_stats.h"
+#include "history/recording_environment.h"
 #include "python/native/python_frames.h"
 #include "python/native/torch_allocator.h"
 #include "python/native/torch_snapshot.h"
@@ -116,6 +117,18 @@ PYBIND11_MODULE(_native, m) {
     return mine != nullptr && c10::cuda::CUDACachingAllocator::get() == mine;
   });
   m.def("settings", [] { return require_installed().config().source; });
+  m.def("recording_environment", [] {
+    const Result<RecordingEnvironment> environment = recording_environment();
+    if (!environment) throw py::value_error(environment.error());
+    py::dict out;
+    out["level"] = std::string(history_level_name(environment->level));
+    out["stacks"] = environment->stacks ? py::object(py::str(std::string(stack_choice_name(*environment->stacks))))
+                                        : py::object(py::none());
+    out["max_entries"] = environment->max_entries;
+    out["oom_snapshot"] = environment->oom_snapshot;
+    out["snapshot_at_exit"] = environment->snapshot_at_exit;
+    return out;
+  });
   m.def("record_history", &record_history, py::arg("level"), py::arg("stacks"),
         py::arg("max_entries"), py::arg("clear") = false,
         py::arg("skip_actions") = std::vector<std::string>{});

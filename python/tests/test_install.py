@@ -77,3 +77,37 @@ def test_settings_apply_and_cannot_change_after_install():
     """)
     assert result["expandable"] and all(result["expandable"])
     assert "fixed when memsnap is installed" in result["refused"]
+
+
+def test_recording_turned_on_from_the_environment_with_no_code(tmp_path):
+    """MEMSNAP_HISTORY, MEMSNAP_STACKS, MEMSNAP_MAX_ENTRIES and MEMSNAP_SNAPSHOT_AT_EXIT: the
+    program only installs; its history is recorded and written when it ends."""
+    at_exit = tmp_path / "at-exit.pickle"
+    result = run_python("""
+        import json, torch, memsnap.torch
+        memsnap.torch.install()
+        def allocate_in_a_named_function():
+            return torch.empty(3 << 20, dtype=torch.uint8, device="cuda")
+        kept = allocate_in_a_named_function()
+        print(json.dumps({"settings": memsnap.torch.history_settings()}))
+    """, env={"MEMSNAP_HISTORY": "all", "MEMSNAP_STACKS": "python", "MEMSNAP_MAX_ENTRIES": "5000",
+              "MEMSNAP_SNAPSHOT_AT_EXIT": str(at_exit)})
+    assert result["settings"] == {"level": "all", "stacks": "python", "max_entries": 5000}
+    import pickle
+    with open(at_exit, "rb") as file:
+        snapshot = pickle.load(file)
+    allocs = [e for e in snapshot["device_traces"][0] if e["action"] == "alloc"]
+    named = [e for e in allocs if e["frames"] and e["frames"][0]["name"] == "allocate_in_a_named_function"]
+    assert named and named[-1]["size"] >= 3 << 20, allocs[-3:]
+
+
+def test_a_bad_recording_variable_is_one_line_naming_it_and_nothing_is_installed():
+    result = run_python("""
+        import json, memsnap.torch
+        try:
+            memsnap.torch.install()
+        except ValueError as error:
+            print(json.dumps({"error": str(error), "installed": memsnap.torch.is_installed()}))
+    """, env={"MEMSNAP_HISTORY": "all", "MEMSNAP_MAX_ENTRIES": "lots"})
+    assert result["error"].startswith("MEMSNAP_MAX_ENTRIES=lots: expected"), result["error"]
+    assert "\n" not in result["error"] and not result["installed"]

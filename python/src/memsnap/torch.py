@@ -21,6 +21,7 @@ its own allocator, CUDA IPC between processes, and changing allocator settings a
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import sys
 import warnings
@@ -49,6 +50,7 @@ PYTORCH_DEFAULT_ENTRY_LIMIT = 2_000_000
 MAX_ENTRIES = 50_000_000
 
 _patched = False
+_environment_applied = False
 
 
 def install(settings: Optional[str] = None) -> None:
@@ -58,13 +60,42 @@ def install(settings: Optional[str] = None) -> None:
     without it they come from ``MEMSNAP_ALLOC_CONF``, ``PYTORCH_ALLOC_CONF`` or
     ``PYTORCH_CUDA_ALLOC_CONF``. Call it before the first CUDA tensor: once PyTorch's own
     allocator holds memory, it raises a RuntimeError saying so. Calling it again is harmless.
+
+    Recording can be turned on from the environment, with no other change to the program:
+    ``MEMSNAP_HISTORY=state|alloc|all`` (as ``record_history``'s level), ``MEMSNAP_STACKS=
+    all|python|cpp|none`` (default all), ``MEMSNAP_MAX_ENTRIES=N`` (default 100,000),
+    ``MEMSNAP_OOM_SNAPSHOT=oom-{pid}-{n}.msgpack`` (as ``dump_snapshot_on_oom``) and
+    ``MEMSNAP_SNAPSHOT_AT_EXIT=run.msgpack`` (``dump_snapshot`` when the program ends). A bad
+    value raises a ValueError naming the variable, before anything is installed.
     """
+    global _environment_applied
     if settings is not None and not isinstance(settings, str):
         raise TypeError(f"settings must be a str or None, not {type(settings).__name__}")
     if not torch.cuda.is_available():
         raise RuntimeError("memsnap.torch.install(): PyTorch sees no CUDA device")
+    environment = _native.recording_environment()
     _native.install(settings)
     _patch_torch()
+    if not _environment_applied:
+        _environment_applied = True
+        _apply_environment(environment)
+
+
+def _apply_environment(environment: dict) -> None:
+    """What the MEMSNAP_* recording variables ask for (history/recording_environment.h)."""
+    if environment["level"] != "off":
+        record_history(environment["level"], environment["stacks"] or "all", environment["max_entries"])
+    if environment["oom_snapshot"]:
+        dump_snapshot_on_oom(environment["oom_snapshot"])
+    if environment["snapshot_at_exit"]:
+        atexit.register(_dump_at_exit, environment["snapshot_at_exit"])
+
+
+def _dump_at_exit(path: str) -> None:
+    try:
+        dump_snapshot(path)
+    except Exception as error:  # the program is ending: say so, never raise
+        print(f"memsnap: MEMSNAP_SNAPSHOT_AT_EXIT={path}: {error}", file=sys.stderr)
 
 
 def is_installed() -> bool:

@@ -1,0 +1,82 @@
+#include "history/recording_environment.h"
+
+#include <array>
+#include <cstdlib>
+#include <utility>
+
+namespace memsnap {
+namespace {
+
+constexpr std::array<std::pair<std::string_view, StackChoice>, 4> kStackChoices = {{
+    {"all", StackChoice::kAll},
+    {"python", StackChoice::kPython},
+    {"cpp", StackChoice::kCpp},
+    {"none", StackChoice::kNone},
+}};
+
+// The value as the program would print it in an error: bounded, control characters shown.
+std::string shown(std::string_view value) {
+  constexpr size_t kShown = 60;
+  std::string out;
+  for (const char c : value.substr(0, kShown)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  if (value.size() > kShown) out += "...";
+  return out;
+}
+
+std::optional<size_t> positive_count(std::string_view text, size_t max) {
+  if (text.empty() || text.size() > 12) return std::nullopt;
+  size_t value = 0;
+  for (const char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    value = value * 10 + static_cast<size_t>(c - '0');
+  }
+  if (value == 0 || value > max) return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
+std::string_view stack_choice_name(StackChoice choice) {
+  for (const auto& [name, value] : kStackChoices)
+    if (value == choice) return name;
+  return "?";
+}
+
+Result<RecordingEnvironment> recording_environment(const std::function<const char*(const char*)>& lookup) {
+  const auto get = [&](const char* name) -> std::optional<std::string_view> {
+    const char* value = lookup ? lookup(name) : std::getenv(name);
+    if (value == nullptr) return std::nullopt;
+    return std::string_view(value);
+  };
+  RecordingEnvironment out;
+  if (const auto text = get("MEMSNAP_HISTORY")) {
+    const std::optional<HistoryLevel> level = history_level_from_name(*text);
+    if (!level)
+      return Result<RecordingEnvironment>::failure("MEMSNAP_HISTORY=" + shown(*text) +
+                                                   ": expected off, state, alloc or all");
+    out.level = *level;
+  }
+  if (const auto text = get("MEMSNAP_STACKS")) {
+    for (const auto& [name, value] : kStackChoices)
+      if (*text == name) out.stacks = value;
+    if (!out.stacks)
+      return Result<RecordingEnvironment>::failure("MEMSNAP_STACKS=" + shown(*text) +
+                                                   ": expected all, python, cpp or none");
+  }
+  if (const auto text = get("MEMSNAP_MAX_ENTRIES")) {
+    const std::optional<size_t> count = positive_count(*text, kMaxEnvironmentEntries);
+    if (!count)
+      return Result<RecordingEnvironment>::failure("MEMSNAP_MAX_ENTRIES=" + shown(*text) +
+                                                   ": expected a whole number from 1 to 50000000");
+    out.max_entries = *count;
+  }
+  if (const auto text = get("MEMSNAP_OOM_SNAPSHOT")) out.oom_snapshot = std::string(*text);
+  if (const auto text = get("MEMSNAP_SNAPSHOT_AT_EXIT")) out.snapshot_at_exit = std::string(*text);
+  // Stacks and entries say how to record: without MEMSNAP_HISTORY they would do nothing.
+  if (out.level == HistoryLevel::kOff && (out.stacks || get("MEMSNAP_MAX_ENTRIES")) && !get("MEMSNAP_HISTORY"))
+    return Result<RecordingEnvironment>::failure(
+        "MEMSNAP_STACKS and MEMSNAP_MAX_ENTRIES need MEMSNAP_HISTORY (state, alloc or all) to record anything");
+  return out;
+}
+
+}  // namespace memsnap
