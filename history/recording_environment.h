@@ -8,7 +8,8 @@
 //   MEMSNAP_OOM_SNAPSHOT=oom-{pid}-{n}.msgpack   a snapshot at every out-of-memory error
 //   MEMSNAP_SNAPSHOT_AT_EXIT=run.msgpack     a snapshot when the program ends
 //
-// A bad value is one line naming the variable; nothing is half applied.
+// A bad value is one line naming the variable; nothing is half applied. MEMSNAP_STACKS or
+// MEMSNAP_MAX_ENTRIES without MEMSNAP_HISTORY is one too (they would record nothing).
 #pragma once
 
 #include <cstddef>

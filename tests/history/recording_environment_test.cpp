@@ -65,6 +65,19 @@ TEST(RecordingEnvironment, ABadValueIsOneLineNamingItsVariable) {
   }
 }
 
+// How to record, with nothing asked to record, would silently do nothing: said instead. An
+// explicit MEMSNAP_HISTORY=off (recording turned off on purpose) keeps the others quiet.
+TEST(RecordingEnvironment, StacksOrEntriesWithoutHistoryAreOneLineSayingSo) {
+  for (const Variables& variables : {Variables{{"MEMSNAP_STACKS", "cpp"}}, Variables{{"MEMSNAP_MAX_ENTRIES", "10"}}}) {
+    const auto environment = read(variables);
+    ASSERT_FALSE(environment);
+    EXPECT_NE(environment.error().find("need MEMSNAP_HISTORY"), std::string::npos) << environment.error();
+  }
+  const auto off = read({{"MEMSNAP_HISTORY", "off"}, {"MEMSNAP_STACKS", "cpp"}});
+  ASSERT_TRUE(off) << off.error();
+  EXPECT_EQ(off->level, memsnap::HistoryLevel::kOff);
+}
+
 TEST(RecordingEnvironment, TheLargestTraceIsAccepted) {
   const auto environment = read({{"MEMSNAP_HISTORY", "all"}, {"MEMSNAP_MAX_ENTRIES", "50000000"}});
   ASSERT_TRUE(environment) << environment.error();
