@@ -375,11 +375,10 @@ __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max
     memo.end_reads_bp = end_reads_bp;
     memo.settle_bp();
     memo.rules_generation = generation;
+    // (A walk described by rules dropped on the way is not kept: its storage stays scratch.)
     if (walker.rules.generation() == generation) {
       walker.keep_scratch();  // `memo` stays this walk; the next one gets other storage
       if (note != nullptr) *note = memo.note_for(skip, max_frames);
-    } else {
-      memo.last_used = 0;  // described by dropped rules: reuse this storage first
     }
     return sink.count();
   };
@@ -405,7 +404,6 @@ __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max
           if (at == i && memo.same_start(earlier, i)) {
             // The same walk again (its first steps walked afresh because the hint for where
             // it starts named another walk): nothing new to remember.
-            memo.last_used = 0;
             if (note != nullptr) *note = earlier.note_for(skip, max_frames);
             return sink.count();
           }
@@ -430,10 +428,7 @@ __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max
     memo.first_word[i] = static_cast<uint16_t>(word_count);
     // A return address is just past its call; the call itself is what the rule is for.
     const FrameRule rule = walker.rules.rule(i == 0 ? registers.pc : registers.pc - 1);
-    if (rule.kind == FrameRule::Kind::kUnsupported) {
-      memo.last_used = 0;
-      return kUnsupportedStack;
-    }
+    if (rule.kind == FrameRule::Kind::kUnsupported) return kUnsupportedStack;
     if (rule.kind != FrameRule::Kind::kStep) return finish(true);
     const bool reads_bp = rule.cfa_from_rbp || (rule.rbp_saved && rule.rbp_from_rbp);
     memo.bp_flags[i] = static_cast<uint8_t>((reads_bp ? WalkMemo::kReadsBp : 0) |
