@@ -42,6 +42,12 @@ std::string_view stack_choice_name(StackChoice choice) {
   return "?";
 }
 
+std::optional<StackChoice> stack_choice_from_name(std::string_view name) {
+  for (const auto& [known, value] : kStackChoices)
+    if (name == known) return value;
+  return std::nullopt;
+}
+
 Result<RecordingEnvironment> recording_environment(const std::function<const char*(const char*)>& lookup) {
   const auto get = [&](const char* name) -> std::optional<std::string_view> {
     const char* value = lookup ? lookup(name) : std::getenv(name);
@@ -49,31 +55,32 @@ Result<RecordingEnvironment> recording_environment(const std::function<const cha
     return std::string_view(value);
   };
   RecordingEnvironment out;
-  if (const auto text = get("MEMSNAP_HISTORY")) {
-    const std::optional<HistoryLevel> level = history_level_from_name(*text);
+  const std::optional<std::string_view> history = get("MEMSNAP_HISTORY");
+  if (history) {
+    const std::optional<HistoryLevel> level = history_level_from_name(*history);
     if (!level)
-      return Result<RecordingEnvironment>::failure("MEMSNAP_HISTORY=" + shown(*text) +
+      return Result<RecordingEnvironment>::failure("MEMSNAP_HISTORY=" + shown(*history) +
                                                    ": expected off, state, alloc or all");
     out.level = *level;
   }
   if (const auto text = get("MEMSNAP_STACKS")) {
-    for (const auto& [name, value] : kStackChoices)
-      if (*text == name) out.stacks = value;
+    out.stacks = stack_choice_from_name(*text);
     if (!out.stacks)
       return Result<RecordingEnvironment>::failure("MEMSNAP_STACKS=" + shown(*text) +
                                                    ": expected all, python, cpp or none");
   }
-  if (const auto text = get("MEMSNAP_MAX_ENTRIES")) {
-    const std::optional<size_t> count = positive_count(*text, kMaxEnvironmentEntries);
+  const std::optional<std::string_view> entries = get("MEMSNAP_MAX_ENTRIES");
+  if (entries) {
+    const std::optional<size_t> count = positive_count(*entries, kMaxEnvironmentEntries);
     if (!count)
-      return Result<RecordingEnvironment>::failure("MEMSNAP_MAX_ENTRIES=" + shown(*text) +
+      return Result<RecordingEnvironment>::failure("MEMSNAP_MAX_ENTRIES=" + shown(*entries) +
                                                    ": expected a whole number from 1 to 50000000");
     out.max_entries = *count;
   }
   if (const auto text = get("MEMSNAP_OOM_SNAPSHOT")) out.oom_snapshot = std::string(*text);
   if (const auto text = get("MEMSNAP_SNAPSHOT_AT_EXIT")) out.snapshot_at_exit = std::string(*text);
   // Stacks and entries say how to record: without MEMSNAP_HISTORY they would do nothing.
-  if (out.level == HistoryLevel::kOff && (out.stacks || get("MEMSNAP_MAX_ENTRIES")) && !get("MEMSNAP_HISTORY"))
+  if (!history && (out.stacks || entries))
     return Result<RecordingEnvironment>::failure(
         "MEMSNAP_STACKS and MEMSNAP_MAX_ENTRIES need MEMSNAP_HISTORY (state, alloc or all) to record anything");
   return out;

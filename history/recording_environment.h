@@ -39,5 +39,6 @@ Result<RecordingEnvironment> recording_environment(
     const std::function<const char*(const char*)>& lookup = nullptr);
 
 std::string_view stack_choice_name(StackChoice choice);
+std::optional<StackChoice> stack_choice_from_name(std::string_view name);
 
 }  // namespace memsnap

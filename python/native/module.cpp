@@ -42,12 +42,10 @@ void record_history(const std::string& level, const std::string& stacks, size_t 
   if (!parsed) throw std::invalid_argument("level must be one of off, state, alloc, all; got '" + level + "'");
   HistorySettings settings;
   settings.level = *parsed;
-  if (stacks == "all" || stacks == "python" || stacks == "cpp" || stacks == "none") {
-    settings.cpp_stacks = stacks == "all" || stacks == "cpp";
-    settings.interpreter_stacks = stacks == "all" || stacks == "python";
-  } else {
-    throw std::invalid_argument("stacks must be one of all, python, cpp, none; got '" + stacks + "'");
-  }
+  const std::optional<StackChoice> choice = stack_choice_from_name(stacks);
+  if (!choice) throw std::invalid_argument("stacks must be one of all, python, cpp, none; got '" + stacks + "'");
+  settings.cpp_stacks = *choice == StackChoice::kAll || *choice == StackChoice::kCpp;
+  settings.interpreter_stacks = *choice == StackChoice::kAll || *choice == StackChoice::kPython;
   if (settings.interpreter_stacks && !python::frames_supported())
     throw std::runtime_error(python::frames_unsupported_reason() +
                              "; use stacks=\"cpp\" or stacks=\"none\"");
