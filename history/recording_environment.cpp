@@ -14,8 +14,9 @@ constexpr std::array<std::pair<std::string_view, StackChoice>, 4> kStackChoices 
     {"none", StackChoice::kNone},
 }};
 
-// The value as the program would print it in an error: bounded, control characters shown.
-std::string shown(std::string_view value) {
+}  // namespace
+
+std::string shown_environment_value(std::string_view value) {
   constexpr size_t kShown = 60;
   std::string out;
   for (const char c : value.substr(0, kShown)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
@@ -33,8 +34,6 @@ std::optional<size_t> positive_count(std::string_view text, size_t max) {
   if (value == 0 || value > max) return std::nullopt;
   return value;
 }
-
-}  // namespace
 
 std::string_view stack_choice_name(StackChoice choice) {
   for (const auto& [name, value] : kStackChoices)
@@ -59,21 +58,21 @@ Result<RecordingEnvironment> recording_environment(const std::function<const cha
   if (history) {
     const std::optional<HistoryLevel> level = history_level_from_name(*history);
     if (!level)
-      return Result<RecordingEnvironment>::failure("MEMSNAP_HISTORY=" + shown(*history) +
+      return Result<RecordingEnvironment>::failure("MEMSNAP_HISTORY=" + shown_environment_value(*history) +
                                                    ": expected off, state, alloc or all");
     out.level = *level;
   }
   if (const auto text = get("MEMSNAP_STACKS")) {
     out.stacks = stack_choice_from_name(*text);
     if (!out.stacks)
-      return Result<RecordingEnvironment>::failure("MEMSNAP_STACKS=" + shown(*text) +
+      return Result<RecordingEnvironment>::failure("MEMSNAP_STACKS=" + shown_environment_value(*text) +
                                                    ": expected all, python, cpp or none");
   }
   const std::optional<std::string_view> entries = get("MEMSNAP_MAX_ENTRIES");
   if (entries) {
     const std::optional<size_t> count = positive_count(*entries, kMaxEnvironmentEntries);
     if (!count)
-      return Result<RecordingEnvironment>::failure("MEMSNAP_MAX_ENTRIES=" + shown(*entries) +
+      return Result<RecordingEnvironment>::failure("MEMSNAP_MAX_ENTRIES=" + shown_environment_value(*entries) +
                                                    ": expected a whole number from 1 to 50000000");
     out.max_entries = *count;
   }

@@ -38,6 +38,11 @@ inline constexpr size_t kMaxEnvironmentEntries = 50000000;  // 2 GB of trace rin
 Result<RecordingEnvironment> recording_environment(
     const std::function<const char*(const char*)>& lookup = nullptr);
 
+// For parsers of other variables: a value as an error shows it (bounded, control characters
+// as '?'), and a whole number from 1 to `max` (nullopt for anything else).
+std::string shown_environment_value(std::string_view value);
+std::optional<size_t> positive_count(std::string_view text, size_t max);
+
 std::string_view stack_choice_name(StackChoice choice);
 std::optional<StackChoice> stack_choice_from_name(std::string_view name);
 

@@ -3,10 +3,13 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+
+#include "history/history_recorder.h"
 
 namespace memsnap {
 namespace {
@@ -54,6 +57,15 @@ ProcessInfo current_process(const JobPlace& given) {
   info.rank = place.rank;
   info.local_rank = place.local_rank;
   info.world_size = place.world_size;
+  return info;
+}
+
+ProcessInfo process_at_snapshot(const JobPlace& given) {
+  ProcessInfo info = current_process(given);
+  info.time_unix_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  info.clock_offset_us = info.time_unix_us - steady_time_us();
   return info;
 }
 

@@ -22,5 +22,8 @@ JobPlace job_place(const JobPlace& given = {});
 
 // This process: host name, pid and job place; the time fields are left at 0.
 ProcessInfo current_process(const JobPlace& given = {});
+// The same with the time fields of a snapshot taken now: the Unix time, and the offset that
+// turns the steady-clock times of its events (steady_time_us) into Unix times.
+ProcessInfo process_at_snapshot(const JobPlace& given = {});
 
 }  // namespace memsnap

@@ -3,9 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
-#include <map>
 #include <string>
 #include <unordered_map>
 
@@ -13,6 +11,7 @@
 
 #include "allocator/device_stats.h"
 #include "history/symbolizer.h"
+#include "snapshot/snapshot_stacks.h"
 
 namespace memsnap {
 namespace {
@@ -21,7 +20,7 @@ namespace {
 class StackTables {
  public:
   StackTables(Snapshot& snapshot, const HistoryRecorder* recorder)
-      : snapshot_(snapshot), recorder_(recorder) {}
+      : tables_(snapshot), recorder_(recorder) {}
 
   // Stack ids are per device (each device interns its own).
   StackIndex index_of(int device, StackId id) {
@@ -78,41 +77,13 @@ class StackTables {
     return frames;
   }
 
-  uint32_t intern_frame(SourceFrame frame) {
-    std::string key = frame.function;
-    key += '\0';
-    key += frame.file;
-    key += '\0';
-    key += std::to_string(frame.line);
-    auto [it, fresh] = frame_index_.try_emplace(std::move(key), 0);
-    if (fresh) {
-      it->second = static_cast<uint32_t>(snapshot_.frames.size());
-      snapshot_.frames.push_back({std::move(frame.function), std::move(frame.file), frame.line});
-    }
-    return it->second;
-  }
+  uint32_t intern_frame(SourceFrame frame) { return tables_.intern_frame(std::move(frame)); }
+  StackIndex intern_stack(std::vector<uint32_t> frames) { return tables_.intern_stack(std::move(frames)); }
 
-  StackIndex intern_stack(std::vector<uint32_t> frames) {
-    auto [it, fresh] = stack_index_.try_emplace(frames, 0);
-    if (fresh) {
-      it->second = static_cast<StackIndex>(snapshot_.stacks.size());
-      snapshot_.stacks.push_back(std::move(frames));
-    }
-    return it->second;
-  }
-
-  Snapshot& snapshot_;
+  SnapshotStackTables tables_;
   const HistoryRecorder* recorder_;
   std::unordered_map<uint64_t, StackIndex> by_id_;
-  std::unordered_map<std::string, uint32_t> frame_index_;
-  std::map<std::vector<uint32_t>, StackIndex> stack_index_;
 };
-
-int64_t unix_time_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Whether the trace already holds this error (history at level "all" records it before the
 // observers run; other threads' events may have come after it).
@@ -122,13 +93,6 @@ bool has_recent_oom(const std::vector<TraceEntry>& trace, const OomInfo& oom) {
     if (trace[i].action == TraceAction::kOom && trace[i].size == oom.requested_bytes && trace[i].stream == oom.stream)
       return true;
   return false;
-}
-
-ProcessInfo process_info(const SnapshotOptions& options) {
-  ProcessInfo info = current_process(options.job);
-  info.time_unix_us = unix_time_us();
-  info.clock_offset_us = info.time_unix_us - steady_time_us();
-  return info;
 }
 
 // Values as JSON texts, so every reader keeps their types (snapshot.h).
@@ -190,7 +154,7 @@ Snapshot take_snapshot(CachingAllocator& allocator, HistoryRecorder* recorder,
                        const SnapshotOptions& options) {
   Snapshot snapshot;
   StackTables stacks(snapshot, recorder);
-  snapshot.process = process_info(options);
+  snapshot.process = process_at_snapshot(options.job);
   snapshot.allocator_settings = settings_of(allocator.config());
   for (int d = 0; d < allocator.device_count(); ++d) {
     if (recorder != nullptr) recorder->record_snapshot_taken(d);

@@ -57,6 +57,15 @@ std::optional<std::string> write_file_atomically(const std::string& path, const 
   return std::nullopt;
 }
 
+std::optional<std::string> write_snapshot_file(const Snapshot& snapshot, const std::string& path) {
+  try {
+    return write_file_atomically(path, path.ends_with(".pickle") ? to_pytorch_pickle(snapshot)
+                                                                 : to_msgpack(snapshot));
+  } catch (const std::exception& error) {
+    return "cannot write a snapshot to " + path + ": " + error.what();
+  }
+}
+
 namespace {
 
 std::optional<std::string> dump_as(CachingAllocator& allocator, HistoryRecorder* recorder,

@@ -16,6 +16,11 @@ namespace memsnap {
 // Writes `bytes` to `path` atomically; returns a one-line error on failure.
 std::optional<std::string> write_file_atomically(const std::string& path, const std::string& bytes);
 
+// Writes `snapshot` to `path` (atomically): as PyTorch's snapshot pickle when the path ends in
+// ".pickle" (snapshot/pytorch_pickle_writer.h), else as memsnap's msgpack. Returns a one-line
+// error on failure.
+std::optional<std::string> write_snapshot_file(const Snapshot& snapshot, const std::string& path);
+
 // Takes a snapshot and writes it to `path`: as PyTorch's snapshot pickle when the path ends in
 // ".pickle" (snapshot/pytorch_pickle_writer.h), else as memsnap's msgpack. Returns a one-line
 // error on failure.

@@ -1,0 +1,30 @@
+#include "snapshot/snapshot_stacks.h"
+
+#include <utility>
+
+namespace memsnap {
+
+uint32_t SnapshotStackTables::intern_frame(SourceFrame frame) {
+  std::string key = frame.function;
+  key += '\0';
+  key += frame.file;
+  key += '\0';
+  key += std::to_string(frame.line);
+  auto [it, fresh] = frame_index_.try_emplace(std::move(key), 0);
+  if (fresh) {
+    it->second = static_cast<uint32_t>(snapshot_.frames.size());
+    snapshot_.frames.push_back({std::move(frame.function), std::move(frame.file), frame.line});
+  }
+  return it->second;
+}
+
+StackIndex SnapshotStackTables::intern_stack(std::vector<uint32_t> frames) {
+  auto [it, fresh] = stack_index_.try_emplace(frames, 0);
+  if (fresh) {
+    it->second = static_cast<StackIndex>(snapshot_.stacks.size());
+    snapshot_.stacks.push_back(std::move(frames));
+  }
+  return it->second;
+}
+
+}  // namespace memsnap

@@ -1,0 +1,31 @@
+// A snapshot's frame and stack tables, filled as stacks are symbolized: each distinct frame
+// (function, file, line) and each distinct stack is stored once and named by its index, so a
+// million trace entries that share a call path share one stack.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "history/symbolizer.h"
+#include "snapshot/snapshot.h"
+
+namespace memsnap {
+
+class SnapshotStackTables {
+ public:
+  // Appends to `snapshot`'s frames and stacks (which may already hold some).
+  explicit SnapshotStackTables(Snapshot& snapshot) : snapshot_(snapshot) {}
+
+  uint32_t intern_frame(SourceFrame frame);
+  StackIndex intern_stack(std::vector<uint32_t> frames);  // frame indices, innermost first
+
+ private:
+  Snapshot& snapshot_;
+  std::unordered_map<std::string, uint32_t> frame_index_;
+  std::map<std::vector<uint32_t>, StackIndex> stack_index_;
+};
+
+}  // namespace memsnap
