@@ -108,6 +108,9 @@ void replay_snapshot_file(const Options& options) {
     config = parse_config(options.config);
   } else if (recorded) {
     config = recorded.value();
+    // A recording without caching (memsnap record's, or MEMSNAP_NO_CACHING) replayed as
+    // recorded would only repeat it: the question is what a caching allocator would reserve.
+    config.caching = true;
   } else {
     throw CommandError(recorded.error() + " (give the settings with --config)");
   }

@@ -99,7 +99,9 @@ class DeviceReplayer {
  public:
   DeviceReplayer(const Snapshot& snapshot, int device, const SnapshotReplayOptions& options,
                  const AllocatorConfig& recorded)
-      : trace_(snapshot.device_traces[static_cast<size_t>(device)]), options_(options) {
+      : trace_(snapshot.device_traces[static_cast<size_t>(device)]),
+        options_(options),
+        recorded_caching_(recorded.caching) {
     out_.device = device;
     out_.start = reconstruct_start_state(snapshot, device, recorded);
     for (const SnapshotSegment& s : snapshot.segments) {
@@ -324,6 +326,12 @@ class DeviceReplayer {
   void segment_released(const TraceEntry& e) {
     if (!pools_in_use_.empty() && (index_ == 0 || !is_segment_shrink(trace_[index_ - 1].action)))
       release_pools_of_run();
+    // A recording without caching released each segment at its block's free, not at the
+    // program's empty_cache: what the replay releases is its own policy's business.
+    if (!recorded_caching_) {
+      erase_one(watcher_.released, e.address);
+      return;
+    }
     TraceEntry released = e;
     if (e.action == TraceAction::kSegmentUnmap) released.address = to_replay_address(e.address);
     release_as_recorded(released);
@@ -458,6 +466,7 @@ class DeviceReplayer {
 
   const std::vector<TraceEntry>& trace_;
   const SnapshotReplayOptions& options_;
+  const bool recorded_caching_;  // the recording cached freed blocks (its settings said so)
   std::vector<const SnapshotSegment*> final_segments_;
   std::unordered_map<size_t, MempoolId> allocation_pools_;  // trace index -> private pool
   std::set<MempoolId> pools_in_use_;  // pools the replay holds one use of

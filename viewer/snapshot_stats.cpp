@@ -100,7 +100,7 @@ std::string settings_line(const Snapshot& snapshot) {
   if (!config) return "allocator settings: " + config.error();
   const std::string text = to_config_string(config.value());
   return "allocator settings: " + (text.empty() ? std::string("PyTorch's defaults") : text) +
-         (config->caching ? "" : "; caching off (MEMSNAP_NO_CACHING): every request a device allocation");
+         (config->caching ? "" : "; caching off (MEMSNAP_NO_CACHING, or memsnap record): every request a device allocation of its own");
 }
 
 nlohmann::json stats_to_json(const SnapshotStats& stats, const Snapshot& snapshot) {
