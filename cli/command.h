@@ -16,6 +16,17 @@ class CommandError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Ends memsnap with `status` and no message: a command that runs a program (record) exits as
+// the program did.
+class CommandExit {
+ public:
+  explicit CommandExit(int status) : status_(status) {}
+  int status() const { return status_; }
+
+ private:
+  int status_;
+};
+
 using CommandRunner = std::function<void()>;
 
 CommandRunner add_replay_command(CLI::App& app);
@@ -32,6 +43,10 @@ CommandRunner add_timeline_command(CLI::App& app);
 CommandRunner add_trace_command(CLI::App& app);
 CommandRunner add_convert_command(CLI::App& app);
 CommandRunner add_serve_command(CLI::App& app);
+CommandRunner add_record_command(CLI::App& app);
+// `memsnap record [OPTIONS] -- COMMAND...`: takes the words after "--" (the program's, which may
+// look like memsnap's options) off the command line before it is parsed. Other commands: nothing.
+void take_record_program(int& argc, char** argv);
 
 // Writes `text` to `path`, or to stdout when path is empty or "-". The file is written to a
 // temporary name and renamed, so a failure never leaves a partial file behind.

@@ -38,7 +38,9 @@ int main(int argc, char** argv) {
       memsnap::cli::add_trace_command(app),
       memsnap::cli::add_convert_command(app),
       memsnap::cli::add_serve_command(app),
+      memsnap::cli::add_record_command(app),
   };
+  memsnap::cli::take_record_program(argc, argv);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -50,6 +52,8 @@ int main(int argc, char** argv) {
   }
   try {
     for (auto& run : commands) run();
+  } catch (const memsnap::cli::CommandExit& exit) {
+    return exit.status();
   } catch (const memsnap::cli::CommandError& error) {
     std::cerr << "memsnap: error: " << error.what() << "\n";
     return 1;

@@ -33,6 +33,10 @@ set_target_properties(memsnap_history PROPERTIES EXPORT_NAME history)
 set_target_properties(memsnap_snapshot PROPERTIES EXPORT_NAME snapshot)
 
 install(TARGETS memsnap memsnap-demo RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# `memsnap record`'s injected recorder, where the CLI looks for it (cli/CMakeLists.txt).
+if(TARGET memsnap_record)
+  install(TARGETS memsnap_record LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
 # Headers are included as <memsnap/allocator/caching_allocator.h>; they include each other
 # layer-relative ("allocator/block.h"), so include/memsnap is on the include path as well.
 install(TARGETS memsnap_allocator memsnap_history memsnap_snapshot memsnap_libraries

@@ -2,8 +2,9 @@
 """Fails when a source file includes a layer above its own.
 
 The folders are the layers (DESIGN.md, "Components"): allocator -> history -> snapshot ->
-replay -> viewer -> web -> cli, with demo, torch_plugin, python and bench as users of the
-libraries. Each folder may include itself and what ALLOWED lists for it; a project include is
+replay -> viewer -> web -> cli, with record (the recorder `memsnap record` injects into CUDA
+programs) beside replay over snapshot, and demo, torch_plugin, python and bench as users of
+the libraries. Each folder may include itself and what ALLOWED lists for it; a project include is
 any `#include "folder/..."` whose folder is one of the layers.
 Usage: layering_check.py SOURCE_ROOT"""
 import pathlib
@@ -14,10 +15,11 @@ ALLOWED = {
     "allocator": set(),
     "history": {"allocator"},
     "snapshot": {"allocator", "history"},
+    "record": {"allocator", "history", "snapshot"},
     "replay": {"allocator", "snapshot"},
     "viewer": {"allocator", "snapshot", "replay"},
     "web": {"allocator", "snapshot", "replay", "viewer"},
-    "cli": {"allocator", "snapshot", "replay", "viewer", "web"},
+    "cli": {"allocator", "snapshot", "replay", "viewer", "web", "record"},
     "demo": {"allocator", "history", "snapshot"},
     "torch_plugin": {"allocator", "history", "snapshot"},
     "python": {"allocator", "history", "snapshot"},

@@ -1,0 +1,66 @@
+// Turns CUPTI callbacks into ledger entries: at the exit of each recorded call that succeeded,
+// the allocation or free with the caller's stack; at the exit of one that ran out of memory,
+// the request and the device's free bytes, then the hook that writes the OOM snapshot.
+//
+// A runtime call (cudaMalloc) reaches the driver (cuMemAlloc) underneath, and both report
+// callbacks: a thread-local count of runtime calls in progress makes the nested driver call
+// count for nothing. A runtime call whose entry was not seen (recording began inside it,
+// CUDA's initialization being the first call's work) is left to its driver call.
+//
+// Never throws into CUDA: a failure (no memory for the ledger) stops recording, said once on
+// stderr. Calls made by the hooks themselves (the driver asked for a device's name) are not
+// recorded.
+#pragma once
+
+#include <cupti_callbacks.h>
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <functional>
+#include <string>
+
+#include "record/allocation_ledger.h"
+#include "record/call_stack_trim.h"
+#include "record/cuda_calls.h"
+
+namespace memsnap {
+
+struct CallRecorderHooks {
+  // The device ordinal of a callback's context (cuptiGetDeviceId); -1 when unknown.
+  std::function<int(CUcontext)> device_of;
+  // Once per device the program uses: its name and total memory into the ledger.
+  std::function<void(int device, AllocationLedger&)> describe_device;
+  // The free bytes of the current device, asked after a failed allocation (0: unknown).
+  std::function<size_t()> device_free_bytes;
+  // After an out-of-memory error is recorded (writes the OOM snapshot).
+  std::function<void(int device)> out_of_memory;
+};
+
+class CallRecorder {
+ public:
+  CallRecorder(AllocationLedger& ledger, CallRecorderHooks hooks, bool capture_stacks,
+               CallStackTrim trim = {});
+
+  // One CUPTI callback; calls not recorded return at once.
+  void on_callback(CUpti_CallbackDomain domain, CUpti_CallbackId id, const CUpti_CallbackData& data);
+  // Records nothing more (after the at-exit snapshot; in a forked child).
+  void stop() { stopped_.store(true, std::memory_order_relaxed); }
+  bool stopped() const { return stopped_.load(std::memory_order_relaxed); }
+  // Stops recording after `what` went wrong, saying so on stderr (once).
+  void fail(const std::string& what);
+
+ private:
+  void record(int device, const RecordedApi& api, const DecodedCall& call);
+  void describe_once(int device);
+
+  AllocationLedger& ledger_;
+  const CallRecorderHooks hooks_;
+  const bool capture_stacks_;
+  const CallStackTrim trim_;
+  std::atomic<bool> stopped_{false};
+  std::atomic<bool> failed_{false};
+  std::array<std::atomic<bool>, AllocationLedger::kMaxDevices> described_{};
+};
+
+}  // namespace memsnap
