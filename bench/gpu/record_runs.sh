@@ -26,7 +26,7 @@ run() {  # NAME COMMAND...: records COMMAND into NAME.msgpack and shows what it 
   echo "exit status $? after $((SECONDS - start)) s"
   [[ -f "$out/$name.msgpack" ]] || return 0
   "$memsnap" stats "$out/$name.msgpack" | head -12
-  "$memsnap" folded "$out/$name.msgpack" | sort -k2 -nr -t" " | head -3 | cut -c1-400
+  "$memsnap" folded "$out/$name.msgpack" | awk '{print $NF "\t" $0}' | sort -nr | head -3 | cut -f2 | cut -c1-600
   "$memsnap" replay "$out/$name.msgpack" | sed -n '1,14p'
   local oom
   for oom in "$out/$name"-oom-*.msgpack; do
