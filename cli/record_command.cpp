@@ -125,8 +125,8 @@ int run(const std::vector<std::string>& command, const std::map<std::string, std
 }  // namespace
 
 // The options below that take a value as the next word.
-constexpr std::string_view kValueOptions[] = {"-o", "--output", "--oom", "--stacks", "--max-entries",
-                                              "--signal", "--cupti"};
+constexpr std::string_view kValueOptions[] = {"-o", "--output", "--oom", "--oom-limit", "--stacks",
+                                              "--max-entries", "--signal", "--cupti"};
 
 void take_record_program(int& argc, char** argv) {
   if (argc < 2 || std::strcmp(argv[1], "record") != 0) return;
@@ -146,6 +146,7 @@ CommandRunner add_record_command(CLI::App& app) {
   struct Options {
     std::string output = "memsnap-record-{pid}.msgpack";
     std::string oom_output = "memsnap-record-{pid}-oom-{n}.msgpack";
+    std::string oom_limit;
     std::string stacks = "cpp";
     std::string max_entries;
     std::string signal;
@@ -167,6 +168,9 @@ CommandRunner add_record_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--oom", options->oom_output, "snapshot written at each failed allocation (off: none)")
       ->capture_default_str();
+  command->add_option("--oom-limit", options->oom_limit,
+                      "at most this many --oom snapshots per process (default 10); later errors are "
+                      "still in the trace");
   command->add_option("--stacks", options->stacks, "cpp or none")->capture_default_str();
   command->add_option("--max-entries", options->max_entries, "calls kept per device (default 1000000)");
   command->add_option("--signal", options->signal,
@@ -189,6 +193,7 @@ CommandRunner add_record_command(CLI::App& app) {
         {"MEMSNAP_RECORD_STACKS", options->stacks},
     };
     if (!options->max_entries.empty()) variables["MEMSNAP_RECORD_MAX_ENTRIES"] = options->max_entries;
+    if (!options->oom_limit.empty()) variables["MEMSNAP_RECORD_OOM_LIMIT"] = options->oom_limit;
     if (!options->signal.empty()) variables["MEMSNAP_RECORD_SIGNAL"] = options->signal;
     if (!options->cupti.empty()) {
       if (!fs::is_regular_file(options->cupti)) throw CommandError("--cupti " + options->cupti + ": no such file");

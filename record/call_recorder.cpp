@@ -56,6 +56,7 @@ void CallRecorder::on_callback(CUpti_CallbackDomain domain, CUpti_CallbackId id,
   try {
     const DecodedCall call = decode_call(*api, data.functionParams, data.functionReturnValue);
     if (!call.succeeded && !call.out_of_memory) return;
+    if (call.succeeded && api->effect == CallEffect::kCreates) return;  // counted when mapped
     const int device = hooks_.device_of ? hooks_.device_of(data.context) : 0;
     record(device < 0 ? 0 : device, *api, call);
   } catch (const std::exception& error) {
@@ -91,6 +92,8 @@ void CallRecorder::record(int device, const RecordedApi& api, const DecodedCall&
     case CallEffect::kUnmaps:
       ledger_.freed_range(call.address, call.size, call.stream, stack);
       return;
+    case CallEffect::kCreates:
+      return;  // (its successes return before; see on_callback)
   }
 }
 

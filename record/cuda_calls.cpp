@@ -46,6 +46,7 @@ constexpr std::array kApis = {
     MEMSNAP_DRIVER(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", kAllocates),
     MEMSNAP_DRIVER(cuMemAllocFromPoolAsync_ptsz, "cuMemAllocFromPoolAsync", kAllocates),
     MEMSNAP_DRIVER(cuMemMap, "cuMemMap", kAllocates),
+    MEMSNAP_DRIVER(cuMemCreate, "cuMemCreate", kCreates),
     MEMSNAP_DRIVER(cuMemFree_v2, "cuMemFree", kFrees),
     MEMSNAP_DRIVER(cuMemFreeAsync, "cuMemFreeAsync", kFrees),
     MEMSNAP_DRIVER(cuMemFreeAsync_ptsz, "cuMemFreeAsync", kFrees),
@@ -149,6 +150,8 @@ DecodedCall driver_call(CUpti_CallbackId id, const void* p, DecodedCall call) {
       const auto& a = as<cuMemMap_params>(p);
       return {ok, call.out_of_memory, ok ? static_cast<uintptr_t>(a.ptr) : 0, a.size, 0};
     }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemCreate:
+      return {ok, call.out_of_memory, 0, as<cuMemCreate_params>(p).size, 0};
     case CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2:
       return {ok, false, static_cast<uintptr_t>(as<cuMemFree_v2_params>(p).dptr), 0, 0};
     case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync:

@@ -17,7 +17,9 @@
 
 namespace memsnap {
 
-enum class CallEffect : uint8_t { kAllocates, kFrees, kUnmaps };
+// kCreates: physical memory without an address (cuMemCreate, virtual memory management); it
+// is counted when mapped (cuMemMap allocates), so only its out-of-memory errors are recorded.
+enum class CallEffect : uint8_t { kAllocates, kFrees, kUnmaps, kCreates };
 
 struct RecordedApi {
   CUpti_CallbackDomain domain;

@@ -69,6 +69,7 @@ class Injection {
   const pid_t pid_;
   std::mutex write_mutex_;
   uint64_t written_ = 0;  // snapshots written, for {n}; under write_mutex_
+  std::atomic<uint64_t> out_of_memory_errors_{0};
   bool at_exit_done_ = false;
   int request_pipe_[2] = {-1, -1};  // signal handler -> writer thread
   int done_pipe_[2] = {-1, -1};     // writer thread -> handler, for signals that end the program
@@ -95,7 +96,14 @@ std::optional<std::string> Injection::start() {
   };
   hooks.device_free_bytes = [this] { return driver_.current_device_free_bytes(); };
   hooks.out_of_memory = [this](int device) {
-    if (!settings_.oom_output.empty()) write(settings_.oom_output, device, "out of memory:");
+    if (settings_.oom_output.empty()) return;
+    const uint64_t n = ++out_of_memory_errors_;
+    if (n <= settings_.oom_limit) {
+      write(settings_.oom_output, device, "out of memory:");
+    } else if (n == settings_.oom_limit + 1) {
+      std::fprintf(stderr, "memsnap record: more than %zu out-of-memory errors: the later ones are in the "
+                   "trace, without snapshots of their own (--oom-limit)\n", settings_.oom_limit);
+    }
   };
   recorder_ = std::make_unique<CallRecorder>(ledger_, std::move(hooks), settings_.stacks, std::move(trim));
 

@@ -85,6 +85,13 @@ Result<RecordSettings> record_settings(const std::function<const char*(const cha
                               ": expected a whole number from 1 to 50000000");
     out.max_entries = *count;
   }
+  if (const auto text = get("MEMSNAP_RECORD_OOM_LIMIT")) {
+    const std::optional<size_t> count = positive_count(*text, 1000000);
+    if (!count)
+      return Failure::failure("MEMSNAP_RECORD_OOM_LIMIT=" + shown_environment_value(*text) +
+                              ": expected a whole number from 1 to 1000000");
+    out.oom_limit = *count;
+  }
   if (const auto text = get("MEMSNAP_RECORD_SIGNAL")) {
     const std::optional<int> signal = record_signal_from_name(*text);
     if (!signal)

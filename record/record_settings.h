@@ -6,6 +6,8 @@
 //                                   memsnap-record-{pid}.msgpack; "off": none)
 //   MEMSNAP_RECORD_OOM=PATTERN      a snapshot at each failed allocation (default
 //                                   memsnap-record-{pid}-oom-{n}.msgpack; "off": none)
+//   MEMSNAP_RECORD_OOM_LIMIT=N      at most N of those per process (default 10: a program that
+//                                   retries, or a library probing what fits, fails many times)
 //   MEMSNAP_RECORD_STACKS=cpp|none  C++ stacks for each call (default cpp)
 //   MEMSNAP_RECORD_MAX_ENTRIES=N    calls kept per device (default 1,000,000)
 //   MEMSNAP_RECORD_SIGNAL=NAME      a snapshot when the program gets this signal: USR1 or USR2
@@ -31,6 +33,7 @@ namespace memsnap {
 struct RecordSettings {
   std::string output = "memsnap-record-{pid}.msgpack";  // "": none
   std::string oom_output = "memsnap-record-{pid}-oom-{n}.msgpack";  // "": none
+  size_t oom_limit = 10;
   bool stacks = true;
   size_t max_entries = 1000000;
   int signal = 0;  // 0: none

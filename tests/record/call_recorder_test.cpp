@@ -165,6 +165,17 @@ TEST_F(Fixture, MappedPagesAreAllocationsAndAnUnmapFreesThem) {
   EXPECT_EQ(ledger.counts().frees, 3u);
 }
 
+TEST_F(Fixture, PhysicalMemoryCountsWhenMappedAndItsOutOfMemoryErrorsAreRecorded) {
+  CUmemGenericAllocationHandle handle = 0;
+  cuMemCreate_params created{&handle, 20 * kMiB, nullptr, 0};
+  call(recorder, kDriver, CUPTI_DRIVER_TRACE_CBID_cuMemCreate, created, CUDA_SUCCESS);
+  EXPECT_EQ(ledger.counts().allocations, 0u);
+  cuMemCreate_params refused{&handle, 200 * kMiB * 1024, nullptr, 0};
+  call(recorder, kDriver, CUPTI_DRIVER_TRACE_CBID_cuMemCreate, refused, CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(ledger.counts().out_of_memory, 1u);
+  EXPECT_EQ(oom_devices, std::vector<int>{0});
+}
+
 TEST_F(Fixture, CallsNotRecordedAreIgnored) {
   int params = 0;
   call(recorder, kRuntime, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020, params, cudaSuccess);

@@ -107,7 +107,7 @@ bool wait_for_report(size_t lines) {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: fake_cuda_program calls|oom|signal|term|fork|threads\n");
+    std::fprintf(stderr, "usage: fake_cuda_program calls|oom|ooms|signal|term|fork|threads\n");
     return 2;
   }
   const char* injection = std::getenv("CUDA_INJECTION64_PATH");
@@ -136,6 +136,9 @@ int main(int argc, char** argv) {
     if (cuda_malloc(size_t{1} << 40, 0, 0, cudaErrorMemoryAllocation) != nullptr) return 3;
     std::printf("the program goes on after its out-of-memory error\n");
     cuda_free(0x7f0000000000);
+  } else if (scenario == "ooms") {
+    for (int i = 0; i < 5; ++i)
+      if (cuda_malloc(size_t{1} << 40, 0, 0, cudaErrorMemoryAllocation) != nullptr) return 3;
   } else if (scenario == "signal") {
     cuda_malloc(10 * kMiB, 0x7f0000000000);
     raise(SIGUSR1);

@@ -121,6 +121,16 @@ TEST(RecordInjection, AnOutOfMemoryErrorWritesASnapshotAndTheProgramGoesOn) {
   EXPECT_NE(run.err.find("2 snapshots written"), std::string::npos) << run.err;
 }
 
+TEST(RecordInjection, OutOfMemorySnapshotsStopAtTheLimitAndTheTraceKeepsEveryError) {
+  const RecordRun run = record("ooms", "--oom-limit 2");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(run.files("oom-").size(), 2u);
+  EXPECT_NE(run.err.find("more than 2 out-of-memory errors"), std::string::npos) << run.err;
+  const Snapshot snapshot = run.only("run-");
+  ASSERT_EQ(snapshot.device_traces.size(), 1u);
+  EXPECT_EQ(snapshot.device_traces[0].size(), 5u);
+}
+
 TEST(RecordInjection, TheSignalAskedForWritesASnapshotAndTheProgramGoesOn) {
   const RecordRun run = record("signal", "--signal USR1");
   ASSERT_EQ(run.status, 0) << run.err;

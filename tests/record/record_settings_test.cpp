@@ -23,6 +23,7 @@ TEST(RecordSettings, DefaultsWriteAtExitAndAtOutOfMemoryWithStacks) {
   EXPECT_EQ(settings->oom_output, "memsnap-record-{pid}-oom-{n}.msgpack");
   EXPECT_TRUE(settings->stacks);
   EXPECT_EQ(settings->max_entries, 1000000u);
+  EXPECT_EQ(settings->oom_limit, 10u);
   EXPECT_EQ(settings->signal, 0);
 }
 
@@ -31,7 +32,7 @@ TEST(RecordSettings, EveryVariableIsRead) {
       parse({{"MEMSNAP_RECORD_OUTPUT", "/tmp/run-{pid}.pickle"}, {"MEMSNAP_RECORD_OOM", "off"},
              {"MEMSNAP_RECORD_STACKS", "none"}, {"MEMSNAP_RECORD_MAX_ENTRIES", "5000"},
              {"MEMSNAP_RECORD_SIGNAL", "sigusr2"}, {"MEMSNAP_RECORD_CUPTI", "/opt/libcupti.so"},
-             {"MEMSNAP_RECORD_REPORT", "/tmp/report"}});
+             {"MEMSNAP_RECORD_REPORT", "/tmp/report"}, {"MEMSNAP_RECORD_OOM_LIMIT", "3"}});
   ASSERT_TRUE(settings) << settings.error();
   EXPECT_EQ(settings->output, "/tmp/run-{pid}.pickle");
   EXPECT_EQ(settings->oom_output, "");
@@ -40,6 +41,7 @@ TEST(RecordSettings, EveryVariableIsRead) {
   EXPECT_EQ(settings->signal, SIGUSR2);
   EXPECT_EQ(settings->cupti_library, "/opt/libcupti.so");
   EXPECT_EQ(settings->report, "/tmp/report");
+  EXPECT_EQ(settings->oom_limit, 3u);
 }
 
 TEST(RecordSettings, ABadValueIsOneLineNamingTheVariable) {
@@ -49,6 +51,7 @@ TEST(RecordSettings, ABadValueIsOneLineNamingTheVariable) {
       {{"MEMSNAP_RECORD_MAX_ENTRIES", "99999999999999999999"}},
       {{"MEMSNAP_RECORD_MAX_ENTRIES", "12abc"}},
       {{"MEMSNAP_RECORD_SIGNAL", "KILL"}},
+      {{"MEMSNAP_RECORD_OOM_LIMIT", "0"}},
       {{"MEMSNAP_RECORD_SIGNAL", "9"}},
       {{"MEMSNAP_RECORD_OUTPUT", ""}},
       {{"MEMSNAP_RECORD_CUPTI", ""}},
