@@ -5,7 +5,7 @@
 // bench/record_overhead.sh runs it plain and under `memsnap record`, interleaved, and prints
 // the difference per call.
 //
-//   memsnap_record_overhead [PAIRS]     (default 20000 of each kind)
+//   memsnap_record_overhead [PAIRS] [both|sync|async]   (default 20000 pairs of both kinds)
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -37,8 +37,9 @@ double microseconds_per_pair(size_t pairs, Fn&& pair) {
 
 int main(int argc, char** argv) {
   const size_t pairs = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 20000;
-  if (pairs == 0) {
-    std::fprintf(stderr, "usage: memsnap_record_overhead [PAIRS > 0]\n");
+  const std::string kinds = argc > 2 ? argv[2] : "both";
+  if (pairs == 0 || (kinds != "both" && kinds != "sync" && kinds != "async")) {
+    std::fprintf(stderr, "usage: memsnap_record_overhead [PAIRS > 0] [both|sync|async]\n");
     return 2;
   }
   check(cudaSetDevice(0), "cudaSetDevice");
@@ -54,18 +55,22 @@ int main(int argc, char** argv) {
   }
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 
-  const double sync_pair = microseconds_per_pair(pairs, [](size_t i) {
-    void* p = nullptr;
-    check(cudaMalloc(&p, size_of(i)), "cudaMalloc");
-    check(cudaFree(p), "cudaFree");
-  });
-  const double async_pair = microseconds_per_pair(pairs, [stream](size_t i) {
-    void* p = nullptr;
-    check(cudaMallocAsync(&p, size_of(i), stream), "cudaMallocAsync");
-    check(cudaFreeAsync(p, stream), "cudaFreeAsync");
-  });
-  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-  std::printf("cudaMalloc+cudaFree %.3f us/pair\ncudaMallocAsync+cudaFreeAsync %.3f us/pair\n", sync_pair,
-              async_pair);
+  if (kinds != "async") {
+    const double sync_pair = microseconds_per_pair(pairs, [](size_t i) {
+      void* p = nullptr;
+      check(cudaMalloc(&p, size_of(i)), "cudaMalloc");
+      check(cudaFree(p), "cudaFree");
+    });
+    std::printf("cudaMalloc+cudaFree %.3f us/pair\n", sync_pair);
+  }
+  if (kinds != "sync") {
+    const double async_pair = microseconds_per_pair(pairs, [stream](size_t i) {
+      void* p = nullptr;
+      check(cudaMallocAsync(&p, size_of(i), stream), "cudaMallocAsync");
+      check(cudaFreeAsync(p, stream), "cudaFreeAsync");
+    });
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    std::printf("cudaMallocAsync+cudaFreeAsync %.3f us/pair\n", async_pair);
+  }
   return 0;
 }

@@ -11,6 +11,10 @@ namespace {
 
 thread_local int runtime_calls_in_progress = 0;
 thread_local bool inside_recorder = false;
+// The device of the thread's last context, by the context's unique id (a thread keeps to one
+// context for long stretches; asking CUPTI costs more than the rest of a call's recording).
+thread_local uint32_t last_context_uid = 0;
+thread_local int last_context_device = -1;
 
 // Marks the thread as inside the recorder for a scope, so calls its hooks make are not recorded.
 class InsideRecorder {
@@ -57,7 +61,14 @@ void CallRecorder::on_callback(CUpti_CallbackDomain domain, CUpti_CallbackId id,
     const DecodedCall call = decode_call(*api, data.functionParams, data.functionReturnValue);
     if (!call.succeeded && !call.out_of_memory) return;
     if (call.succeeded && api->effect == CallEffect::kCreates) return;  // counted when mapped
-    const int device = hooks_.device_of ? hooks_.device_of(data.context) : 0;
+    int device = 0;
+    if (data.contextUid != 0 && data.contextUid == last_context_uid) {
+      device = last_context_device;
+    } else if (hooks_.device_of) {
+      device = hooks_.device_of(data.context);
+      last_context_uid = data.contextUid;
+      last_context_device = device;
+    }
     record(device < 0 ? 0 : device, *api, call);
   } catch (const std::exception& error) {
     fail(std::string("while recording ") + api->name + ": " + error.what());
