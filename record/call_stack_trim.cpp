@@ -45,6 +45,7 @@ void CallStackTrim::add_modules(std::string_view prefix, const void* address, Ki
   Search search{prefix, reinterpret_cast<uintptr_t>(address), {}};
   dl_iterate_phdr(visit, &search);
   for (const auto& [begin, end] : search.found) ranges_.push_back({begin, end, kind});
+  std::sort(ranges_.begin(), ranges_.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
 }
 
 void CallStackTrim::add_tool_module_at(const void* address) { add_modules({}, address, Kind::kTool); }
@@ -56,9 +57,13 @@ void CallStackTrim::add_runtime_modules_named(std::string_view prefix) {
 }
 
 CallStackTrim::Kind CallStackTrim::kind_of(uintptr_t address) const {
-  for (const Range& range : ranges_)
-    if (address >= range.begin && address < range.end) return range.kind;
-  return Kind::kProgram;
+  // Loaded segments never overlap: the one that may hold `address` is the last to begin at or
+  // below it.
+  auto after = std::upper_bound(ranges_.begin(), ranges_.end(), address,
+                                [](uintptr_t a, const Range& range) { return a < range.begin; });
+  if (after == ranges_.begin()) return Kind::kProgram;
+  const Range& range = *std::prev(after);
+  return address < range.end ? range.kind : Kind::kProgram;
 }
 
 size_t CallStackTrim::trim(uintptr_t* frames, size_t count) const {

@@ -35,7 +35,7 @@ class CallStackTrim {
   Kind kind_of(uintptr_t address) const;
   void add_modules(std::string_view prefix, const void* address, Kind kind);
 
-  std::vector<Range> ranges_;
+  std::vector<Range> ranges_;  // by begin
 };
 
 }  // namespace memsnap

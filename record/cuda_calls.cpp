@@ -173,9 +173,18 @@ DecodedCall driver_call(CUpti_CallbackId id, const void* p, DecodedCall call) {
 std::span<const RecordedApi> recorded_apis() { return kApis; }
 
 const RecordedApi* find_recorded_api(CUpti_CallbackDomain domain, CUpti_CallbackId id) {
-  for (const RecordedApi& api : kApis)
-    if (api.domain == domain && api.id == id) return &api;
-  return nullptr;
+  // Asked at every callback, entries and exits: one table read, not a search.
+  constexpr CUpti_CallbackId kIds = 1024;
+  using Table = std::array<std::array<const RecordedApi*, kIds>, 2>;  // runtime, driver
+  static const Table table = [] {
+    Table built{};
+    for (const RecordedApi& api : kApis)
+      built[api.domain == kRuntime ? 0 : 1][api.id] = &api;
+    return built;
+  }();
+  static_assert(std::all_of(kApis.begin(), kApis.end(), [](const RecordedApi& api) { return api.id < kIds; }));
+  if (id >= kIds || (domain != kRuntime && domain != kDriver)) return nullptr;
+  return table[domain == kRuntime ? 0 : 1][id];
 }
 
 DecodedCall decode_call(const RecordedApi& api, const void* params, const void* result) {
