@@ -586,14 +586,28 @@ Result<StateAfterEntry> state_after_entry(const Snapshot& snapshot, int64_t devi
     if (replay.unknown_frees > 0)
       state.problems.push_back(std::to_string(replay.unknown_frees) +
                                " frees of blocks the trace never allocated: it lost events");
-    // Exact while the replay's segment allocations are the recording's, in order and size.
+    // Exact while the replay's segment allocations are the recording's, in order and size. A
+    // recording without caching (memsnap record) reserved each request's own bytes, which the
+    // replay's caching-off allocator rounds up to a block size: the same segments, given back
+    // their recorded sizes.
+    const bool uncached = !rules.caching;
     size_t recorded_so_far = 0;
     for (size_t i = 0; i <= entry; ++i)
       recorded_so_far += is_segment_growth(trace[i].action) ? 1 : 0;
     const auto& replayed = replay.replayed_segment_allocs;
     state.exact = state.problems.empty() && replay.failed_allocs == 0 && replayed.size() == recorded_so_far;
-    for (size_t i = 0; state.exact && i < replayed.size(); ++i)
-      state.exact = replayed[i] == replay.recorded_segment_allocs[i];
+    for (size_t i = 0; state.exact && i < replayed.size(); ++i) {
+      const uint64_t recorded_size = replay.recorded_segment_allocs[i];
+      state.exact = replayed[i] == recorded_size || (uncached && replayed[i] == round_size(recorded_size, rules));
+    }
+    if (uncached) {
+      for (SnapshotSegment& segment : state.segments) {
+        if (segment.blocks.size() != 1 || segment.blocks[0].state != BlockState::kActiveAllocated) continue;
+        SnapshotBlock& block = segment.blocks[0];
+        block.size = block.requested_size;
+        segment.total_size = segment.allocated_size = segment.active_size = block.size;
+      }
+    }
   } catch (const std::invalid_argument& error) {
     return Result<StateAfterEntry>::failure(std::string("replay: ") + error.what());
   }

@@ -54,10 +54,12 @@ std::optional<std::pair<size_t, size_t>> find_oom(const Snapshot& snapshot,
   return found;
 }
 
-void measure_state(const Snapshot& snapshot, const AllocatorConfig& config, OomExplanation& x) {
+// `segments`: the snapshot's, or those rebuilt at the error; frames come from `snapshot`.
+void measure_state(const Snapshot& snapshot, const std::vector<SnapshotSegment>& segments,
+                   const AllocatorConfig& config, OomExplanation& x) {
   std::map<StackIndex, OomHolder> holders;
   std::map<MempoolId, uint64_t> private_free;
-  for (const SnapshotSegment& segment : snapshot.segments) {
+  for (const SnapshotSegment& segment : segments) {
     if (segment.device != x.device) continue;
     x.reserved_bytes += segment.total_size;
     const bool small = segment.is_small_pool();
@@ -200,7 +202,9 @@ void diagnose(OomExplanation& x) {
                         " pool, which serves requests of the other size class.");
   if (x.events_after_oom > 0)
     x.reasons.push_back("Note: the snapshot was taken " + std::to_string(x.events_after_oom) +
-                        " trace events after the error; the memory figures are the snapshot's.");
+                        " trace events after the error; " +
+                        (x.state_rebuilt ? "the memory figures are those at the error, rebuilt by replaying the trace."
+                                         : "the memory figures are the snapshot's."));
 }
 
 void replay_settings(const Snapshot& snapshot, const AllocatorConfig& recorded, OomExplanation& x) {
@@ -295,7 +299,18 @@ Result<OomExplanation> explain_oom(const Snapshot& snapshot, std::optional<int64
     if (trace[i].action != TraceAction::kSnapshot) ++x.events_after_oom;
   for (const DeviceInfo& info : snapshot.devices)
     if (info.index == x.device && info.total_memory > 0) x.device_total_bytes = info.total_memory;
-  measure_state(snapshot, recorded, x);
+  // Memory changed after the error (an at-exit snapshot, a program that went on): the state at
+  // the error is rebuilt by replaying the trace up to it, when the replay is exact.
+  std::optional<StateAfterEntry> at_error;
+  if (x.events_after_oom > 0) {
+    Result<StateAfterEntry> state = state_after_entry(snapshot, x.device, index);
+    if (state && state.value().exact && state.value().problems.empty()) {
+      at_error = std::move(state).value();
+      for (SnapshotSegment& segment : at_error->segments) segment.device = x.device;
+      x.state_rebuilt = true;
+    }
+  }
+  measure_state(snapshot, at_error ? at_error->segments : snapshot.segments, recorded, x);
   diagnose(x);
   if (x.cause == OomCause::kTooLarge)
     x.settings_note = "no setting was replayed: none can make a request larger than the device fit";
@@ -352,6 +367,7 @@ nlohmann::json oom_explanation_to_json(const OomExplanation& x) {
       {"inactive_split_bytes", x.inactive_split_bytes},
       {"blocked_by_split_rules_bytes", x.blocked_by_split_rules},
       {"events_after_oom", x.events_after_oom},
+      {"state_rebuilt", x.state_rebuilt},
       {"cause", oom_cause_name(x.cause)},
       {"reasons", x.reasons},
       {"holders", holders},

@@ -76,7 +76,10 @@ struct OomExplanation {
   std::vector<std::pair<MempoolId, uint64_t>> private_pools_free;
   uint64_t inactive_split_bytes = 0;     // free bytes in segments that hold live blocks
   uint64_t blocked_by_split_rules = 0;   // free blocks large enough that max_split_size forbids
-  size_t events_after_oom = 0;           // the state shown is the snapshot's, this much later
+  size_t events_after_oom = 0;           // the snapshot was taken this many events after the error
+  // With events after it: the memory figures were rebuilt as they stood at the error, by
+  // replaying the trace (state_after_entry); false: they are the snapshot's, taken later.
+  bool state_rebuilt = false;
 
   OomCause cause = OomCause::kExhaustion;
   std::vector<std::string> reasons;  // plain sentences, most important first

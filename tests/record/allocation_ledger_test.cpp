@@ -9,6 +9,7 @@
 #include "history/stack_capture.h"
 #include "replay/snapshot_replay.h"
 #include "snapshot/snapshot_checks.h"
+#include "viewer/oom_explanation.h"
 
 namespace memsnap {
 namespace {
@@ -210,6 +211,27 @@ TEST(AllocationLedger, ItsSnapshotReplaysUnderPyTorchsPolicy) {
   EXPECT_EQ(device.recorded_peak_reserved, 100u * 300 * 1024);
   EXPECT_EQ(replay.value().device_mallocs(), 17);
   EXPECT_EQ(replay.value().peak_reserved_bytes(), static_cast<int64_t>(17 * 2 * kMiB));
+}
+
+TEST(AllocationLedger, ExplainOomOfALaterSnapshotSeesTheMemoryAsItStoodAtTheError) {
+  // Three odd-sized allocations live at the error, then freed: the snapshot taken at exit
+  // holds none of them, the explanation all three, to the byte.
+  AllocationLedger ledger;
+  ledger.describe_device(0, "GPU", 80 * (uint64_t{1} << 30));
+  const uint64_t sizes[] = {25344, 3 * kMiB + 100, 40 * (uint64_t{1} << 30) + 7};
+  for (uintptr_t i = 0; i < 3; ++i) ledger.allocated(0, kBase + i * (uint64_t{64} << 30), sizes[i], 0, {});
+  ledger.out_of_memory(0, 50 * (uint64_t{1} << 30), 30 * (uint64_t{1} << 30), 0, {});
+  for (uintptr_t i = 0; i < 3; ++i) ledger.freed(kBase + i * (uint64_t{64} << 30), 0, {});
+  const Snapshot snapshot = ledger.snapshot();
+  ASSERT_TRUE(snapshot.segments.empty());
+  const Result<OomExplanation> explanation = explain_oom(snapshot, std::nullopt);
+  ASSERT_TRUE(explanation) << explanation.error();
+  EXPECT_TRUE(explanation.value().state_rebuilt);
+  EXPECT_EQ(explanation.value().events_after_oom, 9u);
+  EXPECT_EQ(explanation.value().allocated_blocks, 3u);
+  EXPECT_EQ(explanation.value().reserved_bytes, sizes[0] + sizes[1] + sizes[2]);
+  EXPECT_EQ(explanation.value().allocated_bytes, sizes[0] + sizes[1] + sizes[2]);
+  EXPECT_EQ(explanation.value().cause, OomCause::kExhaustion);
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ void call(CallRecorder& recorder, CUpti_CallbackDomain domain, CUpti_CallbackId 
   recorder.on_callback(domain, id, data);
 }
 
-struct Fixture : ::testing::Test {
+struct CallRecorderTest : ::testing::Test {
   AllocationLedger ledger;
   std::vector<int> oom_devices;
   CallRecorder recorder{ledger,
@@ -61,7 +61,7 @@ struct Fixture : ::testing::Test {
 
 void* at(uintptr_t address) { return reinterpret_cast<void*>(address); }
 
-TEST_F(Fixture, ARuntimeAllocationAndItsFreeAreRecorded) {
+TEST_F(CallRecorderTest, ARuntimeAllocationAndItsFreeAreRecorded) {
   cuda_malloc(4 * kMiB, at(0x7000000));
   EXPECT_EQ(ledger.counts().allocations, 1u);
   cuda_free(at(0x7000000));
@@ -69,7 +69,7 @@ TEST_F(Fixture, ARuntimeAllocationAndItsFreeAreRecorded) {
   EXPECT_EQ(ledger.snapshot().device_traces.at(0).size(), 5u);
 }
 
-TEST_F(Fixture, TheDriverCallUnderARuntimeCallCountsOnce) {
+TEST_F(CallRecorderTest, TheDriverCallUnderARuntimeCallCountsOnce) {
   void* out = nullptr;
   cudaMalloc_v3020_params params{&out, kMiB};
   call(recorder, kRuntime, CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020, params, cudaSuccess, [&] {
@@ -82,7 +82,7 @@ TEST_F(Fixture, TheDriverCallUnderARuntimeCallCountsOnce) {
   EXPECT_EQ(ledger.counts().allocations, 1u);
 }
 
-TEST_F(Fixture, ADriverCallOnItsOwnIsRecorded) {
+TEST_F(CallRecorderTest, ADriverCallOnItsOwnIsRecorded) {
   CUdeviceptr out = 0;
   cuMemAlloc_v2_params params{&out, 3 * kMiB};
   call(recorder, kDriver, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, params, CUDA_SUCCESS, [&] { out = 0x5000000; });
@@ -92,7 +92,7 @@ TEST_F(Fixture, ADriverCallOnItsOwnIsRecorded) {
   EXPECT_EQ(ledger.counts().frees, 1u);
 }
 
-TEST_F(Fixture, ARuntimeCallWhoseEntryCameBeforeRecordingIsLeftToItsDriverCall) {
+TEST_F(CallRecorderTest, ARuntimeCallWhoseEntryCameBeforeRecordingIsLeftToItsDriverCall) {
   // The program's first cudaMalloc initializes CUDA, which starts the recorder: only the
   // runtime call's exit is seen, after the driver call it made was recorded.
   CUdeviceptr inner = 0;
@@ -109,7 +109,7 @@ TEST_F(Fixture, ARuntimeCallWhoseEntryCameBeforeRecordingIsLeftToItsDriverCall) 
   EXPECT_EQ(ledger.counts().allocations, 1u);
 }
 
-TEST_F(Fixture, AFailedCallIsNotRecordedAndAnOutOfMemoryOneIs) {
+TEST_F(CallRecorderTest, AFailedCallIsNotRecordedAndAnOutOfMemoryOneIs) {
   cuda_malloc(kMiB, at(0x1000), cudaErrorInvalidValue);
   EXPECT_EQ(ledger.counts().allocations, 0u);
   EXPECT_TRUE(oom_devices.empty());
@@ -123,12 +123,12 @@ TEST_F(Fixture, AFailedCallIsNotRecordedAndAnOutOfMemoryOneIs) {
   EXPECT_EQ(snapshot.device_traces[0][0].address, 3 * kMiB);  // the hook's free bytes
 }
 
-TEST_F(Fixture, AFreeOfNullIsNothing) {
+TEST_F(CallRecorderTest, AFreeOfNullIsNothing) {
   cuda_free(nullptr);
   EXPECT_EQ(ledger.counts().unknown_frees, 0u);
 }
 
-TEST_F(Fixture, StreamOrderedCallsKeepTheirStream) {
+TEST_F(CallRecorderTest, StreamOrderedCallsKeepTheirStream) {
   void* out = nullptr;
   auto* stream = reinterpret_cast<cudaStream_t>(uintptr_t{0xabc0});
   cudaMallocAsync_v11020_params params{&out, 2 * kMiB, stream};
@@ -141,7 +141,7 @@ TEST_F(Fixture, StreamOrderedCallsKeepTheirStream) {
   for (const TraceEntry& entry : snapshot.device_traces[0]) EXPECT_EQ(entry.stream, 0xabc0u);
 }
 
-TEST_F(Fixture, PitchedAllocationsHoldPitchTimesRows) {
+TEST_F(CallRecorderTest, PitchedAllocationsHoldPitchTimesRows) {
   void* out = nullptr;
   size_t pitch = 0;
   cudaMallocPitch_v3020_params params{&out, &pitch, 1000, 30};
@@ -154,7 +154,7 @@ TEST_F(Fixture, PitchedAllocationsHoldPitchTimesRows) {
   EXPECT_EQ(snapshot.segments[0].total_size, 1024u * 30);
 }
 
-TEST_F(Fixture, MappedPagesAreAllocationsAndAnUnmapFreesThem) {
+TEST_F(CallRecorderTest, MappedPagesAreAllocationsAndAnUnmapFreesThem) {
   for (CUdeviceptr page = 0; page < 3; ++page) {
     cuMemMap_params params{0x20000000 + page * 2 * kMiB, 2 * kMiB, 0, 1, 0};
     call(recorder, kDriver, CUPTI_DRIVER_TRACE_CBID_cuMemMap, params, CUDA_SUCCESS);
@@ -165,7 +165,7 @@ TEST_F(Fixture, MappedPagesAreAllocationsAndAnUnmapFreesThem) {
   EXPECT_EQ(ledger.counts().frees, 3u);
 }
 
-TEST_F(Fixture, PhysicalMemoryCountsWhenMappedAndItsOutOfMemoryErrorsAreRecorded) {
+TEST_F(CallRecorderTest, PhysicalMemoryCountsWhenMappedAndItsOutOfMemoryErrorsAreRecorded) {
   CUmemGenericAllocationHandle handle = 0;
   cuMemCreate_params created{&handle, 20 * kMiB, nullptr, 0};
   call(recorder, kDriver, CUPTI_DRIVER_TRACE_CBID_cuMemCreate, created, CUDA_SUCCESS);
@@ -176,19 +176,19 @@ TEST_F(Fixture, PhysicalMemoryCountsWhenMappedAndItsOutOfMemoryErrorsAreRecorded
   EXPECT_EQ(oom_devices, std::vector<int>{0});
 }
 
-TEST_F(Fixture, CallsNotRecordedAreIgnored) {
+TEST_F(CallRecorderTest, CallsNotRecordedAreIgnored) {
   int params = 0;
   call(recorder, kRuntime, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020, params, cudaSuccess);
   EXPECT_EQ(ledger.counts().allocations, 0u);
 }
 
-TEST_F(Fixture, AStoppedRecorderRecordsNothing) {
+TEST_F(CallRecorderTest, AStoppedRecorderRecordsNothing) {
   recorder.stop();
   cuda_malloc(kMiB, at(0x7000000));
   EXPECT_EQ(ledger.counts().allocations, 0u);
 }
 
-TEST_F(Fixture, ThreadsNestingCallsAtOnceCountEachCallOnce) {
+TEST_F(CallRecorderTest, ThreadsNestingCallsAtOnceCountEachCallOnce) {
   std::vector<std::thread> threads;
   for (uintptr_t t = 0; t < 4; ++t)
     threads.emplace_back([this, t] {
@@ -212,7 +212,7 @@ TEST_F(Fixture, ThreadsNestingCallsAtOnceCountEachCallOnce) {
   EXPECT_EQ(ledger.counts().unknown_frees, 0u);
 }
 
-TEST_F(Fixture, EveryRecordedCallIsFoundByItsDomainAndId) {
+TEST_F(CallRecorderTest, EveryRecordedCallIsFoundByItsDomainAndId) {
   for (const RecordedApi& api : recorded_apis()) {
     EXPECT_EQ(find_recorded_api(api.domain, api.id), &api) << api.name;
   }
