@@ -3,7 +3,8 @@
 #   bin/                        memsnap, memsnap-demo
 #   include/memsnap/<layer>/    the public headers of allocator/, history/ and snapshot/ (writing)
 #                               and every header they include, nothing else
-#   lib/                        libmemsnap_{allocator,history,snapshot}.a
+#   lib/                        libmemsnap_{allocator,history,snapshot}.a, and libmemsnap_record.so
+#                               (memsnap record's recorder) where the build has it
 #   lib/cmake/memsnap/          the CMake package: find_package(memsnap 0.1) -> memsnap::memsnap
 #   lib/pkgconfig/memsnap.pc    the same for pkg-config
 #

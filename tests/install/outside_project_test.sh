@@ -33,8 +33,16 @@ pc_file=$(find "$prefix" -name memsnap.pc)
 libdir=$(dirname "$(dirname "$pc_file")")
 [[ "$(listing "$prefix/bin" 1)" == "memsnap memsnap-demo " ]] || fail "bin/ holds: $(listing "$prefix/bin" 1)"
 libraries=$(cd "$libdir" && find . -maxdepth 1 \( -name '*.a' -o -name '*.so*' \) | sed 's|^\./||' | sort | tr '\n' ' ')
-[[ "$libraries" == "libmemsnap_allocator.a libmemsnap_history.a libmemsnap_snapshot.a " ]] ||
-  fail "$libdir holds the libraries: $libraries"
+expected="libmemsnap_allocator.a libmemsnap_history.a "
+# memsnap record's recorder, where the build has it (the CUDA toolkit's CUPTI headers found).
+[[ -f "$build/record/libmemsnap_record.so" ]] && expected+="libmemsnap_record.so "
+expected+="libmemsnap_snapshot.a "
+[[ "$libraries" == "$expected" ]] || fail "$libdir holds the libraries: $libraries"
+if [[ -f "$build/record/libmemsnap_record.so" ]]; then
+  step "the installed memsnap record finds its recorder"
+  record_err=$("$prefix/bin/memsnap" record -- true 2>&1) || fail "memsnap record -- true: $record_err"
+  [[ "$record_err" == *"no snapshot written"* ]] || fail "memsnap record -- true said: $record_err"
+fi
 [[ "$(listing "$prefix/include" 1)" == "memsnap " ]] || fail "include/ holds: $(listing "$prefix/include" 1)"
 [[ "$(listing "$prefix/include/memsnap" 1)" == "allocator history snapshot " ]] ||
   fail "include/memsnap/ holds: $(listing "$prefix/include/memsnap" 1)"

@@ -107,7 +107,7 @@ bool wait_for_report(size_t lines) {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: fake_cuda_program calls|oom|ooms|signal|term|fork|threads\n");
+    std::fprintf(stderr, "usage: fake_cuda_program calls|oom|ooms|signal|term|fork|exec|threads\n");
     return 2;
   }
   const char* injection = std::getenv("CUDA_INJECTION64_PATH");
@@ -158,6 +158,15 @@ int main(int argc, char** argv) {
     int status = 0;
     waitpid(child, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return 6;
+  } else if (scenario == "exec") {
+    // Replaces itself with the "calls" scenario: the new program inherits the injection's
+    // variables and is recorded by its own injection; what this image recorded dies with it
+    // (exec runs no exit handlers).
+    cuda_malloc(30 * kMiB, 0x7f0002000000);
+    char calls[] = "calls";
+    char* args[] = {argv[0], calls, nullptr};
+    execv("/proc/self/exe", args);
+    return 7;
   } else if (scenario == "threads") {
     std::vector<std::thread> threads;
     for (uintptr_t t = 0; t < 8; ++t)

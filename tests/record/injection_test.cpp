@@ -153,6 +153,14 @@ TEST(RecordInjection, AForkedChildRecordsAndWritesNothing) {
   EXPECT_EQ(snapshot.segments[0].total_size, 10 * kMiB);
 }
 
+TEST(RecordInjection, AProgramExecdIsRecordedByItsOwnInjection) {
+  const RecordRun run = record("exec");
+  ASSERT_EQ(run.status, 0) << run.err;
+  const Snapshot snapshot = run.only("run-");
+  EXPECT_EQ(snapshot.segments.size(), 5u) << "the exec'd program's snapshot (the calls scenario)";
+  EXPECT_EQ(segment_at(snapshot, 0x7f0002000000), nullptr);
+}
+
 TEST(RecordInjection, ThreadsCallingAtOnceLoseNothing) {
   const RecordRun run = record("threads", "--max-entries 100000");
   ASSERT_EQ(run.status, 0) << run.err;
