@@ -10,6 +10,22 @@
 #include "snapshot/snapshot_stacks.h"
 
 namespace memsnap {
+namespace {
+
+// An allocation is at once a segment, a block and an active block of exactly its bytes;
+// `added` false takes one away.
+void count(DeviceStats& stats, size_t size, bool added) {
+  const bool small = size <= kSmallSize;
+  const auto bytes = static_cast<int64_t>(size);
+  const auto change = added ? &DeviceStats::increase : &DeviceStats::decrease;
+  for (StatArray* array : {&stats.allocation, &stats.segment, &stats.active}) change(*array, small, 1);
+  for (StatArray* array : {&stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes,
+                           &stats.requested_bytes})
+    change(*array, small, bytes);
+  ++(added ? stats.num_device_alloc : stats.num_device_free);
+}
+
+}  // namespace
 
 AllocationLedger::AllocationLedger(LedgerSettings settings)
     : settings_(settings), stacks_(settings.max_stack_frames) {}
@@ -38,15 +54,7 @@ void AllocationLedger::allocated(int device, uintptr_t address, size_t size, Str
   if (auto old = live_.find(address); old != live_.end()) release(old, stream, kNoStack, ticks);
   live_.emplace(address, Live{size, device, stream, id});
   ++counts_.allocations;
-  const bool small = size <= kSmallSize;
-  const auto bytes = static_cast<int64_t>(size);
-  DeviceStats& stats = record->stats;
-  for (StatArray* array : {&stats.allocation, &stats.segment, &stats.active})
-    DeviceStats::increase(*array, small, 1);
-  for (StatArray* array : {&stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes,
-                           &stats.requested_bytes})
-    DeviceStats::increase(*array, small, bytes);
-  ++stats.num_device_alloc;
+  count(record->stats, size, true);
   record->trace.push({TraceAction::kAlloc, address, size, stream, ticks, id});
 }
 
@@ -57,15 +65,7 @@ void AllocationLedger::release(std::map<uintptr_t, Live>::iterator it, StreamId 
   live_.erase(it);
   ++counts_.frees;
   DeviceRecord* record = device_record(live.device);
-  const bool small = live.size <= kSmallSize;
-  const auto bytes = static_cast<int64_t>(live.size);
-  DeviceStats& stats = record->stats;
-  for (StatArray* array : {&stats.allocation, &stats.segment, &stats.active})
-    DeviceStats::decrease(*array, small, 1);
-  for (StatArray* array : {&stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes,
-                           &stats.requested_bytes})
-    DeviceStats::decrease(*array, small, bytes);
-  ++stats.num_device_free;
+  count(record->stats, live.size, false);
   record->trace.push({TraceAction::kFreeCompleted, address, live.size, stream, ticks, stack});
 }
 
