@@ -228,7 +228,11 @@ void start_injection() {
   auto* self = new Injection(std::move(settings).value(), std::move(cupti).value());
   if (auto error = self->start()) {
     std::fprintf(stderr, "memsnap record: %s; the program runs unrecorded\n", error->c_str());
-    return;  // `self` stays: CUPTI may still hold its address until the process ends
+    // Kept, stopped: a callback already under way in another thread may still reach it.
+    self->stop();
+    static std::atomic<Injection*> refused{nullptr};
+    refused.store(self);
+    return;
   }
   injection.store(self);
   std::atexit([] { injection.load()->write_at_exit(); });

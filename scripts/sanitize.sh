@@ -37,8 +37,10 @@ bash "$root/scripts/setup_e2e.sh" "$root/build-asan"
 cmake --build "$root/build-asan" --parallel "$jobs"
 export ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:abort_on_error=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-run_gtest_binaries "$root/build-asan" \
-  "memsnap_allocator_tests memsnap_history_tests memsnap_snapshot_tests memsnap_replay_tests memsnap_viewer_tests memsnap_web_tests"
+asan_binaries="memsnap_allocator_tests memsnap_history_tests memsnap_snapshot_tests memsnap_replay_tests memsnap_viewer_tests memsnap_web_tests"
+# memsnap record's tests, where the CUDA toolkit's CUPTI headers let the recorder be built.
+[[ -x "$root/build-asan/tests/memsnap_record_tests" ]] && asan_binaries+=" memsnap_record_tests"
+run_gtest_binaries "$root/build-asan" "$asan_binaries"
 # Every test that is not one of GoogleTest's (their names start with a lower-case folder:
 # cli., web., viewer., history., readme.); the damaged-file runs on a quarter of their inputs.
 MEMSNAP_HOSTILE_SHARE=0.25 ctest --test-dir "$root/build-asan" --output-on-failure --parallel "$jobs" -R '^[a-z]'
@@ -47,9 +49,11 @@ unset ASAN_OPTIONS UBSAN_OPTIONS
 echo "== ThreadSanitizer (clang, build-tsan): the concurrency tests"
 cmake -S "$root" -B "$root/build-tsan" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DMEMSNAP_SANITIZE=thread -DMEMSNAP_WITH_CUDA=OFF -DMEMSNAP_BUILD_BENCH=OFF -DMEMSNAP_WERROR=ON >/dev/null
-cmake --build "$root/build-tsan" --parallel "$jobs" \
-  --target memsnap_allocator_tests memsnap_snapshot_tests memsnap_history_tests
+tsan_binaries="memsnap_allocator_tests memsnap_snapshot_tests memsnap_history_tests"
+ninja -C "$root/build-tsan" -t targets all | grep -q '^memsnap_record_tests:' && tsan_binaries+=" memsnap_record_tests"
+# shellcheck disable=SC2086
+cmake --build "$root/build-tsan" --parallel "$jobs" --target $tsan_binaries
 TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp" \
-  run_gtest_binaries "$root/build-tsan" "memsnap_allocator_tests memsnap_snapshot_tests memsnap_history_tests" \
+  run_gtest_binaries "$root/build-tsan" "$tsan_binaries" \
   --gtest_filter='*Concurrency*:*Stress*:*Thread*'
 echo "sanitizers: no report ($((SECONDS - started)) s)"
