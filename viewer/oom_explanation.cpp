@@ -208,7 +208,14 @@ void diagnose(OomExplanation& x) {
 }
 
 void replay_settings(const Snapshot& snapshot, const AllocatorConfig& recorded, OomExplanation& x) {
-  std::vector<std::pair<std::string, bool>> candidates = {{to_config_string(recorded), true}};
+  // A recording without caching (memsnap record) has no settings to replay as recorded: every
+  // row is its requests through a caching allocator.
+  std::vector<std::pair<std::string, bool>> candidates;
+  if (recorded.caching)
+    candidates.emplace_back(to_config_string(recorded), true);
+  else
+    x.settings_note = "the recording had no caching allocator: each row replays its requests "
+                      "through PyTorch's caching allocator with those settings";
   auto add = [&](const std::string& text) {
     for (const auto& [existing, is_recorded] : candidates)
       if (existing == text) return;

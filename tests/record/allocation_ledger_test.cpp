@@ -232,6 +232,9 @@ TEST(AllocationLedger, ExplainOomOfALaterSnapshotSeesTheMemoryAsItStoodAtTheErro
   EXPECT_EQ(explanation.value().reserved_bytes, sizes[0] + sizes[1] + sizes[2]);
   EXPECT_EQ(explanation.value().allocated_bytes, sizes[0] + sizes[1] + sizes[2]);
   EXPECT_EQ(explanation.value().cause, OomCause::kExhaustion);
+  ASSERT_FALSE(explanation.value().settings.empty());
+  for (const OomSetting& setting : explanation.value().settings)
+    EXPECT_FALSE(setting.recorded) << "no caching allocator was recorded to replay: " << setting.config;
 }
 
 }  // namespace

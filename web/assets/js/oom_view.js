@@ -108,7 +108,9 @@ export async function renderOom(container, { snapshot }) {
           ${humanBytes(x.segment_bytes)} segment.</div>
       </div>
       <ul class="oom-reasons">${x.reasons.map(r => `<li>${escapeHtml(r)}</li>`).join('')}</ul>
-      ${x.events_after_oom ? `<p class="hint">The state below is the snapshot's, ${counted(x.events_after_oom, 'event')} after the error.</p>` : ''}
+      ${x.events_after_oom ? `<p class="hint">${x.state_rebuilt
+        ? `The state below is the one at the error, rebuilt by replaying the trace (the snapshot was taken ${counted(x.events_after_oom, 'event')} later).`
+        : `The state below is the snapshot's, ${counted(x.events_after_oom, 'event')} after the error.`}</p>` : ''}
       <h2>Memory at the error</h2>
       ${memoryBar(x)}
       <div class="oom-columns">
