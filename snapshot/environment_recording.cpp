@@ -38,7 +38,8 @@ Result<std::unique_ptr<EnvironmentRecording>> record_from_environment(
   Result<RecordingEnvironment> environment = recording_environment(lookup);
   if (!environment) return Made::failure(environment.error());
   if (environment->stacks == StackChoice::kPython)
-    return Made::failure("MEMSNAP_STACKS=python: a C++ program has no Python frames; expected cpp or none");
+    return Made::failure("MEMSNAP_STACKS=python: this allocator records no Python frames (memsnap.torch does); "
+                         "expected cpp or none");
   return Made(std::make_unique<EnvironmentRecording>(allocator, environment.value()));
 }
 

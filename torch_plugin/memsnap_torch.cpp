@@ -2,27 +2,35 @@
 // entry points of memsnap_torch.h.
 #include "torch_plugin/memsnap_torch.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "allocator/caching_allocator.h"
 #include "allocator/default_backend.h"
 #include "history/history_recorder.h"
+#include "snapshot/environment_recording.h"
 #include "snapshot/snapshot_file.h"
 
 namespace {
 
 struct Plugin {
   std::unique_ptr<memsnap::CachingAllocator> allocator;
-  std::unique_ptr<memsnap::HistoryRecorder> recorder;
+  // Its recorder keeps the history; MEMSNAP_HISTORY and the other recording variables
+  // (history/recording_environment.h) turn recording on from the start.
+  std::unique_ptr<memsnap::EnvironmentRecording> recording;
+  memsnap::HistoryRecorder& recorder() { return recording->recorder(); }
 };
 
 thread_local std::string last_error;
 thread_local std::string summary_text;
+
+Plugin* instance_for_exit();
 
 // Built on first use; never destroyed: PyTorch frees tensors during interpreter shutdown,
 // after static destructors of this library could have run.
@@ -41,11 +49,21 @@ Plugin& plugin() {
     if (!config) throw std::runtime_error("memsnap_torch: " + config.error());
     auto* p = new Plugin;
     p->allocator = std::make_unique<memsnap::CachingAllocator>(backend.value(), config.value());
-    p->recorder = std::make_unique<memsnap::HistoryRecorder>(*p->allocator);
+    memsnap::Result<std::unique_ptr<memsnap::EnvironmentRecording>> recording =
+        memsnap::record_from_environment(*p->allocator);
+    if (!recording) throw std::runtime_error("memsnap_torch: " + recording.error());
+    p->recording = std::move(recording).value();
+    // The plugin is never destroyed (above), so MEMSNAP_SNAPSHOT_AT_EXIT is written at exit.
+    std::atexit([] {
+      if (const std::optional<std::string> error = instance_for_exit()->recording->write_at_exit())
+        std::fprintf(stderr, "memsnap_torch: MEMSNAP_SNAPSHOT_AT_EXIT: %s\n", error->c_str());
+    });
     return p;
   }();
   return *instance;
 }
+
+Plugin* instance_for_exit() { return &plugin(); }
 
 // Runs `fn`, turning any exception into -1 and last_error.
 template <typename Fn>
@@ -89,7 +107,7 @@ int memsnap_torch_record_history(const char* level, size_t max_entries, int cpp_
     settings.level = *parsed;
     settings.max_entries = max_entries;
     settings.cpp_stacks = cpp_stacks != 0;
-    plugin().recorder->configure(settings);
+    plugin().recorder().configure(settings);
   });
 }
 
@@ -97,7 +115,7 @@ int memsnap_torch_dump_snapshot(const char* path) {
   return guarded([&] {
     if (path == nullptr) throw std::invalid_argument("path is null");
     Plugin& p = plugin();
-    if (auto error = memsnap::dump_snapshot(*p.allocator, p.recorder.get(), path))
+    if (auto error = memsnap::dump_snapshot(*p.allocator, &p.recorder(), path))
       throw std::runtime_error(*error);
   });
 }
@@ -106,7 +124,7 @@ int memsnap_torch_dump_snapshot_on_oom(const char* pattern) {
   return guarded([&] {
     if (pattern == nullptr) throw std::invalid_argument("pattern is null");
     Plugin& p = plugin();
-    memsnap::dump_snapshot_on_oom(*p.allocator, p.recorder.get(), pattern);
+    memsnap::dump_snapshot_on_oom(*p.allocator, &p.recorder(), pattern);
   });
 }
 

@@ -7,7 +7,10 @@
  * The allocator is created on first use with the settings of MEMSNAP_ALLOC_CONF (falling back
  * to PYTORCH_ALLOC_CONF, then PYTORCH_CUDA_ALLOC_CONF) on the CUDA backend. MEMSNAP_BACKEND=
  * simulated selects the simulated device instead — only for testing these entry points
- * without a GPU: PyTorch cannot use that memory.
+ * without a GPU: PyTorch cannot use that memory. The recording variables MEMSNAP_HISTORY,
+ * MEMSNAP_STACKS (cpp or none), MEMSNAP_MAX_ENTRIES, MEMSNAP_OOM_SNAPSHOT and
+ * MEMSNAP_SNAPSHOT_AT_EXIT (history/recording_environment.h) apply from the first allocation;
+ * a bad value fails it, with the variable named in the error.
  *
  * Functions returning int return 0 on success and -1 on failure, with the reason in
  * memsnap_torch_last_error() (per thread). The allocation functions report failures the way

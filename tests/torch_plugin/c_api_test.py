@@ -69,6 +69,8 @@ def main():
                                 text=True).stdout
         check(folded.count("\n") >= 4 and "ffi" in folded, "C++ stacks of the allocations: " + folded[:300])
 
+    check_recording_environment(library_path, memsnap, check)
+
     for p in pointers:
         if p and p != pointers[1]:
             lib.memsnap_torch_free(p, 0, 0, None)
@@ -82,6 +84,45 @@ def main():
         return 1
     print("libmemsnap_torch C API: all checks passed")
     return 0
+
+
+# A child process: the library with MEMSNAP_* recording variables set, as a script run with them.
+CHILD = """
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+lib.memsnap_torch_malloc.restype = ctypes.c_void_p
+lib.memsnap_torch_malloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+lib.memsnap_torch_free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+lib.memsnap_torch_last_error.restype = ctypes.c_char_p
+if lib.memsnap_torch_empty_cache() != 0:
+    print(lib.memsnap_torch_last_error().decode())
+    sys.exit(3)
+a = lib.memsnap_torch_malloc(1 << 20, 0, None)
+b = lib.memsnap_torch_malloc(5 << 20, 0, None)
+lib.memsnap_torch_free(a, 0, 0, None)
+"""
+
+
+def check_recording_environment(library_path, memsnap, check):
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "at_exit.msgpack")
+        environment = dict(os.environ, MEMSNAP_HISTORY="all", MEMSNAP_SNAPSHOT_AT_EXIT=path)
+        run = subprocess.run([sys.executable, "-c", CHILD, library_path], env=environment,
+                             capture_output=True, text=True)
+        check(run.returncode == 0, f"a child with MEMSNAP_HISTORY=all: {run.stdout}{run.stderr}")
+        if os.path.exists(path):
+            stats = json.loads(subprocess.run([memsnap, "stats", "--json", path], check=True,
+                                              capture_output=True, text=True).stdout)
+            actions = stats["trace_actions"]
+            check(actions.get("alloc") == 2 and actions.get("free_requested") == 1,
+                  f"the at-exit snapshot holds the child's history: {actions}")
+        else:
+            check(False, "MEMSNAP_SNAPSHOT_AT_EXIT written at exit")
+        bad = dict(os.environ, MEMSNAP_HISTORY="sometimes")
+        run = subprocess.run([sys.executable, "-c", CHILD, library_path], env=bad,
+                             capture_output=True, text=True)
+        check(run.returncode == 3 and "MEMSNAP_HISTORY=sometimes" in run.stdout,
+              f"a bad MEMSNAP_HISTORY is an error naming it: {run.returncode} {run.stdout}{run.stderr}")
 
 
 if __name__ == "__main__":
