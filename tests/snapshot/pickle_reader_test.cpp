@@ -270,6 +270,28 @@ TEST(SnapshotLoader, PyTorchBlocksGetTheirHistoryFromTheTrace) {
   EXPECT_GT(free_with_history, 0u);
 }
 
+// Exactly the last kTraceHistoryPerBlock allocations of the trace inside each block, oldest
+// first: checked against a scan of the whole trace for every block, on every PyTorch pickle.
+TEST(SnapshotLoader, TraceHistoryIsTheLastAllocationsInsideEachBlock) {
+  for (const char* file : {"pytorch-2.11/two_streams.pickle", "pytorch-2.11/mlp_train.pickle",
+                           "pytorch-2.11/expandable_segments.pickle"}) {
+    auto loaded = load_snapshot_from_memory(data_file(file));
+    ASSERT_TRUE(loaded.ok()) << file << ": " << loaded.error();
+    const memsnap::Snapshot& s = loaded->snapshot;
+    for (const memsnap::SnapshotSegment& segment : s.segments)
+      for (const memsnap::SnapshotBlock& block : segment.blocks) {
+        std::vector<memsnap::HistoryItem> expected;
+        for (const memsnap::TraceEntry& e : s.device_traces.at(static_cast<size_t>(segment.device)))
+          if (e.action == memsnap::TraceAction::kAlloc && e.address >= block.address &&
+              e.address < block.address + block.size)
+            expected.push_back({e.address, e.size, e.stack});
+        if (expected.size() > memsnap::kTraceHistoryPerBlock)
+          expected.erase(expected.begin(), expected.end() - memsnap::kTraceHistoryPerBlock);
+        EXPECT_EQ(block.history, expected) << file << " block " << block.address;
+      }
+  }
+}
+
 TEST(SnapshotLoader, RejectsWhatIsNotASnapshot) {
   EXPECT_NE(load_error("").find("empty"), std::string::npos);
   EXPECT_NE(load_error("hello").find("not a snapshot"), std::string::npos);
