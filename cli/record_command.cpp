@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -61,7 +63,7 @@ std::string absolute_pattern(const std::string& pattern) {
   return (fs::current_path() / pattern).string();
 }
 
-pid_t child = -1;
+std::atomic<pid_t> child{-1};  // read by the signal handler below
 
 struct ProgramNotRun : CommandError {
   using CommandError::CommandError;
@@ -74,7 +76,7 @@ std::vector<std::string>& program_after_separator() {
 }
 
 void pass_on(int signal) {
-  if (child > 0) kill(child, signal);
+  if (const pid_t program = child.load(); program > 0) kill(program, signal);
 }
 
 int run(const std::vector<std::string>& command, const std::map<std::string, std::string>& variables) {
