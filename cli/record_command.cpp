@@ -230,6 +230,12 @@ CommandRunner add_record_command(CLI::App& app) {
     for (std::string line; std::getline(lines, line);)
       if (!line.empty()) written.push_back(line);
     std::remove(report.c_str());
+    std::vector<std::string> distinct = written;
+    std::sort(distinct.begin(), distinct.end());
+    for (auto it = std::adjacent_find(distinct.begin(), distinct.end()); it != distinct.end();
+         it = std::adjacent_find(std::upper_bound(it, distinct.end(), *it), distinct.end()))
+      std::cerr << "memsnap record: " << *it << " was written more than once, by several processes or "
+                   "snapshots (the last is kept): put {pid}, {rank} or {n} in the pattern\n";
     if (written.empty())
       std::cerr << "memsnap record: no snapshot written (the program never initialized CUDA, or the "
                    "recorder said why above)\n";

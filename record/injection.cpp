@@ -161,6 +161,10 @@ void Injection::write_at_exit() {
     if (at_exit_done_) return;
     at_exit_done_ = true;
   }
+  // A process that made no allocation (a launcher that only asked CUDA how many devices there
+  // are) writes nothing: its empty snapshot would only take a name a worker's could need.
+  const LedgerCounts counts = ledger_.counts();
+  if (counts.allocations == 0 && counts.frees == 0 && counts.out_of_memory == 0) return;
   if (!settings_.output.empty()) write(settings_.output, 0, "at exit:");
 }
 

@@ -20,6 +20,11 @@ class CudaAllocator : public ::testing::Test {
     if (!CudaBackend::available()) GTEST_SKIP() << "no usable CUDA device on this machine";
     backend_ = std::make_shared<CudaBackend>();
   }
+  // Every test starts on device 0 whatever the one before left current (the two-device test
+  // switches), as the tests' own CUDA calls on device 0 memory assume.
+  void TearDown() override {
+    if (backend_) cudaSetDevice(0);
+  }
   std::shared_ptr<CudaBackend> backend_;
 };
 
@@ -45,9 +50,12 @@ TEST_F(CudaAllocator, TwoDevicesInOneProcessKeepTheirOwnMemoryAndStatistics) {
   if (backend_->device_count() < 2) GTEST_SKIP() << "needs two GPUs, this machine has " << backend_->device_count();
   CachingAllocator allocator(backend_);
   constexpr size_t kBytes = 8 << 20;
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   void* on0 = allocator.allocate(kBytes, 0);
   void* on1 = allocator.allocate(3 * kBytes, 1);
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  int current = -1;
+  ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
+  EXPECT_EQ(current, 0) << "allocating on device 1 leaves the caller's current device as it was";
   ASSERT_EQ(cudaMemset(on0, 0x2a, kBytes), cudaSuccess);
   ASSERT_EQ(cudaMemcpyPeer(on1, 1, on0, 0, kBytes), cudaSuccess);  // through the host when there is no peer access
   unsigned char byte = 0;

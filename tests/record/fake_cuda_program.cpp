@@ -107,7 +107,7 @@ bool wait_for_report(size_t lines) {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: fake_cuda_program calls|oom|ooms|signal|term|fork|exec|threads\n");
+    std::fprintf(stderr, "usage: fake_cuda_program calls|nothing|oom|ooms|signal|term|fork|exec|threads\n");
     return 2;
   }
   const char* injection = std::getenv("CUDA_INJECTION64_PATH");
@@ -131,6 +131,8 @@ int main(int argc, char** argv) {
   const std::string scenario = argv[1];
   if (scenario == "calls") {
     calls();
+  } else if (scenario == "nothing") {
+    // CUDA initialized (the recorder started), no allocation: a launcher asking for devices.
   } else if (scenario == "oom") {
     cuda_malloc(10 * kMiB, 0x7f0000000000);
     if (cuda_malloc(size_t{1} << 40, 0, 0, cudaErrorMemoryAllocation) != nullptr) return 3;

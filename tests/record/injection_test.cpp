@@ -161,6 +161,27 @@ TEST(RecordInjection, AProgramExecdIsRecordedByItsOwnInjection) {
   EXPECT_EQ(segment_at(snapshot, 0x7f0002000000), nullptr);
 }
 
+TEST(RecordInjection, AProcessThatAllocatedNothingWritesNoSnapshot) {
+  const RecordRun run = record("nothing");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_TRUE(run.files("run-").empty());
+  EXPECT_NE(run.err.find("no snapshot written"), std::string::npos) << run.err;
+}
+
+TEST(RecordInjection, APathWrittenByTwoProcessesIsSaid) {
+  RecordRun run;
+  char folder[] = "/tmp/memsnap-record-test-XXXXXX";
+  run.folder = mkdtemp(folder);
+  const std::string program = std::string(MEMSNAP_FAKE_CUDA_PROGRAM) + " calls";
+  const std::string command = std::string(MEMSNAP_CLI) + " record --cupti " + MEMSNAP_FAKE_CUPTI + " -o " +
+                              (run.folder / "same.msgpack").string() + " -- sh -c '" + program + "; " +
+                              program + "' 2> " + (run.folder / "stderr").string();
+  ASSERT_EQ(std::system(command.c_str()), 0);
+  run.err = read(run.folder / "stderr");
+  EXPECT_NE(run.err.find("same.msgpack was written more than once"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("2 snapshots written"), std::string::npos) << run.err;
+}
+
 TEST(RecordInjection, ThreadsCallingAtOnceLoseNothing) {
   const RecordRun run = record("threads", "--max-entries 100000");
   ASSERT_EQ(run.status, 0) << run.err;
