@@ -72,7 +72,9 @@ std::optional<TraceAction> PyTorchDocument::action_named(Value name) {
 }
 
 void PyTorchDocument::expect_input_bytes(uint64_t bytes) {
-  entries_.reserve(static_cast<size_t>(std::min<uint64_t>(bytes / 80, uint64_t{1} << 26)));
+  // Room for the densest trace a pickle holds (about 40 bytes an entry): a growth would copy
+  // every entry so far, and pages of the room not used are never touched.
+  entries_.reserve(static_cast<size_t>(std::min<uint64_t>(bytes / 40, uint64_t{1} << 26)));
   advise_huge_pages(entries_.data(), entries_.capacity() * sizeof(TraceEntry));
 }
 
