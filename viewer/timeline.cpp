@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <unordered_map>
 
@@ -165,6 +166,26 @@ std::vector<std::vector<uint64_t>> bytes_by_group(const std::vector<Allocation>&
   return out;
 }
 
+// The window's markers, at most one of each kind (out-of-memory or annotation) per 1/`buckets`
+// of the window: a run annotated at every step has tens of thousands, more than the axis has
+// pixels, and each would cost the page a line to draw. `marker_count` keeps how many there were.
+void keep_markers_in_window(std::vector<TimelineMarker>& markers, uint64_t lo, uint64_t hi, size_t buckets,
+                            Timeline& out) {
+  const uint64_t span = hi - lo + 1;
+  buckets = std::max<size_t>(buckets, 1);
+  std::optional<uint64_t> last_bucket[2];
+  for (TimelineMarker& m : markers) {
+    if (m.event < lo || m.event > hi) continue;
+    ++out.marker_count;
+    const uint64_t bucket = static_cast<uint64_t>(static_cast<double>(m.event - lo) / static_cast<double>(span) *
+                                                  static_cast<double>(buckets));
+    std::optional<uint64_t>& last = last_bucket[m.kind == "oom" ? 1 : 0];
+    if (last == bucket) continue;
+    last = bucket;
+    out.markers.push_back(std::move(m));
+  }
+}
+
 }  // namespace
 
 Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& options) {
@@ -201,8 +222,7 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
   }
   std::stable_sort(markers.begin(), markers.end(),
                    [](const TimelineMarker& a, const TimelineMarker& b) { return a.event < b.event; });
-  for (TimelineMarker& m : markers)
-    if (m.event >= lo && m.event <= hi) out.markers.push_back(std::move(m));
+  keep_markers_in_window(markers, lo, hi, options.max_samples, out);
 
   // The exact peak of the window, from every allocation (the samples below are a subset of the
   // events and could miss it); its event is sampled too, so the picture shows it.

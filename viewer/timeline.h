@@ -68,7 +68,10 @@ struct Timeline {
   uint64_t allocations = 0;            // all of them (or segments and mappings), merged or not
   uint64_t peak_bytes = 0;
   uint64_t peak_event = 0;
-  std::vector<TimelineMarker> markers;  // in the window, in event order
+  // In the window, in event order; where they are denser than the samples, the first of each
+  // kind per sample interval (marker_count: all of them in the window).
+  std::vector<TimelineMarker> markers;
+  uint64_t marker_count = 0;
   std::vector<RoleBytes> role_bytes;    // with options.roles: per sample, by MemoryRole
   std::vector<MempoolId> pools;         // with options.pools: global first, then by id
   std::vector<std::vector<uint64_t>> pool_bytes;  // per sample, by `pools` index

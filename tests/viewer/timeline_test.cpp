@@ -153,6 +153,33 @@ TEST(Timeline, OutOfMemoryErrorsAndAnnotationsAreMarkersOnTheEventAxis) {
   EXPECT_EQ(compute_timeline(s, zoomed).markers.size(), 1u) << "only the window's markers";
 }
 
+// A run annotated at every step has more annotations than the axis has pixels: the window keeps
+// at most one of each kind per sample interval, out-of-memory errors apart from annotations.
+TEST(Timeline, DenseMarkersKeepOneOfEachKindPerSampleInterval) {
+  std::vector<std::tuple<TraceAction, uint64_t, uint64_t>> events;
+  for (uint64_t i = 0; i < 10000; ++i) {
+    events.push_back({TraceAction::kAlloc, 0x1000, 512});
+    events.push_back({TraceAction::kFreeCompleted, 0x1000, 512});
+  }
+  events.insert(events.begin() + 5001, {TraceAction::kOom, 1 << 20, 1 << 30});
+  Snapshot s = trace_of(events);
+  for (int64_t time = 0; time < 20000; time += 2) s.external_annotations.push_back({0, "START", "step", time});
+  TimelineOptions options;
+  options.max_samples = 100;
+  const Timeline t = compute_timeline(s, options);
+  EXPECT_EQ(t.marker_count, 10001u);
+  EXPECT_EQ(t.markers.size(), 101u) << "100 annotation ticks and the out-of-memory error";
+  EXPECT_EQ(std::count_if(t.markers.begin(), t.markers.end(), [](const TimelineMarker& m) { return m.kind == "oom"; }), 1);
+  EXPECT_TRUE(std::is_sorted(t.markers.begin(), t.markers.end(),
+                             [](const TimelineMarker& a, const TimelineMarker& b) { return a.event < b.event; }));
+  TimelineOptions zoomed = options;
+  zoomed.window_begin = 100;
+  zoomed.window_end = 199;
+  const Timeline z = compute_timeline(s, zoomed);
+  EXPECT_EQ(z.marker_count, 50u);
+  EXPECT_EQ(z.markers.size(), 50u) << "zoomed in, every annotation has room";
+}
+
 // Reserved memory by segment (and expandable mapping): at the end it is the snapshot's
 // segments, and its peak is the recorded run's peak reserved.
 TEST(Timeline, SegmentsKindIsReservedMemory) {

@@ -4,7 +4,7 @@
 // rank stand out, with the call sites that make the difference. A row opens its rank's views;
 // "vs median" opens the Compare view against the median rank.
 import { api } from './api.js';
-import { escapeHtml, humanBytes, signedBytes } from './format.js';
+import { escapeHtml, grouped, humanBytes, signedBytes } from './format.js';
 import { loading } from './ui.js';
 
 const columns = [
@@ -45,7 +45,7 @@ function describeOom(r) {
   const o = r.last_oom;
   if (!o) return `${r.ooms} out-of-memory error(s), counted by the allocator`;
   const free = o.device_free_bytes == null ? '' : `, ${humanBytes(o.device_free_bytes)} free on the device`;
-  return `asked for ${humanBytes(o.requested_bytes)} at event ${o.event.toLocaleString('en-US')} of device ${o.device}${free}`;
+  return `asked for ${humanBytes(o.requested_bytes)} at event ${grouped(o.event)} of device ${o.device}${free}`;
 }
 
 export async function renderRanks(container, { openRank }) {
@@ -67,7 +67,7 @@ export async function renderRanks(container, { openRank }) {
   });
   container.innerHTML = `
     <div class="cards">
-      <div class="card"><div class="label">ranks</div><div class="value">${ranks.length.toLocaleString('en-US')}</div></div>
+      <div class="card"><div class="label">ranks</div><div class="value">${grouped(ranks.length)}</div></div>
       <div class="card" title="the rank in the middle when ordered by peak reserved memory"><div class="label">median rank</div>
         <div class="value">${name(median)}: ${humanBytes(median.peak_reserved_bytes)}</div></div>
       <div class="card"><div class="label">out of memory</div><div class="value ${ooms.length ? 'grew' : ''}">${

@@ -3,6 +3,7 @@
 // The server downsamples; dragging across the plot zooms into that range of events, for which
 // the server picks the largest allocations again. Hover a band for its size, life and stack.
 import { api } from './api.js';
+import { fillBands } from './band_raster.js';
 import { counted, escapeHtml, humanBytes, legendHtml, stableHash } from './format.js';
 import { framesHtml, hideTooltip, loading, pinStacks, searchBox, prepareCanvas, redrawOnResize, showTooltip } from './ui.js';
 
@@ -27,6 +28,14 @@ function lowerBound(array, value, key = x => x) {
   let lo = 0, hi = array.length;
   while (lo < hi) { const mid = (lo + hi) >> 1; if (key(array[mid]) < value) lo = mid + 1; else hi = mid; }
   return lo;
+}
+
+// The index of the last point of a flat outline [event, bottom, event, bottom, ...] whose event
+// is before `event`, or -1.
+function outlineBefore(outline, event) {
+  let lo = 0, hi = outline.length >> 1;
+  while (lo < hi) { const mid = (lo + hi) >> 1; if (outline[2 * mid] < event) lo = mid + 1; else hi = mid; }
+  return 2 * lo - 2;
 }
 
 function niceStep(max, count) {
@@ -101,6 +110,16 @@ export async function renderTimeline(container, { snapshot }) {
     const g = geometry();
     const context = prepareCanvas(canvas, g.width, HEIGHT);
     context.clearRect(0, 0, g.width, HEIGHT);
+    // The bands first: their pixels are written, not painted over what is there.
+    if (!groups) {
+      fillBands(context, data.bands.map((band, index) => {
+        const outline = band.outline, edges = new Float64Array(outline.length / 2 * 3);
+        for (let i = 0, e = 0; i + 1 < outline.length; i += 2, e += 3) {
+          edges[e] = g.x(outline[i]); edges[e + 1] = g.y(outline[i + 1]); edges[e + 2] = g.y(outline[i + 1] + band.size);
+        }
+        return { colour: bandColour(band, index), alpha: found && !found.has(band.stack) ? 0.15 : 1, edges };
+      }), { left: LEFT, top: TOP, width: g.width - LEFT - RIGHT, height: HEIGHT - TOP - BOTTOM, ratio: window.devicePixelRatio || 1 });
+    }
     // Merged small allocations at the bottom.
     context.fillStyle = 'rgb(205,205,205)';
     context.beginPath();
@@ -122,17 +141,6 @@ export async function renderTimeline(container, { snapshot }) {
         below = above;
       });
     }
-    if (!groups) data.bands.forEach((band, index) => {
-      if (!band.points.length) return;
-      context.fillStyle = bandColour(band, index);
-      context.globalAlpha = found && !found.has(band.stack) ? 0.15 : 1;
-      context.beginPath();
-      band.points.forEach(([s, bottom], i) => (i ? context.lineTo : context.moveTo).call(context, g.x(s), g.y(bottom + band.size)));
-      for (let i = band.points.length - 1; i >= 0; --i) context.lineTo(g.x(band.points[i][0]), g.y(band.points[i][1]));
-      context.closePath();
-      context.fill();
-      context.globalAlpha = 1;
-    });
     // Axes: bytes on the left, events (and seconds) below.
     context.strokeStyle = '#999'; context.fillStyle = '#444'; context.lineWidth = 1;
     context.beginPath(); context.moveTo(LEFT, TOP); context.lineTo(LEFT, HEIGHT - BOTTOM); context.lineTo(g.width - RIGHT, HEIGHT - BOTTOM); context.stroke();
@@ -153,13 +161,21 @@ export async function renderTimeline(container, { snapshot }) {
     }
     context.textAlign = 'left';
     // Out-of-memory errors across the plot; annotations as ticks on the event axis.
-    for (const marker of data.markers) {
-      const x = g.x(marker.event), oom = marker.kind === 'oom';
+    // Each kind of line in one path: a long run's thousands of annotations stroke at once.
+    for (const oom of [false, true]) {
       context.strokeStyle = oom ? 'rgba(192,28,40,.9)' : 'rgba(37,99,235,.8)';
       context.lineWidth = oom ? 2 : 1;
       context.beginPath();
-      context.moveTo(x, oom ? TOP : HEIGHT - BOTTOM - 7); context.lineTo(x, HEIGHT - BOTTOM); context.stroke();
-      context.lineWidth = 1;
+      for (const marker of data.markers) {
+        if ((marker.kind === 'oom') !== oom) continue;
+        const x = g.x(marker.event);
+        context.moveTo(x, oom ? TOP : HEIGHT - BOTTOM - 7); context.lineTo(x, HEIGHT - BOTTOM);
+      }
+      context.stroke();
+    }
+    context.lineWidth = 1;
+    for (const marker of data.markers) {
+      const x = g.x(marker.event), oom = marker.kind === 'oom';
       if (oom || data.markers.length <= 12) {
         context.fillStyle = oom ? 'rgb(192,28,40)' : 'rgb(37,99,235)';
         context.save(); context.translate(x + 3, oom ? TOP + 4 : HEIGHT - BOTTOM - 60); context.rotate(Math.PI / 2);
@@ -189,9 +205,9 @@ export async function renderTimeline(container, { snapshot }) {
     const i = Math.max(0, Math.min(lowerBound(data.samples, event + 1) - 1, data.samples.length - 1));
     const sample = data.samples[i];
     for (const band of data.bands) {
-      const p = lowerBound(band.points, sample + 1, pt => pt[0]) - 1;
-      if (p < 0 || band.points[p][0] < band.start || sample >= band.end && band.end !== data.events) continue;
-      const bottom = band.points[p][1];
+      const p = outlineBefore(band.outline, sample + 1);
+      if (p < 0 || band.outline[p] < band.start || sample >= band.end && band.end !== data.events) continue;
+      const bottom = band.outline[p + 1];
       if (bytes >= bottom && bytes < bottom + band.size) return { band };
     }
     if (bytes < data.other_bytes[i]) return { other: data.other_bytes[i], sample };
