@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <thread>
 
@@ -19,7 +20,6 @@
 #include "cli/snapshot_input.h"
 #include "snapshot/snapshot_files.h"
 #include "viewer/job_ranks.h"
-#include "web/cached_views.h"
 #include "web/job_catalog.h"
 #include "web/viewer_server.h"
 
@@ -30,15 +30,19 @@ namespace {
 // watcher thread waits for them, so no handler runs inside the server's code.
 class StopOnSignal {
  public:
-  explicit StopOnSignal(web::ViewerServer& server) {
+  // While `loading` (the files given are still being read), a signal ends the process at once,
+  // as it would before the server existed.
+  StopOnSignal(web::ViewerServer& server, const std::atomic<bool>& loading) {
     sigemptyset(&signals_);
     sigaddset(&signals_, SIGINT);
     sigaddset(&signals_, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &signals_, nullptr);
-    watcher_ = std::thread([this, &server] {
+    watcher_ = std::thread([this, &server, &loading] {
       int signal = 0;
       sigwait(&signals_, &signal);
-      if (!done_) std::fprintf(stderr, "\nmemsnap serve: stopping\n");
+      if (done_) return;
+      std::fprintf(stderr, "\nmemsnap serve: stopping\n");
+      if (loading) std::_Exit(128 + signal);
       server.stop();
     });
   }
@@ -97,56 +101,70 @@ CommandRunner add_serve_command(CLI::App& app) {
       std::error_code error;
       any_folder |= std::filesystem::is_directory(path, error);
     }
-    // A folder is a job: its ranks are summarized now and each opened when asked for. Files
-    // named one by one are opened now, and compared as ranks too when there are several.
+    // Listening comes first, so the page loads while the files are read: its API requests wait
+    // for them (ViewerServer::hold_api). A folder is a job: its ranks are summarized now and
+    // each opened when asked for. Files named one by one are opened now, and compared as ranks
+    // too when there are several.
     web::SnapshotStore store(any_folder ? options->max_snapshots : std::max(options->max_snapshots, files.value().size()));
-    std::map<std::string, std::shared_ptr<const web::StoredSnapshot>> opened;
-    if (!any_folder) {
-      for (const std::string& file : files.value()) {
-        auto added = store.add_file(file);
-        if (!added) throw CommandError(added.error());
-        web::warm_up(*added.value());
-        opened[file] = added.value();
-        std::fprintf(stderr, "memsnap serve: loaded %s (%llu trace events)\n", file.c_str(),
-                     static_cast<unsigned long long>(added.value()->trace_events));
-      }
-    }
-    std::unique_ptr<web::JobCatalog> job;
-    if (any_folder || files.value().size() > 1) {
-      JobRanksOptions job_options;
-      job_options.rank_pattern = options->rank_pattern;
-      job_options.progress = files_progress(files.value().size());
-      const SnapshotLoader load = [&opened](const std::string& file) -> Result<std::shared_ptr<const Snapshot>> {
-        if (auto it = opened.find(file); it != opened.end())
-          return std::shared_ptr<const Snapshot>(it->second, &it->second->loaded.snapshot);
-        Result<LoadedSnapshot> loaded = load_snapshot(file);
-        if (!loaded) return Result<std::shared_ptr<const Snapshot>>::failure(loaded.error());
-        return std::make_shared<const Snapshot>(std::move(std::move(loaded).value().snapshot));
-      };
-      Result<JobRanks> ranks = summarize_job(files.value(), load, job_options);
-      if (!ranks) throw CommandError(ranks.error());
-      for (const SkippedFile& skipped : ranks.value().skipped)
-        std::fprintf(stderr, "memsnap serve: not a rank: %s\n", skipped.error.c_str());
-      std::fprintf(stderr, "memsnap serve: %zu ranks (the Ranks view)\n", ranks.value().ranks.size());
-      job = std::make_unique<web::JobCatalog>(store, std::move(ranks).value());
-      for (const auto& [file, stored] : opened) job->note_open(file, stored->id);
-    }
+    std::unique_ptr<web::JobCatalog> job;  // outlives the server, which points at it
     web::ServerOptions server_options;
     server_options.host = options->host;
     server_options.port = options->port;
     server_options.limits.max_upload_bytes = options->max_upload_mb << 20;
-    web::ViewerServer server(store, server_options, job.get());
+    web::ViewerServer server(store, server_options);
+    server.hold_api();
     if (!web::is_loopback_host(options->host))
       std::fprintf(stderr, "memsnap serve: warning: listening on %s: anyone who can reach this machine can read "
                            "the snapshots and upload files\n", options->host.c_str());
-    StopOnSignal stop_on_signal(server);
+    std::atomic<bool> loading{true};
+    StopOnSignal stop_on_signal(server, loading);
     auto port = server.bind();
     if (!port) throw CommandError(port.error());
     const bool ipv6 = options->host.find(':') != std::string::npos;
     std::printf("memsnap serve: http://%s%s%s:%d/  (Ctrl-C to stop)\n", ipv6 ? "[" : "", options->host.c_str(),
                 ipv6 ? "]" : "", port.value());
     std::fflush(stdout);
-    server.run();
+    std::thread serving([&server] { server.run(); });
+    try {
+      std::map<std::string, std::shared_ptr<const web::StoredSnapshot>> opened;
+      if (!any_folder) {
+        for (const std::string& file : files.value()) {
+          auto added = store.add_file(file);
+          if (!added) throw CommandError(added.error());
+          opened[file] = added.value();
+          server.warm_up(added.value());
+          std::fprintf(stderr, "memsnap serve: loaded %s (%llu trace events)\n", file.c_str(),
+                       static_cast<unsigned long long>(added.value()->trace_events));
+        }
+      }
+      if (any_folder || files.value().size() > 1) {
+        JobRanksOptions job_options;
+        job_options.rank_pattern = options->rank_pattern;
+        job_options.progress = files_progress(files.value().size());
+        const SnapshotLoader load = [&opened](const std::string& file) -> Result<std::shared_ptr<const Snapshot>> {
+          if (auto it = opened.find(file); it != opened.end())
+            return std::shared_ptr<const Snapshot>(it->second, &it->second->loaded.snapshot);
+          Result<LoadedSnapshot> loaded = load_snapshot(file);
+          if (!loaded) return Result<std::shared_ptr<const Snapshot>>::failure(loaded.error());
+          return std::make_shared<const Snapshot>(std::move(std::move(loaded).value().snapshot));
+        };
+        Result<JobRanks> ranks = summarize_job(files.value(), load, job_options);
+        if (!ranks) throw CommandError(ranks.error());
+        for (const SkippedFile& skipped : ranks.value().skipped)
+          std::fprintf(stderr, "memsnap serve: not a rank: %s\n", skipped.error.c_str());
+        std::fprintf(stderr, "memsnap serve: %zu ranks (the Ranks view)\n", ranks.value().ranks.size());
+        job = std::make_unique<web::JobCatalog>(store, std::move(ranks).value());
+        for (const auto& [file, stored] : opened) job->note_open(file, stored->id);
+      }
+    } catch (const std::exception& e) {
+      server.refuse_api(std::string("memsnap serve could not open what it was given: ") + e.what());
+      server.stop();
+      serving.join();
+      throw;
+    }
+    loading = false;
+    server.open_api(job.get());
+    serving.join();
   };
 }
 

@@ -7,6 +7,7 @@
 #include "web/api_error.h"
 #include "web/cached_views.h"
 #include "web/request_params.h"
+#include "web/response_encoding.h"
 #include "web/view_json.h"
 
 namespace memsnap::web {
@@ -20,8 +21,8 @@ using Stored = std::shared_ptr<const StoredSnapshot>;
 constexpr const char* kJson = "application/json";
 constexpr size_t kMaxNameLength = 200;
 
-void send(httplib::Response& response, const std::shared_ptr<const std::string>& body, const char* type) {
-  response.set_content(*body, type);
+void send(const httplib::Request& request, httplib::Response& response, const Body& body, const char* type) {
+  send_body(request, response, *body, type);
 }
 
 Stored find_or_404(SnapshotStore& store, const std::string& id) {
@@ -82,7 +83,7 @@ httplib::Server::Handler guarded(Handler handler) {
   };
 }
 
-void upload(SnapshotStore& store, const ApiLimits& limits, const httplib::Request& request,
+void upload(SnapshotStore& store, ViewWarmer& warmer, const ApiLimits& limits, const httplib::Request& request,
             httplib::Response& response, const httplib::ContentReader& reader) {
   // Refusals here come before the body is read, so the connection cannot be trusted to be at a
   // request boundary any more: close it.
@@ -119,7 +120,7 @@ void upload(SnapshotStore& store, const ApiLimits& limits, const httplib::Reques
   if (!parsed) throw ApiError(422, name + ": " + parsed.error());
   const Stored added = store.keep(name, body.size(), std::move(parsed).value());
   if (!added) throw ApiError(507, full_message(store));
-  warm_up(*added);
+  warmer.warm(added);
   response.status = 201;
   response.set_content(json_body(snapshot_summary_json(*added)), kJson);
 }
@@ -134,26 +135,26 @@ void add_view_routes(httplib::Server& server, SnapshotStore& store) {
   using Request = const httplib::Request&;
   using Response = httplib::Response&;
 
-  route("/stats", [](const StoredSnapshot& s, Request, Response response) { send(response, stats_view(s), kJson); });
-  route("/stats.txt", [](const StoredSnapshot& s, Request, Response response) {
-    send(response, stats_text_view(s), "text/plain; charset=utf-8");
+  route("/stats", [](const StoredSnapshot& s, Request request, Response response) { send(request, response, stats_view(s), kJson); });
+  route("/stats.txt", [](const StoredSnapshot& s, Request request, Response response) {
+    send(request, response, stats_text_view(s), "text/plain; charset=utf-8");
   });
   route("/flamegraph", [](const StoredSnapshot& s, Request request, Response response) {
     const RequestParams params(request);
     const std::string kind = params.choice("kind", {"memory", "segments"});
     const double min_share = params.real("min_share", 0, 1).value_or(kDefaultMinShare);
-    send(response, flamegraph_view(s, kind, view_options(params, {&s}), min_share), kJson);
+    send(request, response, flamegraph_view(s, kind, view_options(params, {&s}), min_share), kJson);
   });
   route("/flamegraph.svg", [](const StoredSnapshot& s, Request request, Response response) {
     const RequestParams params(request);
     const std::string kind = params.choice("kind", {"memory", "segments"});
     const int width = static_cast<int>(params.unsigned_integer("width", 400, 10000).value_or(1200));
-    send(response, flamegraph_svg_view(s, kind, view_options(params, {&s}), width), "image/svg+xml");
+    send(request, response, flamegraph_svg_view(s, kind, view_options(params, {&s}), width), "image/svg+xml");
     // The SVG carries its own small script for hover and zoom; nothing else may run or load.
     response.set_header("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'");
   });
   route("/segments", [](const StoredSnapshot& s, Request request, Response response) {
-    send(response, segments_view(s, device_param(RequestParams(request), {&s})), kJson);
+    send(request, response, segments_view(s, device_param(RequestParams(request), {&s})), kJson);
   });
   route(R"(/segments/(\d+)/blocks/(\d+))", [](const StoredSnapshot& s, Request request, Response response) {
     const auto segment = parse_unsigned(request.matches[2], false);
@@ -188,7 +189,7 @@ void add_view_routes(httplib::Server& server, SnapshotStore& store) {
     if (options.window_end && *options.window_end < options.window_begin)
       throw ApiError(400, "query parameters 'begin' and 'end': end (" + std::to_string(*options.window_end) +
                               ") is before begin (" + std::to_string(options.window_begin) + ")");
-    send(response, timeline_view(s, options, frame_filter(params)), kJson);
+    send(request, response, timeline_view(s, options, frame_filter(params)), kJson);
   });
   // The allocator's state right after entry `event` of a device's trace (PyTorch's
   // device_traces[device][event]), rebuilt by replaying the trace.
@@ -218,13 +219,13 @@ void add_view_routes(httplib::Server& server, SnapshotStore& store) {
     response.set_content(json_body(search_json(s.loaded.snapshot, query, frame_filter(params))), kJson);
   });
   route("/growth", [](const StoredSnapshot& s, Request request, Response response) {
-    send(response, growth_view(s, device_param(RequestParams(request), {&s})), kJson);
+    send(request, response, growth_view(s, device_param(RequestParams(request), {&s})), kJson);
   });
   route("/tune", [](const StoredSnapshot& s, Request request, Response response) {
-    send(response, tune_view(s, device_param(RequestParams(request), {&s})), kJson);
+    send(request, response, tune_view(s, device_param(RequestParams(request), {&s})), kJson);
   });
   route("/oom", [](const StoredSnapshot& s, Request request, Response response) {
-    send(response, oom_view(s, device_param(RequestParams(request), {&s})), kJson);
+    send(request, response, oom_view(s, device_param(RequestParams(request), {&s})), kJson);
   });
   route("/trace", [](const StoredSnapshot& s, Request request, Response response) {
     const RequestParams params(request);
@@ -256,13 +257,14 @@ size_t rank_row(const JobCatalog& job, const std::string& text) {
   return std::stoull(text);
 }
 
-void add_rank_routes(httplib::Server& server, JobCatalog* job) {
-  auto require_job = [job]() -> JobCatalog& {
+void add_rank_routes(httplib::Server& server, std::function<JobCatalog*()> job_of) {
+  auto require_job = [job_of]() -> JobCatalog& {
+    JobCatalog* job = job_of();
     if (!job) throw ApiError(404, "no job here: memsnap serve shows ranks when given a folder or several snapshots");
     return *job;
   };
-  server.Get("/api/ranks", guarded([require_job](const httplib::Request&, httplib::Response& response) {
-    send(response, require_job().table_json(), kJson);
+  server.Get("/api/ranks", guarded([require_job](const httplib::Request& request, httplib::Response& response) {
+    send(request, response, require_job().table_json(), kJson);
   }));
   server.Get(R"(/api/ranks/(\d+))", guarded([require_job](const httplib::Request& request, httplib::Response& response) {
     JobCatalog& catalog = require_job();
@@ -286,15 +288,16 @@ void send_json_error(httplib::Response& response, int status, const std::string&
   response.set_content(json_body(json{{"error", message}}) + "\n", kJson);
 }
 
-void add_api_routes(httplib::Server& server, SnapshotStore& store, const ApiLimits& limits, JobCatalog* job) {
+void add_api_routes(httplib::Server& server, SnapshotStore& store, ViewWarmer& warmer, const ApiLimits& limits,
+                    std::function<JobCatalog*()> job) {
   server.Get("/api/snapshots", guarded([&store](const httplib::Request&, httplib::Response& response) {
     json list = json::array();
     for (const Stored& s : store.list()) list.push_back(snapshot_summary_json(*s));
     response.set_content(json_body(json{{"snapshots", std::move(list)}, {"max_snapshots", store.max_snapshots()}}), kJson);
   }));
-  server.Post("/api/snapshots", [&store, limits](const httplib::Request& request, httplib::Response& response,
+  server.Post("/api/snapshots", [&store, &warmer, limits](const httplib::Request& request, httplib::Response& response,
                                                  const httplib::ContentReader& reader) {
-    guarded([&](const httplib::Request& r, httplib::Response& out) { upload(store, limits, r, out, reader); })(request,
+    guarded([&](const httplib::Request& r, httplib::Response& out) { upload(store, warmer, limits, r, out, reader); })(request,
                                                                                                             response);
   });
   server.Get(R"(/api/snapshots/(\d+))", guarded([&store](const httplib::Request& request, httplib::Response& response) {
@@ -312,9 +315,9 @@ void add_api_routes(httplib::Server& server, SnapshotStore& store, const ApiLimi
     const Stored before = find_or_404(store, *before_id);
     const Stored after = find_or_404(store, *after_id);
     const double min_share = params.real("min_share", 0, 1).value_or(kDefaultMinShare);
-    send(response, compare_view(*before, *after, view_options(params, {before.get(), after.get()}), min_share), kJson);
+    send(request, response, compare_view(*before, *after, view_options(params, {before.get(), after.get()}), min_share), kJson);
   }));
-  add_rank_routes(server, job);
+  add_rank_routes(server, std::move(job));
   // Anything else under /api is a JSON 404, not the UI's page.
   auto unknown = guarded([](const httplib::Request& request, httplib::Response&) {
     throw ApiError(404, "no such API route: " + request.path.substr(0, 200));

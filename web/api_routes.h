@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include <httplib.h>
 
 #include "web/job_catalog.h"
 #include "web/snapshot_store.h"
+#include "web/view_warmer.h"
 
 namespace memsnap::web {
 
@@ -16,8 +18,11 @@ struct ApiLimits {
   uint64_t max_upload_bytes = uint64_t{512} << 20;
 };
 
-// `job` (may be null): the ranks of a job the server was given, under /api/ranks.
-void add_api_routes(httplib::Server& server, SnapshotStore& store, const ApiLimits& limits, JobCatalog* job);
+// `job` says (when asked, so it may be set after the routes) the ranks of a job the server was
+// given, under /api/ranks, or null. Uploaded snapshots' first views are made in the background
+// by `warmer`.
+void add_api_routes(httplib::Server& server, SnapshotStore& store, ViewWarmer& warmer, const ApiLimits& limits,
+                    std::function<JobCatalog*()> job);
 
 // {"error": message} with `status`, for every refusal the server makes.
 void send_json_error(httplib::Response& response, int status, const std::string& message);

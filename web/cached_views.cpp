@@ -1,5 +1,6 @@
 #include "web/cached_views.h"
 
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -125,17 +126,24 @@ Body compare_view(const StoredSnapshot& before, const StoredSnapshot& after, con
   });
 }
 
-void warm_up(const StoredSnapshot& s) {
-  // Independent analyses: two threads halve the wait on a big file.
-  std::thread other([&] {
-    timeline_view(s, TimelineOptions{}, FrameFilter{});
-    segments_view(s, std::nullopt);
-  });
-  stats_view(s);
-  stats_text_view(s);
-  flamegraph_view(s, "memory", ViewOptions{}, kDefaultMinShare);
-  flamegraph_view(s, "segments", ViewOptions{}, kDefaultMinShare);
-  other.join();
+void warm_up(const StoredSnapshot& s, const std::function<bool()>& stopping) {
+  // The views a page opens on, the likeliest first: a page asking for one of them meanwhile
+  // waits for this render instead of making its own. Errors are the request's to report.
+  const std::function<Body()> views[] = {
+      [&] { return stats_view(s); },
+      [&] { return timeline_view(s, TimelineOptions{}, FrameFilter{}); },
+      [&] { return flamegraph_view(s, "memory", ViewOptions{}, kDefaultMinShare); },
+      [&] { return segments_view(s, std::nullopt); },
+      [&] { return flamegraph_view(s, "segments", ViewOptions{}, kDefaultMinShare); },
+      [&] { return stats_text_view(s); },
+  };
+  for (const auto& view : views) {
+    if (stopping && stopping()) return;
+    try {
+      view()->gzip();
+    } catch (const std::exception&) {
+    }
+  }
 }
 
 }  // namespace memsnap::web

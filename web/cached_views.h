@@ -4,6 +4,7 @@
 // the first request for them is answered from memory.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -14,8 +15,6 @@
 #include "web/snapshot_store.h"
 
 namespace memsnap::web {
-
-using Body = std::shared_ptr<const std::string>;
 
 inline constexpr double kDefaultMinShare = 2e-5;  // a node under 1/50,000 of the total is < 0.1 px wide
 
@@ -38,6 +37,8 @@ Body growth_view(const StoredSnapshot& s, std::optional<int64_t> device);
 Body compare_view(const StoredSnapshot& before, const StoredSnapshot& after, const ViewOptions& options,
                   double min_share);
 
-void warm_up(const StoredSnapshot& s);
+// Renders the views a page opens on (and their gzip), the likeliest first; stops early once
+// `stopping` (when given) returns true. ViewWarmer runs it in the background.
+void warm_up(const StoredSnapshot& s, const std::function<bool()>& stopping = {});
 
 }  // namespace memsnap::web

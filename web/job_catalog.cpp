@@ -5,7 +5,7 @@
 namespace memsnap::web {
 
 JobCatalog::JobCatalog(SnapshotStore& store, JobRanks job)
-    : store_(store), job_(std::move(job)), table_json_(std::make_shared<const std::string>(json_body(job_ranks_to_json(job_)))) {}
+    : store_(store), job_(std::move(job)), table_json_(std::make_shared<const RenderedBody>(json_body(job_ranks_to_json(job_)))) {}
 
 std::string JobCatalog::rank_json(size_t row) const {
   nlohmann::json out = rank_summary_to_json(job_.ranks.at(row));

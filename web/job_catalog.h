@@ -23,7 +23,7 @@ class JobCatalog {
   size_t ranks() const { return job_.ranks.size(); }
   const JobRanks& job() const { return job_; }
   // GET /api/ranks: the table (job_ranks_to_json), rendered once.
-  std::shared_ptr<const std::string> table_json() const { return table_json_; }
+  Body table_json() const { return table_json_; }
   // GET /api/ranks/ROW: one rank with its call sites at the peak, and its store id when open.
   std::string rank_json(size_t row) const;
   // POST /api/ranks/ROW/open: the rank's snapshot in the store, loaded if it is not there.
@@ -35,7 +35,7 @@ class JobCatalog {
  private:
   SnapshotStore& store_;
   const JobRanks job_;
-  std::shared_ptr<const std::string> table_json_;
+  Body table_json_;
   mutable std::mutex mutex_;  // opened_, and one load at a time
   std::deque<std::pair<size_t, std::string>> opened_;  // (row, store id), oldest first
 };

@@ -8,23 +8,38 @@
 
 namespace memsnap::web {
 
-std::shared_ptr<const std::string> StoredSnapshot::cached(const std::string& key,
-                                                          const std::function<std::string()>& render) const {
+Body StoredSnapshot::cached(const std::string& key, const std::function<std::string()>& render) const {
+  std::promise<Body> promise;
+  uint64_t serial = 0;
   {
+    std::unique_lock lock(cache_mutex_);
+    if (auto it = cache_.find(key); it != cache_.end()) {
+      const std::shared_future<Body> known = it->second.body;
+      lock.unlock();  // a render in progress is waited for without holding the cache
+      return known.get();
+    }
+    serial = ++renders_;
+    cache_.emplace(key, CacheEntry{serial, promise.get_future().share()});
+    cache_order_.push_back(key);
+    while (cache_order_.size() > kMaxCachedResponses) {
+      cache_.erase(cache_order_.front());
+      cache_order_.pop_front();
+    }
+  }
+  try {
+    Body made = std::make_shared<const RenderedBody>(render());
+    promise.set_value(made);
+    return made;
+  } catch (...) {
+    promise.set_exception(std::current_exception());
     std::lock_guard lock(cache_mutex_);
-    auto it = cache_.find(key);
-    if (it != cache_.end()) return it->second;
+    // Forgotten, unless the entry was dropped meanwhile and the key is being rendered anew.
+    if (auto it = cache_.find(key); it != cache_.end() && it->second.serial == serial) {
+      cache_.erase(it);
+      std::erase(cache_order_, key);
+    }
+    throw;
   }
-  auto made = std::make_shared<const std::string>(render());
-  std::lock_guard lock(cache_mutex_);
-  auto [it, inserted] = cache_.emplace(key, made);
-  if (!inserted) return it->second;
-  cache_order_.push_back(key);
-  while (cache_order_.size() > kMaxCachedResponses) {
-    cache_.erase(cache_order_.front());
-    cache_order_.pop_front();
-  }
-  return made;
 }
 
 Result<std::shared_ptr<const StoredSnapshot>> SnapshotStore::add_file(const std::string& path, std::string name) {

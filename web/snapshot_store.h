@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -15,6 +16,7 @@
 
 #include "allocator/result.h"
 #include "snapshot/snapshot_loader.h"
+#include "web/rendered_body.h"
 
 namespace memsnap::web {
 
@@ -26,18 +28,24 @@ struct StoredSnapshot {
   uint64_t trace_events = 0;
   bool has_oom = false;
 
-  // The response for `key`, made by `render` the first time (outside any lock: two threads may
-  // both render it once; both answers are equal). At most kMaxCachedResponses are kept, the
-  // oldest dropped first, so odd query strings cannot grow memory without bound.
-  std::shared_ptr<const std::string> cached(const std::string& key,
-                                            const std::function<std::string()>& render) const;
+  // The response for `key`, made by `render` the first time, outside any lock. A request that
+  // comes while another thread (the warm-up, another request) is rendering the same key waits
+  // for that answer rather than rendering it again; when `render` throws, every waiter gets the
+  // error and nothing is kept. At most kMaxCachedResponses are kept, the oldest dropped first,
+  // so odd query strings cannot grow memory without bound.
+  Body cached(const std::string& key, const std::function<std::string()>& render) const;
 
   static constexpr size_t kMaxCachedResponses = 48;
 
  private:
+  struct CacheEntry {
+    uint64_t serial = 0;  // which render made it
+    std::shared_future<Body> body;
+  };
   mutable std::mutex cache_mutex_;
-  mutable std::map<std::string, std::shared_ptr<const std::string>> cache_;
+  mutable std::map<std::string, CacheEntry> cache_;
   mutable std::deque<std::string> cache_order_;
+  mutable uint64_t renders_ = 0;
 };
 
 class SnapshotStore {

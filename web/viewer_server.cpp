@@ -4,10 +4,13 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <chrono>
+#include <thread>
 
 #include <httplib.h>
 
 #include "web/request_params.h"
+#include "web/response_encoding.h"
 #include "web/web_assets.h"
 
 namespace memsnap::web {
@@ -24,27 +27,6 @@ std::string host_name_of(const std::string& header) {
 
 bool is_loopback_name(const std::string& name) {
   return name == "localhost" || name == "[::1]" || is_loopback_host(name);
-}
-
-// Debian's cpp-httplib answers "Accept-Encoding: br" (every browser sends it) with brotli at
-// its highest quality: seconds for a 2 MB timeline where gzip takes milliseconds. The library
-// has no switch for it, so "br" is taken out of the request's list before it sees it. The
-// request object is the library's own non-const one, handed to us by const reference.
-void prefer_gzip(const httplib::Request& request) {
-  auto& headers = const_cast<httplib::Headers&>(request.headers);
-  for (auto it = headers.find("Accept-Encoding"); it != headers.end() && it->first == "Accept-Encoding"; ++it) {
-    std::string kept;
-    size_t start = 0;
-    const std::string& value = it->second;
-    while (start <= value.size()) {
-      const size_t comma = std::min(value.find(',', start), value.size());
-      std::string item = value.substr(start, comma - start);
-      item.erase(0, item.find_first_not_of(' '));
-      if (!item.empty() && item.rfind("br", 0) != 0) kept += (kept.empty() ? "" : ", ") + item;
-      start = comma + 1;
-    }
-    it->second = kept;
-  }
 }
 
 constexpr const char* kPageSecurityPolicy =
@@ -86,11 +68,19 @@ ViewerServer::~ViewerServer() = default;
 
 void ViewerServer::add_routes() {
   const bool check_host = is_loopback_host(options_.host);
-  server_->set_pre_routing_handler([check_host](const httplib::Request& request, httplib::Response& response) {
+  server_->set_pre_routing_handler([this, check_host](const httplib::Request& request, httplib::Response& response) {
     prefer_gzip(request);
     if (check_host && !is_loopback_name(host_name_of(request.get_header_value("Host")))) {
       send_json_error(response, 421, "this server answers only requests addressed to localhost");
       return httplib::Server::HandlerResponse::Handled;
+    }
+    if (request.path.rfind("/api/", 0) == 0) {
+      std::unique_lock lock(gate_mutex_);
+      gate_changed_.wait(lock, [this] { return gate_ != ApiGate::kHeld || stop_requested_; });
+      if (gate_ == ApiGate::kRefused || gate_ == ApiGate::kHeld) {
+        send_json_error(response, 503, gate_ == ApiGate::kRefused ? refusal_ : "the server is stopping");
+        return httplib::Server::HandlerResponse::Handled;
+      }
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
@@ -107,7 +97,7 @@ void ViewerServer::add_routes() {
     }
     return 100;
   });
-  add_api_routes(*server_, store_, options_.limits, job_);
+  add_api_routes(*server_, store_, warmer_, options_.limits, [this] { return job_.load(); });
   server_->Get(".*", [](const httplib::Request& request, httplib::Response& response) {
     const auto asset = find_asset(request.path);
     if (!asset) {
@@ -159,8 +149,47 @@ Result<int> ViewerServer::bind() {
   return options_.port;
 }
 
-void ViewerServer::run() { server_->listen_after_bind(); }
+void ViewerServer::run() {
+  run_active_ = true;
+  if (!stop_requested_) server_->listen_after_bind();
+  run_active_ = false;
+}
 
-void ViewerServer::stop() { server_->stop(); }
+void ViewerServer::hold_api() {
+  std::lock_guard lock(gate_mutex_);
+  gate_ = ApiGate::kHeld;
+}
+
+void ViewerServer::open_api(JobCatalog* job) {
+  job_ = job;
+  {
+    std::lock_guard lock(gate_mutex_);
+    gate_ = ApiGate::kOpen;
+  }
+  gate_changed_.notify_all();
+}
+
+void ViewerServer::refuse_api(const std::string& why) {
+  {
+    std::lock_guard lock(gate_mutex_);
+    gate_ = ApiGate::kRefused;
+    refusal_ = why;
+  }
+  gate_changed_.notify_all();
+}
+
+void ViewerServer::stop() {
+  // The library forgets a stop that comes before it listens: a run() that has begun is waited
+  // for until it listens, and one that has not will see the request and not listen at all.
+  {
+    std::lock_guard lock(gate_mutex_);  // held requests see the stop
+    stop_requested_ = true;
+  }
+  gate_changed_.notify_all();
+  while (run_active_ && !server_->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  server_->stop();
+}
+
+bool ViewerServer::running() const { return server_->is_running(); }
 
 }  // namespace memsnap::web

@@ -4,8 +4,11 @@
 // rebinding; nothing outside the embedded assets and the loaded snapshots is ever served.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "allocator/result.h"
@@ -40,17 +43,37 @@ class ViewerServer {
   Result<int> bind();
   // Serves until stop(); call after bind().
   void run();
-  // From any thread (a signal watcher, a test): run() returns soon after.
+  // From any thread (a signal watcher, a test): run() returns soon after, or at once when it
+  // is called later.
   void stop();
+  bool running() const;
   const ServerOptions& options() const { return options_; }
+
+  // Makes `snapshot`'s first views in the background (uploads are warmed the same way).
+  void warm_up(const std::shared_ptr<const StoredSnapshot>& snapshot) { warmer_.warm(snapshot); }
+
+  // For a server that listens while the files it was given load: from hold_api() on, API
+  // requests wait (the page itself is served) until open_api(), which also names the job, if
+  // any; after refuse_api() they are answered 503 with `why`.
+  void hold_api();
+  void open_api(JobCatalog* job = nullptr);
+  void refuse_api(const std::string& why);
+  ViewWarmer& warmer() { return warmer_; }
 
  private:
   void add_routes();
 
   SnapshotStore& store_;
   ServerOptions options_;
-  JobCatalog* job_ = nullptr;
+  std::atomic<JobCatalog*> job_{nullptr};
+  enum class ApiGate { kOpen, kHeld, kRefused };
+  std::mutex gate_mutex_;
+  std::condition_variable gate_changed_;
+  ApiGate gate_ = ApiGate::kOpen;
+  std::string refusal_;
+  ViewWarmer warmer_;
   std::unique_ptr<httplib::Server> server_;
+  std::atomic<bool> run_active_{false}, stop_requested_{false};
 };
 
 }  // namespace memsnap::web

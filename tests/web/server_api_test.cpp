@@ -6,6 +6,7 @@
 #include "snapshot/snapshot_loader.h"
 #include "viewer/oom_explanation.h"
 #include "viewer/snapshot_stats.h"
+#include "web/web_assets.h"
 
 namespace memsnap::web::testing {
 namespace {
@@ -199,6 +200,41 @@ TEST_F(ServerApi, TheUiIsServedWithItsContentTypes) {
   auto page = client.Get("/");
   EXPECT_NE(page->get_header_value("Content-Security-Policy").find("script-src 'self'"), std::string::npos);
   EXPECT_NE(page->body.find("/js/app.js"), std::string::npos);
+}
+
+// Ctrl-C right after the URL is printed: the stop comes before the server listens, and run()
+// must still return.
+TEST(ViewerServerStop, AStopBeforeTheServerListensIsNotLost) {
+  SnapshotStore store(1);
+  ServerOptions options;
+  options.port = 0;
+  ViewerServer server(store, options);
+  ASSERT_TRUE(server.bind());
+  server.stop();
+  std::atomic<bool> returned{false};
+  std::thread runner([&] {
+    server.run();
+    returned = true;
+  });
+  for (int i = 0; i < 5000 && !returned; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(returned) << "run() kept listening after stop()";
+  if (!returned) server.stop();
+  runner.join();
+}
+
+// The page names every module in a modulepreload link, so the browser fetches them all at once
+// rather than one level of imports after another.
+TEST_F(ServerApi, ThePagePreloadsEveryModule) {
+  const std::string page(find_asset("/")->content);
+  size_t modules = 0;
+  for (size_t i = 0; i < embedded_asset_count(); ++i) {
+    const EmbeddedAsset asset = embedded_asset(i);
+    if (!asset.path.starts_with("/js/") || asset.path == "/js/app.js") continue;
+    ++modules;
+    EXPECT_NE(page.find("<link rel=\"modulepreload\" href=\"" + std::string(asset.path) + "\">"), std::string::npos)
+        << asset.path << " is not preloaded by index.html";
+  }
+  EXPECT_GT(modules, 5u);
 }
 
 TEST_F(ServerApi, RefusalsAreJsonWithTheRightStatus) {

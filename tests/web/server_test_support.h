@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -39,6 +40,10 @@ class RunningServer {
     ASSERT_TRUE(port) << port.error();
     port_ = port.value();
     thread_ = std::thread([this] { server_->run(); });
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!server_->running() && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_TRUE(server_->running()) << "the server did not start listening";
   }
   ~RunningServer() {
     if (server_) server_->stop();

@@ -181,17 +181,21 @@ function setUpEvents() {
 async function start() {
   readLocation();
   setUpEvents();
+  // Both asked at once: the first view waits for the slower, not for the two in turn.
+  const job = loadJob().then(() => true, () => false);  // a server without a job: no Ranks view
+  // A server started on big files listens at once and answers once they are read.
+  const slow = setTimeout(() => setMessage('memsnap serve is still reading the snapshots it was given…'), 400);
   try {
     await refresh();
   } catch (error) {
     setMessage(`Cannot reach the memsnap server: ${error.message}`, true);
     return;
+  } finally {
+    clearTimeout(slow);
   }
-  try {
-    await loadJob();
-    state.hasJob = true;
-    if (!location.hash.replace(/^#\/?/, '') && state.snapshots.length === 0) state.view = 'ranks';
-  } catch { /* not a job: no Ranks view */ }
+  setMessage('');
+  state.hasJob = await job;
+  if (state.hasJob && !location.hash.replace(/^#\/?/, '') && state.snapshots.length === 0) state.view = 'ranks';
   renderView();
 }
 
