@@ -60,7 +60,25 @@ std::unique_ptr<ByteSource> ByteSource::over_memory(std::string_view bytes, uint
   return source;
 }
 
+std::unique_ptr<ByteSource> ByteSource::over_pull(Pull pull, uint64_t size_hint, uint64_t max_bytes) {
+  std::unique_ptr<ByteSource> source(new ByteSource(max_bytes));
+  source->pull_ = std::move(pull);
+  source->size_hint_ = size_hint;
+  return source;
+}
+
 size_t ByteSource::fill_raw(uint8_t* out, size_t capacity) {
+  if (pull_) {
+    // At least two bytes at the start, where the gzip magic is looked for.
+    const bool first = consumed_before_ == 0 && inflater_ == nullptr;
+    size_t n = 0;
+    do {
+      const size_t got = std::min(pull_(out + n, capacity - n), capacity - n);
+      if (got == 0) break;
+      n += got;
+    } while (first && n < 2);
+    return n;
+  }
   if (fd_ < 0) {
     const size_t n = std::min(capacity, memory_.size() - memory_offset_);
     std::memcpy(out, memory_.data() + memory_offset_, n);
@@ -82,11 +100,10 @@ bool ByteSource::refill() {
     return false;
   }
   const bool first = consumed_before_ == 0 && inflater_ == nullptr;
-  if (first && fd_ < 0 && starts_with_gzip_magic(reinterpret_cast<const uint8_t*>(memory_.data()),
-                                                   memory_.size()))
+  const bool in_memory = fd_ < 0 && !pull_;
+  if (first && in_memory && starts_with_gzip_magic(reinterpret_cast<const uint8_t*>(memory_.data()), memory_.size()))
     size_hint_ = 0;
-  if (first && fd_ < 0 && !starts_with_gzip_magic(reinterpret_cast<const uint8_t*>(memory_.data()),
-                                                    memory_.size())) {
+  if (first && in_memory && !starts_with_gzip_magic(reinterpret_cast<const uint8_t*>(memory_.data()), memory_.size())) {
     // Plain bytes in memory: read them where they lie.
     const size_t n = static_cast<size_t>(std::min<uint64_t>(memory_.size(), max_bytes_));
     begin_ = next_ = reinterpret_cast<const uint8_t*>(memory_.data());

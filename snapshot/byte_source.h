@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -19,8 +20,13 @@ namespace memsnap {
 class ByteSource {
  public:
   static Result<std::unique_ptr<ByteSource>> open_file(const std::string& path, uint64_t max_bytes);
-  // Over bytes the caller keeps alive (tests, fuzzing, uploads).
+  // Over bytes the caller keeps alive (tests, fuzzing).
   static std::unique_ptr<ByteSource> over_memory(std::string_view bytes, uint64_t max_bytes);
+  // Over bytes handed out in turn (an upload still arriving): `pull` copies up to `capacity`
+  // bytes into `out` and returns how many, 0 at the end (it may throw to abandon the read).
+  // `size_hint`: the total when known, else 0.
+  using Pull = std::function<size_t(uint8_t* out, size_t capacity)>;
+  static std::unique_ptr<ByteSource> over_pull(Pull pull, uint64_t size_hint, uint64_t max_bytes);
   ~ByteSource();
   ByteSource(const ByteSource&) = delete;
   ByteSource& operator=(const ByteSource&) = delete;
@@ -68,6 +74,7 @@ class ByteSource {
   uint64_t max_bytes_;
   int fd_ = -1;
   std::string_view memory_;  // when reading from memory
+  Pull pull_;                // when reading what a function hands out
   size_t memory_offset_ = 0;
   std::unique_ptr<Inflater> inflater_;
   std::vector<uint8_t> buffer_;

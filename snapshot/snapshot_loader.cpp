@@ -70,4 +70,9 @@ Result<LoadedSnapshot> load_snapshot_from_memory(std::string_view bytes) {
   return load(*source, "");
 }
 
+Result<LoadedSnapshot> load_snapshot_streamed(ByteSource::Pull pull, uint64_t size_hint) {
+  auto source = ByteSource::over_pull(std::move(pull), size_hint, kMaxSnapshotFileBytes);
+  return load(*source, "");
+}
+
 }  // namespace memsnap

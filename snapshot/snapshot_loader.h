@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "allocator/result.h"
+#include "snapshot/byte_source.h"
 #include "snapshot/snapshot.h"
 
 namespace memsnap {
@@ -22,5 +23,8 @@ struct LoadedSnapshot {
 
 Result<LoadedSnapshot> load_snapshot(const std::string& path);
 Result<LoadedSnapshot> load_snapshot_from_memory(std::string_view bytes);
+// From bytes handed out in turn (ByteSource::over_pull), parsed as they come: an upload is read
+// while it arrives and never held whole. `size_hint`: the total when known, else 0.
+Result<LoadedSnapshot> load_snapshot_streamed(ByteSource::Pull pull, uint64_t size_hint);
 
 }  // namespace memsnap

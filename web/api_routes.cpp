@@ -1,10 +1,13 @@
 #include "web/api_routes.h"
 
+#include <thread>
+
 #include <nlohmann/json.hpp>
 
 #include "viewer/memory_views.h"
 #include "viewer/svg/svg_text.h"
 #include "web/api_error.h"
+#include "web/byte_pipe.h"
 #include "web/cached_views.h"
 #include "web/request_params.h"
 #include "web/response_encoding.h"
@@ -102,23 +105,40 @@ void upload(SnapshotStore& store, ViewWarmer& warmer, const ApiLimits& limits, c
     refuse(413, "upload of " + svg::human_bytes(*length) + " is over the limit of " +
                     svg::human_bytes(limits.max_upload_bytes) + " (memsnap serve --max-upload-mb)");
   if (store.full()) refuse(507, full_message(store));
-  std::string body;
-  body.reserve(static_cast<size_t>(*length));
+  // Parsed while it arrives: a parser thread reads the body through a pipe of a few MiB as this
+  // thread receives it, so the parse overlaps the transfer and the body is never held whole.
+  BytePipe pipe(size_t{8} << 20);
+  Result<LoadedSnapshot> parsed = Result<LoadedSnapshot>::failure("");
+  struct Parser {
+    BytePipe& pipe;
+    std::thread thread;
+    void finish() {
+      pipe.close();
+      if (thread.joinable()) thread.join();
+    }
+    ~Parser() { finish(); }  // also when receiving throws
+  } parser{pipe, std::thread([&] {
+             parsed = load_snapshot_streamed([&pipe](uint8_t* out, size_t capacity) { return pipe.read(out, capacity); },
+                                             *length);
+             pipe.stop_reading();  // the rest of the body, if any, is received and dropped
+           })};
+  uint64_t received = 0;
   bool over = false;
   reader([&](const char* data, size_t size) {
-    if (body.size() + size > *length) {
+    if (received + size > *length) {
       over = true;
       return false;
     }
-    body.append(data, size);
+    received += size;
+    pipe.write(data, size);
     return true;
   });
-  if (over || body.size() != *length) refuse(400, "the upload's body does not match its Content-Length");
+  parser.finish();
+  if (over || received != *length) refuse(400, "the upload's body does not match its Content-Length");
   const RequestParams params(request);
   const std::string name = clean_name(params.text("name", 4096).value_or("upload"));
-  Result<LoadedSnapshot> parsed = load_snapshot_from_memory(body);
   if (!parsed) throw ApiError(422, name + ": " + parsed.error());
-  const Stored added = store.keep(name, body.size(), std::move(parsed).value());
+  const Stored added = store.keep(name, received, std::move(parsed).value());
   if (!added) throw ApiError(507, full_message(store));
   warmer.warm(added);
   response.status = 201;

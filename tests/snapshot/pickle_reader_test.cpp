@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 
@@ -60,6 +61,45 @@ TEST(PickleReader, GzipCompressedFilesLoadTheSame) {
   ASSERT_TRUE(compressed.ok()) << compressed.error();
   EXPECT_TRUE(compressed->compressed);
   EXPECT_GT(compressed->snapshot.device_traces.at(0).size(), 10000u);
+}
+
+// An upload is parsed as it arrives: bytes handed out a few at a time (the first pull a single
+// byte, before the gzip magic can be seen) load exactly what the whole file loads, for a plain
+// pickle, a gzipped one and a memsnap msgpack; a stream that stops early fails with one line.
+TEST(PickleReader, StreamedBytesLoadTheSameAsTheWholeFile) {
+  for (const char* name : {"pytorch-2.11/two_streams.pickle", "pytorch-2.11-h100/transformer_s0.pickle.gz",
+                           "pytorch-2.11-h100/transformer_expandable.msgpack.gz"}) {
+    const std::string bytes = data_file(name);
+    auto whole = load_snapshot_from_memory(bytes);
+    ASSERT_TRUE(whole.ok()) << name << ": " << whole.error();
+    size_t offset = 0, pulls = 0;
+    auto streamed = memsnap::load_snapshot_streamed(
+        [&](uint8_t* out, size_t capacity) {
+          const size_t n = std::min({capacity, bytes.size() - offset, pulls++ == 0 ? size_t{1} : size_t{4093}});
+          std::memcpy(out, bytes.data() + offset, n);
+          offset += n;
+          return n;
+        },
+        bytes.size());
+    ASSERT_TRUE(streamed.ok()) << name << ": " << streamed.error();
+    EXPECT_EQ(streamed->compressed, whole->compressed) << name;
+    EXPECT_EQ(streamed->format, whole->format) << name;
+    EXPECT_TRUE(streamed->snapshot == whole->snapshot) << name;
+    EXPECT_GE(pulls, bytes.size() / 4093) << "read a few bytes at a time";
+
+    offset = 0;
+    const size_t cut = bytes.size() / 2;
+    auto truncated = memsnap::load_snapshot_streamed(
+        [&](uint8_t* out, size_t capacity) {
+          const size_t n = std::min(capacity, cut - offset);
+          std::memcpy(out, bytes.data() + offset, n);
+          offset += n;
+          return n;
+        },
+        bytes.size());
+    ASSERT_FALSE(truncated.ok()) << name;
+    EXPECT_EQ(truncated.error().find('\n'), std::string::npos) << truncated.error();
+  }
 }
 
 // PyTorch's forward_frames (traceback lines of the forward call, recorded for backward

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server_test_support.h"
+#include "snapshot/snapshot_loader.h"
 
 namespace memsnap::web::testing {
 namespace {
@@ -85,6 +86,28 @@ TEST(ServerHostile, UploadsAreCheckedBeforeTheyAreRead) {
   EXPECT_EQ(junk->body.rfind("{\"error\":\"upload: ", 0), 0u) << junk->body;
   auto truncated = client.Post("/api/snapshots", pickle.substr(0, pickle.size() / 2), "application/octet-stream");
   EXPECT_EQ(truncated->status, 422);
+
+  // Parsed as it arrives: a big body that is not a snapshot from its first byte is still read
+  // to the end and refused with its reason, and a gzipped pickle loads like the file.
+  {
+    ServerOptions big_options;
+    big_options.limits.max_upload_bytes = 64 << 20;
+    RunningServer big(big_options, 2);
+    big.start({});
+    auto big_client = big.client();
+    auto junk_20mb = big_client.Post("/api/snapshots", std::string(20 << 20, '\x80'), "application/octet-stream");
+    ASSERT_TRUE(junk_20mb);
+    EXPECT_EQ(junk_20mb->status, 422) << junk_20mb->body;
+    const std::string gzipped = file_bytes(data_file("pytorch-2.11-h100/transformer_s0.pickle.gz"));
+    auto loaded = big_client.Post("/api/snapshots", gzipped, "application/octet-stream");
+    ASSERT_TRUE(loaded);
+    EXPECT_EQ(loaded->status, 201) << loaded->body;
+    const auto direct = load_snapshot(data_file("pytorch-2.11-h100/transformer_s0.pickle.gz"));
+    ASSERT_TRUE(direct.ok());
+    EXPECT_NE(loaded->body.find("\"events\":" + std::to_string(direct->snapshot.device_traces.at(0).size())), std::string::npos)
+        << loaded->body;
+    EXPECT_NE(loaded->body.find("\"compressed\":true"), std::string::npos) << loaded->body;
+  }
 
   // Over the limit: refused from the headers alone, the body never sent.
   const std::string headers = "POST /api/snapshots HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\n"
