@@ -69,6 +69,8 @@ void Machine::fail(const std::string& what) const {
   throw PickleError("pickle byte " + std::to_string(opcode_offset_) + ": " + what);
 }
 
+void Machine::fail_stack_full() const { fail("too many values on the stack"); }
+
 void Machine::fail_truncated() const {
   fail(input_.hit_limit() ? "input larger than the limit" : "truncated");
 }

@@ -69,10 +69,13 @@ class Machine {
   uint64_t read_le_slow(size_t bytes);
   std::string_view read_bytes(uint64_t length);
   std::string read_line();
-  void push(Value v) {
-    if (stack_.size() >= limits_.max_stack) fail("too many values on the stack");
+  // Every opcode pushes: kept inline, the failure out of line.
+  [[gnu::always_inline]] void push(Value v) {
+    if (stack_.size() >= limits_.max_stack) [[unlikely]]
+      fail_stack_full();
     stack_.push_back(v);
   }
+  [[noreturn, gnu::cold, gnu::noinline]] void fail_stack_full() const;
   Value pop();
   Value& top();
   size_t pop_mark();  // index in stack_ where the items after the last mark begin
