@@ -1,7 +1,7 @@
 // Each view of a stored snapshot rendered once per distinct set of options and kept in the
 // snapshot's response cache: the API routes parse a request into these options and call here,
-// and warm_up() renders the views a page opens with right after a snapshot is loaded, so even
-// the first request for them is answered from memory.
+// and warm_up() renders the views a page opens with right after a snapshot is loaded (on
+// ViewWarmer's background thread), so the first request for them usually finds them made.
 #pragma once
 
 #include <functional>

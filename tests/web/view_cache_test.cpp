@@ -124,9 +124,8 @@ TEST(ViewWarmer, LeavesTheFirstViewsMade) {
   int renders = 0;
   const auto count = [&] { ++renders; return std::string("not warmed"); };
   EXPECT_NE(stored->cached("stats", count)->text(), "not warmed");
-  EXPECT_EQ(renders, 0);
-  EXPECT_EQ(timeline_view(*stored, TimelineOptions{}, FrameFilter{})->text(),
-            timeline_view(*stored, TimelineOptions{}, FrameFilter{})->text());
+  EXPECT_NE(stored->cached("stats.txt", count)->text(), "not warmed");
+  EXPECT_EQ(renders, 0) << "the warm-up made them";
 }
 
 // The queue holds snapshots weakly: one closed while the warm-up is busy with another is freed
