@@ -163,7 +163,8 @@ CommandRunner add_serve_command(CLI::App& app) {
       throw;
     }
     loading = false;
-    server.open_api(job.get());
+    server.set_job(job.get());
+    server.open_api();
     serving.join();
   };
 }

@@ -160,8 +160,7 @@ void ViewerServer::hold_api() {
   gate_ = ApiGate::kHeld;
 }
 
-void ViewerServer::open_api(JobCatalog* job) {
-  job_ = job;
+void ViewerServer::open_api() {
   {
     std::lock_guard lock(gate_mutex_);
     gate_ = ApiGate::kOpen;

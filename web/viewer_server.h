@@ -53,10 +53,11 @@ class ViewerServer {
   void warm_up(const std::shared_ptr<const StoredSnapshot>& snapshot) { warmer_.warm(snapshot); }
 
   // For a server that listens while the files it was given load: from hold_api() on, API
-  // requests wait (the page itself is served) until open_api(), which also names the job, if
-  // any; after refuse_api() they are answered 503 with `why`.
+  // requests wait (the page itself is served) until open_api(); after refuse_api() they are
+  // answered 503 with `why`. set_job names the job made meanwhile, before open_api().
   void hold_api();
-  void open_api(JobCatalog* job = nullptr);
+  void set_job(JobCatalog* job) { job_ = job; }
+  void open_api();
   void refuse_api(const std::string& why);
   ViewWarmer& warmer() { return warmer_; }
 
