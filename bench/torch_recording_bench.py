@@ -23,6 +23,7 @@ Python calls deep), a `transformers` GPT-2 small and a torchvision resnet50 (ran
 AdamW, small batches, so the step is CPU-bound).
 """
 import argparse
+import gc
 import json
 import os
 import pickle
@@ -111,6 +112,11 @@ def worker(args):
 
     for _ in range(args.warmup):
         step()
+    # Python's collector runs when the step's allocations of Python objects say so, and a full
+    # collection of a `transformers` process takes milliseconds: it runs between stretches
+    # instead, never inside a timed one.
+    gc.collect()
+    gc.disable()
     if args.only:  # one mode alone, for a profiler: nothing else runs after the warmup
         set_history(torch, args.only, args.max_entries)
         timed_steps(args.steps * args.cycles)
@@ -124,6 +130,7 @@ def worker(args):
     differences = {mode: [] for mode in modes if mode != "off"}
     for _ in range(args.cycles):
         for mode in differences:
+            gc.collect()
             set_history(torch, "off", args.max_entries)
             off = timed_steps(args.steps)
             set_history(torch, mode, args.max_entries)

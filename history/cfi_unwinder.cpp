@@ -7,6 +7,7 @@
 #include <memory>
 #include <new>
 #include <optional>
+#include <type_traits>
 
 #include "history/stack_capture.h"
 
@@ -140,7 +141,6 @@ struct WalkMemo {
   // after reading it).
   bool end_reads_bp = false;
   StopCode stop;  // where the walk was to end: only walks with the same take it over
-  uint64_t last_used = 0;
   // During walk number `stale_walk`, words below stale_end are known to have changed (one
   // at stale_end - 1): no step whose words start below it can be taken over.
   uint64_t stale_walk = 0;
@@ -150,25 +150,22 @@ struct WalkMemo {
   StackNote note;
   size_t note_skip = 0;
   size_t note_max = 0;
-  uintptr_t sp_before[kMaxSteps];
-  uintptr_t pc_before[kMaxSteps];
-  uintptr_t bp_before[kMaxSteps];
-  uint16_t first_word[kMaxSteps];  // words read by step i start here
-  // Per step: kReadsBp, its rule reads %rbp before it; kSetsBp, its rule sets %rbp from a
-  // stack word (the saved_bp-th word of the step, kNoWord once left out); kBpMatters, the
-  // rest of the walk depends on %rbp before the step.
+  // bp_flags: kReadsBp, the step's rule reads %rbp before it; kSetsBp, its rule sets %rbp
+  // from a stack word (the saved_bp-th word of the step, kNoWord once left out); kBpMatters,
+  // the rest of the walk depends on %rbp before the step.
   static constexpr uint8_t kReadsBp = 1, kSetsBp = 2, kBpMatters = 4;
   static constexpr uint8_t kNoWord = 0xFF;
-  uint8_t bp_flags[kMaxSteps];
-  uint8_t saved_bp[kMaxSteps];
-  uintptr_t produced[kMaxSteps];   // the return address step i found
+  // One step, together: checking whether a walk joins this one at a step reads one record,
+  // not a line of each of seven arrays (a memo is far from the caches when it is checked).
+  struct Step {
+    Registers before;
+    uintptr_t produced;   // the return address the step found
+    uint16_t first_word;  // the words the step read start here
+    uint8_t bp_flags;
+    uint8_t saved_bp;
+  };
+  Step record[kMaxSteps];
   Word words[kMaxSteps * 3];
-
-  void set_before(size_t step, const Registers& registers) {
-    pc_before[step] = registers.pc;
-    sp_before[step] = registers.sp;
-    bp_before[step] = registers.bp;
-  }
 
   StackNote* note_for(size_t skip, size_t max_frames) {
     if (note_skip != skip || note_max != max_frames) {
@@ -185,7 +182,9 @@ struct WalkMemo {
   }
   // Whether this walk's first `count` steps gave the return addresses `other`'s gave.
   bool same_start(const WalkMemo& other, size_t count) const {
-    return std::equal(produced, produced + count, other.produced);
+    for (size_t step = 0; step < count; ++step)
+      if (record[step].produced != other.record[step].produced) return false;
+    return true;
   }
 
   // Once the walk is done: which steps depend on %rbp before them, and the saved-%rbp words
@@ -195,17 +194,19 @@ struct WalkMemo {
     bool keep_word[kMaxSteps];
     for (size_t step = steps; step-- > 0;) {
       keep_word[step] = matters;
-      matters = (bp_flags[step] & kReadsBp) || (!(bp_flags[step] & kSetsBp) && matters);
-      bp_flags[step] = static_cast<uint8_t>((bp_flags[step] & ~kBpMatters) | (matters ? kBpMatters : 0));
+      uint8_t& flags = record[step].bp_flags;
+      matters = (flags & kReadsBp) || (!(flags & kSetsBp) && matters);
+      flags = static_cast<uint8_t>((flags & ~kBpMatters) | (matters ? kBpMatters : 0));
     }
     size_t kept = 0;
     for (size_t step = 0; step < steps; ++step) {
-      const size_t begin = first_word[step];
-      const size_t end = step + 1 < steps ? first_word[step + 1] : word_count;
-      first_word[step] = static_cast<uint16_t>(kept);
+      Step& at = record[step];
+      const size_t begin = at.first_word;
+      const size_t end = step + 1 < steps ? record[step + 1].first_word : word_count;
+      at.first_word = static_cast<uint16_t>(kept);
       for (size_t w = begin; w < end; ++w)
-        if (keep_word[step] || w - begin != saved_bp[step]) words[kept++] = words[w];
-      if (!keep_word[step]) saved_bp[step] = kNoWord;
+        if (keep_word[step] || w - begin != at.saved_bp) words[kept++] = words[w];
+      if (!keep_word[step]) at.saved_bp = kNoWord;
     }
     word_count = kept;
   }
@@ -215,11 +216,13 @@ struct WalkMemo {
   // changed word found is remembered, so that later steps, which would read it too, are
   // passed over without a load.
   MEMSNAP_READS_RAW_STACK bool continues(size_t step, const Registers& registers, uint64_t walk) {
-    if (step >= steps || sp_before[step] != registers.sp || pc_before[step] != registers.pc ||
-        ((bp_flags[step] & kBpMatters) && bp_before[step] != registers.bp) ||
-        (stale_walk == walk && first_word[step] < stale_end))
+    if (step >= steps) return false;
+    const Step& at = record[step];
+    if (at.before.sp != registers.sp || at.before.pc != registers.pc ||
+        ((at.bp_flags & kBpMatters) && at.before.bp != registers.bp) ||
+        (stale_walk == walk && at.first_word < stale_end))
       return false;
-    for (size_t w = word_count; w-- > first_word[step];) {
+    for (size_t w = word_count; w-- > at.first_word;) {
       if (changed(words[w]) != 0) {
         stale_walk = walk;
         stale_end = w + 1;
@@ -239,14 +242,52 @@ struct JoinHint {
   uint16_t step = 0;
 };
 
+// Memory for memos, mapped at once and paged in as memos are made: a thread that walks a
+// few paths uses the pages of a few memos.
+class MemoStorage {
+ public:
+  explicit MemoStorage(size_t count) : bytes_(count * sizeof(WalkMemo)) {
+    static_assert(std::is_trivially_destructible_v<WalkMemo>);
+    void* memory = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (memory == MAP_FAILED) throw std::bad_alloc();
+    memos_ = static_cast<WalkMemo*>(memory);
+    make(0);
+  }
+  ~MemoStorage() { munmap(memos_, bytes_); }
+  MemoStorage(const MemoStorage&) = delete;
+  MemoStorage& operator=(const MemoStorage&) = delete;
+
+  void make(size_t index) { new (&memos_[index]) WalkMemo; }
+  WalkMemo& operator[](size_t index) { return memos_[index]; }
+
+ private:
+  size_t bytes_;
+  WalkMemo* memos_;
+};
+
+#ifndef MEMSNAP_WALK_MEMOS
+#define MEMSNAP_WALK_MEMOS 256
+#endif
+
 struct ThreadWalker {
-  static constexpr size_t kMemos = 8;
-  static constexpr unsigned kHintBits = 8;  // 256 hints, 6 KiB
+  // Walks remembered. A model's step makes a few hundred distinct call paths, each again at
+  // every layer and every step, from the same stack depth: with room for them all, a path
+  // walked before is checked (independent loads) instead of walked (a chain of dependent
+  // ones, each step's rule likely evicted by the model's work since). Pages of a memo are
+  // touched only as deep as its walks go.
+  static constexpr size_t kMemos = MEMSNAP_WALK_MEMOS;
+  static constexpr unsigned kHintBits = 13;  // 8,192 hints, 192 KiB
   static constexpr size_t kHintStride = 4;  // past the first steps, hints are probed at every 4th
   const StackBounds stack = thread_stack_bounds();
   RuleCache rules;
-  WalkMemo storage[kMemos + 1];
-  uint16_t scratch = kMemos;  // the storage of the walk under way; the others are memos
+  // kMemos memos and the walk under way (`scratch`), each made when the clock's hand first
+  // reaches it: the pages of memos never used are never touched.
+  MemoStorage storage{kMemos + 1};
+  uint16_t scratch = 0;
+  uint16_t made = 1;  // memos made: 0 .. made - 1
+  // Replacement by the clock: the hand passes over memos taken over since it last passed.
+  uint16_t hand = 0;
+  uint8_t taken_over[kMemos + 1] = {};
   uint64_t clock = 0;
   // The walk under way looks up its registers here, one probe every kHintStride steps,
   // instead of searching every memo at every step: most steps of a model's walks were never
@@ -259,17 +300,29 @@ struct ThreadWalker {
   }
   JoinHint& hint(uintptr_t pc, uintptr_t sp) { return hints[hint_slot(pc, sp)]; }
 
-  // Keeps the finished walk in scratch in place of the least recently used memo, and
-  // leaves a hint for each of its steps.
+  void mark_taken_over(uint16_t memo) { taken_over[memo] = 1; }
+
+  // Keeps the finished walk in scratch in place of a memo not taken over lately, and leaves
+  // a hint for each of its steps.
   void keep_scratch() {
-    uint16_t oldest = scratch == 0 ? 1 : 0;
-    for (uint16_t m = 0; m <= kMemos; ++m)
-      if (m != scratch && storage[m].last_used < storage[oldest].last_used) oldest = m;
     const WalkMemo& kept = storage[scratch];
-    for (size_t step = 0; step < kept.steps; ++step)
-      hint(kept.pc_before[step], kept.sp_before[step]) = {kept.pc_before[step], kept.sp_before[step],
-                                                          scratch, static_cast<uint16_t>(step)};
-    scratch = oldest;
+    for (size_t step = 0; step < kept.steps; ++step) {
+      const WalkMemo::Registers& before = kept.record[step].before;
+      hint(before.pc, before.sp) = {before.pc, before.sp, scratch, static_cast<uint16_t>(step)};
+    }
+    taken_over[scratch] = 0;
+    // (At most two turns: the first clears every mark it passes.)
+    for (;;) {
+      hand = static_cast<uint16_t>((hand + 1) % (kMemos + 1));
+      if (hand == scratch) continue;
+      if (hand == made) {  // (the hand reaches each memo first in order)
+        storage.make(made++);
+        break;
+      }
+      if (taken_over[hand] == 0) break;
+      taken_over[hand] = 0;
+    }
+    scratch = hand;
   }
 };
 
@@ -325,13 +378,6 @@ class FrameSink {
     else if (count_ < max_)
       frames_[count_++] = pc;
   }
-  void add_all(const uintptr_t* pcs, size_t count) {
-    const size_t skipped = std::min(skip_, count);
-    skip_ -= skipped;
-    const size_t taken = std::min(count - skipped, max_ - count_);
-    std::copy_n(pcs + skipped, taken, frames_ + count_);
-    count_ += taken;
-  }
   size_t count() const { return count_; }
 
  private:
@@ -361,7 +407,6 @@ __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max
   const uint64_t walk = ++walker.clock;
   FrameSink sink(frames, max_frames, skip);
   WalkMemo& memo = walker.storage[walker.scratch];
-  memo.last_used = walk;
   memo.note = StackNote{};
   memo.stop = stop;
   // (Kept in locals, not in the memo, while the walk runs: stores into the memo's arrays
@@ -399,8 +444,8 @@ __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max
         const size_t known = earlier.steps - at;
         if (earlier.complete || known >= step_limit - i) {
           const size_t taken = std::min(known, step_limit - i);
-          earlier.last_used = walk;
-          sink.add_all(earlier.produced + at, taken);
+          walker.mark_taken_over(hint.memo);
+          for (size_t j = 0; j < taken; ++j) sink.add(earlier.record[at + j].produced);
           if (at == i && memo.same_start(earlier, i)) {
             // The same walk again (its first steps walked afresh because the hint for where
             // it starts named another walk): nothing new to remember.
@@ -408,14 +453,13 @@ __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max
             return sink.count();
           }
           // A new walk that joins a known one: remember it whole.
-          const size_t first_word = earlier.first_word[at];
-          const size_t word_end = at + taken < earlier.steps ? earlier.first_word[at + taken] : earlier.word_count;
+          const size_t first_word = earlier.record[at].first_word;
+          const size_t word_end =
+              at + taken < earlier.steps ? earlier.record[at + taken].first_word : earlier.word_count;
           for (size_t j = 0; j < taken; ++j) {
-            memo.set_before(i + j, {earlier.pc_before[at + j], earlier.sp_before[at + j], earlier.bp_before[at + j]});
-            memo.produced[i + j] = earlier.produced[at + j];
-            memo.first_word[i + j] = static_cast<uint16_t>(word_count + earlier.first_word[at + j] - first_word);
-            memo.bp_flags[i + j] = earlier.bp_flags[at + j];
-            memo.saved_bp[i + j] = earlier.saved_bp[at + j];
+            WalkMemo::Step& step = memo.record[i + j];
+            step = earlier.record[at + j];
+            step.first_word = static_cast<uint16_t>(word_count + step.first_word - first_word);
           }
           std::copy(earlier.words + first_word, earlier.words + word_end, memo.words + word_count);
           word_count += word_end - first_word;
@@ -424,15 +468,16 @@ __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max
         }
       }
     }
-    memo.set_before(i, registers);
-    memo.first_word[i] = static_cast<uint16_t>(word_count);
+    WalkMemo::Step& at = memo.record[i];
+    at.before = registers;
+    at.first_word = static_cast<uint16_t>(word_count);
     // A return address is just past its call; the call itself is what the rule is for.
     const FrameRule rule = walker.rules.rule(i == 0 ? registers.pc : registers.pc - 1);
     if (rule.kind == FrameRule::Kind::kUnsupported) return kUnsupportedStack;
     if (rule.kind != FrameRule::Kind::kStep) return finish(true);
     const bool reads_bp = rule.cfa_from_rbp || (rule.rbp_saved && rule.rbp_from_rbp);
-    memo.bp_flags[i] = static_cast<uint8_t>((reads_bp ? WalkMemo::kReadsBp : 0) |
-                                            (rule.rbp_saved ? WalkMemo::kSetsBp : 0));
+    at.bp_flags = static_cast<uint8_t>((reads_bp ? WalkMemo::kReadsBp : 0) |
+                                       (rule.rbp_saved ? WalkMemo::kSetsBp : 0));
     const uintptr_t sp = registers.sp;
     uintptr_t cfa = (rule.cfa_from_rbp ? registers.bp : sp) + static_cast<intptr_t>(rule.cfa_offset);
     // (A step that fails ends the walk the way it does because of what it read, %rbp too.)
@@ -442,16 +487,16 @@ __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max
     if (!load(stack, sp, cfa + static_cast<intptr_t>(rule.return_address_offset), return_address, memo,
               word_count))
       return finish(true, reads_bp);
-    memo.saved_bp[i] = static_cast<uint8_t>(word_count - memo.first_word[i]);
+    at.saved_bp = static_cast<uint8_t>(word_count - at.first_word);
     if (rule.rbp_saved &&
         !load(stack, sp, (rule.rbp_from_rbp ? registers.bp : cfa) + static_cast<intptr_t>(rule.rbp_offset),
               registers.bp, memo, word_count))
       return finish(true, reads_bp);
-    if (!rule.rbp_saved) memo.saved_bp[i] = WalkMemo::kNoWord;
+    if (!rule.rbp_saved) at.saved_bp = WalkMemo::kNoWord;
     registers.sp = cfa;
     registers.pc = return_address;
     if (return_address == 0) return finish(true);
-    memo.produced[i] = return_address;
+    at.produced = return_address;
     steps = i + 1;
     sink.add(return_address);
     if (stop.holds_return_address(return_address)) return finish(true);

@@ -39,18 +39,20 @@ bool StackTable::same(const Span& span, const uintptr_t* frames, size_t count) c
 }
 
 StackId StackTable::intern(const uintptr_t* frames, size_t count) {
-  const uint64_t hash = hash_frames(frames, count);
+  // (The low 32 bits: the finalizer mixed every bit of the input into them.)
+  const auto hash = static_cast<uint32_t>(hash_frames(frames, count));
   if (index_.empty()) index_.resize(1024);
   const size_t mask = index_.size() - 1;
   size_t slot = hash & mask;
   for (; index_[slot].id != kNoStack; slot = (slot + 1) & mask)
-    if (index_[slot].hash == hash && same(spans_[index_[slot].id], frames, count))
+    if (index_[slot].hash == hash && same(index_[slot].span, frames, count))
       return index_[slot].id;
   if (frames_.size() + count > max_frames_ || spans_.size() >= kNoStack - 1) return kNoStack;
   const auto id = static_cast<StackId>(spans_.size());
-  spans_.push_back({frames_.size(), static_cast<uint32_t>(count)});
+  const Span span{static_cast<uint32_t>(frames_.size()), static_cast<uint32_t>(count)};
+  spans_.push_back(span);
   frames_.insert(frames_.end(), frames, frames + count);
-  index_[slot] = {hash, id};
+  index_[slot] = {hash, id, span};
   if (spans_.size() * 2 > index_.size()) grow_index();
   return id;
 }

@@ -10,6 +10,7 @@
 // can skip intern while the key is unchanged, and can never hand an id to the wrong table.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -23,7 +24,9 @@ inline constexpr StackId kNoStack = std::numeric_limits<StackId>::max();
 
 class StackTable {
  public:
-  explicit StackTable(size_t max_frames = size_t{16} << 20) : max_frames_(max_frames) {}
+  // (At most 2^32 - 1 frames, whatever `max_frames` says: a slot holds their offset in 32 bits.)
+  explicit StackTable(size_t max_frames = size_t{16} << 20)
+      : max_frames_(std::min<size_t>(max_frames, std::numeric_limits<uint32_t>::max())) {}
 
   StackId intern(const uintptr_t* frames, size_t count);
   // The frames of a stack, innermost first (empty for kNoStack or an unknown id).
@@ -34,17 +37,19 @@ class StackTable {
 
  private:
   struct Span {
-    size_t offset;
-    uint32_t count;
+    uint32_t offset = 0;
+    uint32_t count = 0;
   };
   bool same(const Span& span, const uintptr_t* frames, size_t count) const;
   void grow_index();
 
-  // Open addressing, linear probing: slot = (hash, id), id kNoStack when empty. Kept at most
-  // half full. A lookup is one probe into a flat array, not a node walk.
+  // Open addressing, linear probing: id kNoStack when empty. Kept at most half full. A
+  // lookup is one probe into a flat array, not a node walk, and the slot says where the
+  // stack's frames are: comparing them waits for no other lookup.
   struct Slot {
-    uint64_t hash = 0;
+    uint32_t hash = 0;
     StackId id = kNoStack;
+    Span span{};
   };
 
   static uint64_t next_key();

@@ -45,6 +45,20 @@ TEST(CfiUnwinder, RememberedWalksAreReusedOnlyWhereTheStackIsUnchanged) {
   }
 }
 
+// Walks from more places than the walker remembers, three times over: the memos are
+// replaced in turn while hints still name them, and every walk must still be the one
+// libunwind gives, remembered, half-remembered or walked afresh.
+TEST(CfiUnwinder, MoreDistinctWalksThanTheWalkerRemembersAllComeOutRight) {
+  for (int pass = 0; pass < 3; ++pass) {
+    for (int n = 1; n <= 700; ++n) {
+      SCOPED_TRACE(testing::Message() << "pass " << pass << ", walk " << n);
+      expect_same_callers(cfi_test_frames::through_variable_length_array(16 * n));
+      expect_same_callers(cfi_test_frames::through_one_of_several_callers(n));
+      if (HasFailure()) return;
+    }
+  }
+}
+
 // A walk told where to end stops at the first frame whose return address lies there; the
 // walks remembered for reuse are kept apart by where they were to end, so a whole walk never
 // comes back cut short and a cut walk never comes back long.
