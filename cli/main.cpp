@@ -1,11 +1,10 @@
 // memsnap: the command-line viewer. Every command reads its input, writes to -o or stdout,
 // and on bad input prints one line (`memsnap: error: ...`) and exits with status 1 (2 for
 // a malformed command line).
-#include <iostream>
 #include <vector>
 
-#include "allocator/out_of_memory.h"
 #include "cli/command.h"
+#include "cli/command_line.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"memsnap: understand GPU memory (allocator replay, snapshots, views)", "memsnap"};
@@ -41,25 +40,5 @@ int main(int argc, char** argv) {
       memsnap::cli::add_record_command(app),
   };
   memsnap::cli::take_record_program(argc, argv);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& error) {
-    // --help and --version arrive as "errors" with status 0; real usage errors get the same
-    // one-line shape as every other error, with status 2 as is usual for bad usage.
-    if (error.get_exit_code() == 0) return app.exit(error);
-    std::cerr << "memsnap: error: " << error.what() << " (see memsnap --help)\n";
-    return 2;
-  }
-  try {
-    for (auto& run : commands) run();
-  } catch (const memsnap::cli::CommandExit& exit) {
-    return exit.status();
-  } catch (const memsnap::cli::CommandError& error) {
-    std::cerr << "memsnap: error: " << error.what() << "\n";
-    return 1;
-  } catch (const std::exception& error) {
-    std::cerr << "memsnap: error: " << error.what() << "\n";
-    return 1;
-  }
-  return 0;
+  return memsnap::cli::run_command_line(app, commands, argc, argv, "memsnap --help");
 }

@@ -1,5 +1,5 @@
-// memsnap serve [--host H] [--port P] [--max-upload-mb N] [--max-snapshots N] [--rank-pattern RE] FILE_OR_DIR...
-#include "cli/command.h"
+// memsnap-serve (run as `memsnap serve`) [--host H] [--port P] [--max-upload-mb N] [--max-snapshots N] [--rank-pattern RE] FILE_OR_DIR...
+#include "cli/serve_command.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -60,7 +60,7 @@ class StopOnSignal {
 
 }  // namespace
 
-CommandRunner add_serve_command(CLI::App& app) {
+CommandRunner add_serve_options(CLI::App& app) {
   struct Options {
     std::vector<std::string> files;
     std::string host = "127.0.0.1";
@@ -70,12 +70,7 @@ CommandRunner add_serve_command(CLI::App& app) {
     std::string rank_pattern;
   };
   auto options = std::make_shared<Options>();
-  CLI::App* command = app.add_subcommand(
-      "serve",
-      "Serve the web viewer: flamegraph, segments, timeline, trace, compare and stats views of the "
-      "given snapshots (more can be uploaded from the page) at http://127.0.0.1:PORT/. Given a folder "
-      "or several snapshots of a distributed job, a Ranks view compares the ranks and opens each on "
-      "demand. Ctrl-C stops it.");
+  CLI::App* command = &app;
   command->add_option("FILE_OR_DIR", options->files, "snapshot files to open, or folders of a job's rank snapshots");
   command->add_option("--rank-pattern", options->rank_pattern,
                       "regular expression whose first group is the rank in a file name (as memsnap ranks)");

@@ -1,0 +1,29 @@
+#include "cli/command_line.h"
+
+#include <iostream>
+
+namespace memsnap::cli {
+
+int run_command_line(CLI::App& app, const std::vector<CommandRunner>& commands, int argc, char** argv,
+                     const char* help_hint) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    // --help and --version arrive as "errors" with status 0; real usage errors get the same
+    // one-line shape as every other error, with status 2 as is usual for bad usage.
+    if (error.get_exit_code() == 0) return app.exit(error);
+    std::cerr << "memsnap: error: " << error.what() << " (see " << help_hint << ")\n";
+    return 2;
+  }
+  try {
+    for (const CommandRunner& run : commands) run();
+  } catch (const CommandExit& exit) {
+    return exit.status();
+  } catch (const std::exception& error) {
+    std::cerr << "memsnap: error: " << error.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace memsnap::cli
