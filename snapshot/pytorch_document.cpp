@@ -200,9 +200,10 @@ bool PyTorchDocument::parse_entry(const Object& dict, TraceEntry& entry, std::st
   if (!(time == kMissing) && !store_.get_int64(time, entry.time_us))
     return bad("time_us: expected an integer");
   std::string why;
-  if (!parse_stack(frames, entry.stack, error ? &why : nullptr))
+  StackIndex stack = kNoStackIndex;
+  if (!parse_stack(frames, stack, error ? &why : nullptr))
     return bad("frames" + (why.empty() || why[0] == '[' ? why : ": " + why));
-  entry.stack = with_forward_frames(entry.stack, forward);
+  entry.stack = static_cast<int32_t>(with_forward_frames(stack, forward));
   return true;
 }
 
