@@ -156,15 +156,17 @@ struct WalkMemo {
   static constexpr uint8_t kReadsBp = 1, kSetsBp = 2, kBpMatters = 4;
   static constexpr uint8_t kNoWord = 0xFF;
   // One step, together: checking whether a walk joins this one at a step reads one record,
-  // not a line of each of seven arrays (a memo is far from the caches when it is checked).
+  // not a line of each of six arrays (a memo is far from the caches when it is checked).
   struct Step {
     Registers before;
-    uintptr_t produced;   // the return address the step found
     uint16_t first_word;  // the words the step read start here
     uint8_t bp_flags;
     uint8_t saved_bp;
   };
   Step record[kMaxSteps];
+  // The return address step i found, apart: a walk taken over hands them all out, eight to
+  // a line.
+  uintptr_t produced[kMaxSteps];
   Word words[kMaxSteps * 3];
 
   StackNote* note_for(size_t skip, size_t max_frames) {
@@ -182,9 +184,7 @@ struct WalkMemo {
   }
   // Whether this walk's first `count` steps gave the return addresses `other`'s gave.
   bool same_start(const WalkMemo& other, size_t count) const {
-    for (size_t step = 0; step < count; ++step)
-      if (record[step].produced != other.record[step].produced) return false;
-    return true;
+    return std::equal(produced, produced + count, other.produced);
   }
 
   // Once the walk is done: which steps depend on %rbp before them, and the saved-%rbp words
@@ -445,7 +445,7 @@ __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max
         if (earlier.complete || known >= step_limit - i) {
           const size_t taken = std::min(known, step_limit - i);
           walker.mark_taken_over(hint.memo);
-          for (size_t j = 0; j < taken; ++j) sink.add(earlier.record[at + j].produced);
+          for (size_t j = 0; j < taken; ++j) sink.add(earlier.produced[at + j]);
           if (at == i && memo.same_start(earlier, i)) {
             // The same walk again (its first steps walked afresh because the hint for where
             // it starts named another walk): nothing new to remember.
@@ -460,6 +460,7 @@ __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max
             WalkMemo::Step& step = memo.record[i + j];
             step = earlier.record[at + j];
             step.first_word = static_cast<uint16_t>(word_count + step.first_word - first_word);
+            memo.produced[i + j] = earlier.produced[at + j];
           }
           std::copy(earlier.words + first_word, earlier.words + word_end, memo.words + word_count);
           word_count += word_end - first_word;
@@ -496,7 +497,7 @@ __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max
     registers.sp = cfa;
     registers.pc = return_address;
     if (return_address == 0) return finish(true);
-    at.produced = return_address;
+    memo.produced[i] = return_address;
     steps = i + 1;
     sink.add(return_address);
     if (stop.holds_return_address(return_address)) return finish(true);
