@@ -40,7 +40,7 @@ CommandRunner add_serve_command(CLI::App& app) {
     argv.push_back(nullptr);
     execv(program.c_str(), argv.data());
     throw CommandError(program.string() + ": " + std::strerror(errno) +
-                       " (memsnap serve runs it; it is built beside memsnap)");
+                       " (memsnap serve runs it: build the memsnap-serve target beside memsnap)");
   };
 }
 
