@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """memsnap's viewer against PyTorch's torch/cuda/_memory_viz.py on the same snapshot, in one
 run: each command runs interleaved (memsnap, python, memsnap, ...) for --rounds rounds; the
-medians, their ratio and each side's peak memory (max RSS) are printed.
+medians, their ratio and each side's peak memory (max RSS) are printed. memsnap reads a
+large pickle on every core it may use; it also runs held to one core (its affinity, as
+`taskset -c` sets it), interleaved with the others, to show what the threads bring.
 
     python3 bench/viewer_bench.py --memsnap build/cli/memsnap --memory-viz _memory_viz.py \
         --flamegraph-pl flamegraph.pl SNAPSHOT.pickle
@@ -18,9 +20,11 @@ import tempfile
 import time
 
 
-def run(argv):
+def run(argv, one_core=False):
     start = time.perf_counter()
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    first_core = min(os.sched_getaffinity(0))
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               preexec_fn=(lambda: os.sched_setaffinity(0, {first_core})) if one_core else None)
     _, status, usage = os.wait4(process.pid, 0)
     elapsed = time.perf_counter() - start
     stderr = process.stderr.read().decode(errors="replace")
@@ -53,19 +57,23 @@ def main():
         ("segments", [args.memsnap, "segments", args.snapshot, "-o", f"{out}/m2.svg"],
          [sys.executable, args.memory_viz, "segments", args.snapshot, "-o", f"{out}/p2.svg"]),
     ]
-    print(f"{args.snapshot}: {size / 2**20:.1f} MiB, {args.rounds} interleaved rounds (medians)")
+    cores = len(os.sched_getaffinity(0))
+    print(f"{args.snapshot}: {size / 2**20:.1f} MiB, {args.rounds} interleaved rounds (medians), {cores} cores")
     for name, ours, theirs in commands:
-        ours_times, theirs_times, ours_rss, theirs_rss = [], [], 0, 0
+        ours_times, one_core_times, theirs_times, ours_rss, theirs_rss = [], [], [], 0, 0
         for _ in range(args.rounds):
             t, rss = run(ours)
             ours_times.append(t)
             ours_rss = max(ours_rss, rss)
+            one_core_times.append(run(ours, one_core=True)[0])
             t, rss = run(theirs)
             theirs_times.append(t)
             theirs_rss = max(theirs_rss, rss)
         a, b = statistics.median(ours_times), statistics.median(theirs_times)
+        c = statistics.median(one_core_times)
         print(f"  {name:18s} memsnap {a:6.3f} s  {ours_rss / 2**20:6.1f} MiB ({ours_rss / size:.2f}x file)   "
-              f"_memory_viz.py {b:6.3f} s  {theirs_rss / 2**20:6.1f} MiB   speedup {b / a:5.1f}x")
+              f"_memory_viz.py {b:6.3f} s  {theirs_rss / 2**20:6.1f} MiB   speedup {b / a:5.1f}x   "
+              f"(memsnap on one core {c:6.3f} s, {b / c:4.1f}x)")
     shutil.rmtree(out)
 
 

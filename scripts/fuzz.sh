@@ -15,11 +15,12 @@ seeds="$root/tests/fuzz"
 declare -A corpora=(
   [snapshot_reader_fuzz]="corpus"
   [snapshot_loader_fuzz]="corpus corpus-pickle"
+  [pickle_parallel_fuzz]="corpus-pickle"
   [config_parser_fuzz]="corpus-config"
   [trace_parser_fuzz]="corpus-trace"
   [http_request_fuzz]="corpus-http"
 )
-targets=(snapshot_reader_fuzz snapshot_loader_fuzz config_parser_fuzz trace_parser_fuzz http_request_fuzz)
+targets=(snapshot_reader_fuzz snapshot_loader_fuzz pickle_parallel_fuzz config_parser_fuzz trace_parser_fuzz http_request_fuzz)
 
 bash "$root/scripts/configure_asan.sh"
 cmake --build "$build" --parallel "$(nproc)" --target "${targets[@]}"

@@ -1,10 +1,12 @@
 #include "snapshot/byte_source.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <stdexcept>
 
@@ -33,7 +35,43 @@ struct ByteSource::Inflater {
 ByteSource::ByteSource(uint64_t max_bytes) : max_bytes_(max_bytes) {}
 
 ByteSource::~ByteSource() {
+  if (mapped_ != nullptr) ::munmap(mapped_, mapped_bytes_);
   if (fd_ >= 0) ::close(fd_);
+}
+
+bool ByteSource::skip(uint64_t n) {
+  while (n > 0) {
+    if (next_ == end_ && !refill()) return false;
+    const size_t step = static_cast<size_t>(std::min<uint64_t>(n, static_cast<uint64_t>(end_ - next_)));
+    next_ += step;
+    n -= step;
+  }
+  return true;
+}
+
+std::optional<std::string_view> ByteSource::whole() {
+  if (offset() != 0 || pull_ || peek() < 0 || inflater_ != nullptr) return std::nullopt;
+  if (fd_ < 0) {
+    if (memory_.size() > max_bytes_ || starts_with_gzip_magic(reinterpret_cast<const uint8_t*>(memory_.data()), memory_.size()))
+      return std::nullopt;
+    return memory_;
+  }
+  if (mapped_ == nullptr) {
+    if (size_hint_ == 0 || size_hint_ > max_bytes_) return std::nullopt;
+    void* at = ::mmap(nullptr, static_cast<size_t>(size_hint_), PROT_READ, MAP_PRIVATE, fd_, 0);
+    if (at == MAP_FAILED) return std::nullopt;  // the caller reads the file in chunks instead
+    mapped_ = at;
+    mapped_bytes_ = static_cast<size_t>(size_hint_);
+  }
+  return std::string_view(static_cast<const char*>(mapped_), mapped_bytes_);
+}
+
+void ByteSource::release_whole(uint64_t begin, uint64_t end) const {
+  if (mapped_ == nullptr) return;
+  const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t first = (begin + page - 1) / page * page;
+  const uint64_t last = std::min<uint64_t>(end, mapped_bytes_) / page * page;
+  if (last > first) ::madvise(static_cast<char*>(mapped_) + first, static_cast<size_t>(last - first), MADV_DONTNEED);
 }
 
 Result<std::unique_ptr<ByteSource>> ByteSource::open_file(const std::string& path,

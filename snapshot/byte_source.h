@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,6 +50,16 @@ class ByteSource {
     next_ += n;
     return at;
   }
+  // Consumes `n` bytes without copying them; false when the input ends first.
+  bool skip(uint64_t n);
+  // All of the input at once where it can be had without a copy: a plain file (mapped) or
+  // plain bytes in memory, before anything but a peek was consumed. Nothing for compressed
+  // or streamed input, or input over the limit.
+  std::optional<std::string_view> whole();
+  // Lets a mapped file's pages that lie wholly within [begin, end) of whole() go (reading
+  // them again maps them back from the page cache), so that a pass over a large file does
+  // not hold all of it. Thread-safe.
+  void release_whole(uint64_t begin, uint64_t end) const;
   // The next byte without consuming it, or -1 at the end.
   int peek() {
     if (next_ == end_ && !refill()) return -1;
@@ -84,6 +95,8 @@ class ByteSource {
   uint64_t consumed_before_ = 0;  // bytes in buffers already used up
   bool hit_limit_ = false;
   uint64_t size_hint_ = 0;
+  void* mapped_ = nullptr;  // whole() of a file
+  size_t mapped_bytes_ = 0;
 };
 
 }  // namespace memsnap

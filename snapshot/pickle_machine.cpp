@@ -138,6 +138,7 @@ size_t Machine::pop_mark() {
 Value Machine::place(Value v) {
   if (!v.is(Tag::kObject) || lowering_ == nullptr) return v;
   const Object& o = store_.object(v);
+  if (!o.lowered_as.is(Tag::kNone)) return o.lowered_as;
   if (o.shared) return v;
   const int64_t slot = o.memo_slot;
   const Value lowered = lowering_->lower(store_, v);
@@ -153,6 +154,9 @@ Value Machine::place(Value v) {
 }
 
 void Machine::memo_put(uint64_t index, Value v) {
+  // Indices are kept from memo_base_ (0 unless decoding a part), and so are memo slots.
+  if (index < memo_base_) fail("memo index " + std::to_string(index) + " belongs before this part");
+  index -= memo_base_;
   if (v.is(Tag::kObject)) {
     Object& o = store_.object(v);
     if (o.memo_slot < 0) o.memo_slot = static_cast<int64_t>(index);
@@ -164,13 +168,37 @@ void Machine::memo_put(uint64_t index, Value v) {
 }
 
 Value Machine::sparse_memo_get(uint64_t index) {
-  auto it = sparse_memo_.find(index);
+  if (index < memo_base_) return outer_->get(store_, index);
+  auto it = sparse_memo_.find(index - memo_base_);
   if (it == sparse_memo_.end()) fail("memo index " + std::to_string(index) + " was never stored");
-  if (it->second.is(Tag::kObject)) mark_shared(it->second);
+  if (it->second.is(Tag::kObject)) return get_again(it->second);
   return it->second;
 }
 
-void Machine::mark_shared(Value object) { store_.object(object).shared = true; }
+Value Machine::get_again(Value object) {
+  Object& o = store_.object(object);
+  if (!o.lowered_as.is(Tag::kNone)) return o.lowered_as;
+  bool complete = lowering_ != nullptr && !o.shared;
+  for (size_t i = 0; complete && i < marks_.size(); ++i)
+    complete = marks_[i] == 0 || !(stack_[marks_[i] - 1] == object);
+  if (complete) {
+    // Frames that one stack names twice, stacks that several events share: lowered once,
+    // here, so that whatever holds them can be lowered too. The object is kept (references
+    // to it made before this one still lie on the stack) and stands for the record from now.
+    const int64_t slot = o.memo_slot;
+    const Value lowered = lowering_->lower(store_, object);
+    if (!(lowered == object)) {
+      store_.object(object).lowered_as = lowered;
+      if (slot >= 0 && static_cast<uint64_t>(slot) < memo_.size() && memo_[static_cast<size_t>(slot)] == object)
+        memo_[static_cast<size_t>(slot)] = lowered;
+      else if (auto it = sparse_memo_.find(static_cast<uint64_t>(slot)); slot >= 0 && it != sparse_memo_.end() && it->second == object)
+        it->second = lowered;
+      return lowered;
+    }
+  }
+  store_.object(object).shared = true;
+  return object;
+}
 
 Value Machine::read_long(uint64_t length) {
   if (length == 0) return store_.integer(0);
@@ -225,9 +253,61 @@ void Machine::set_items(Value dict, size_t first) {
 }
 
 Value Machine::run() {
+  if (splicer_ != nullptr) next_splice_ = splicer_->next_mark(input_.offset());
+  return loop();
+}
+
+std::vector<Value> Machine::run_part(uint64_t memo_base, OuterMemo& outer) {
+  outer_ = &outer;
+  memo_base_ = memo_base;
+  // The part's items go into a list of its own, as they would into the list they belong to.
+  const Value list = store_.new_object(ObjectKind::kList);
+  stack_.push_back(list);
+  marks_.push_back(stack_.size());
+  loop();
+  if (marks_.size() != 1 || marks_.back() != 1 || !(stack_[0] == list))
+    fail("a part that does not end where its list's items do");
+  for (size_t i = 1; i < stack_.size(); ++i) {
+    const Value placed = place(stack_[i]);
+    store_.object(list).items.push_back(placed);
+  }
+  stack_.clear();
+  marks_.clear();
+  return std::move(store_.object(list).items);
+}
+
+void Machine::take_piece() {
+  if (const std::optional<Splicer::Piece> piece = splicer_->piece(opcode_offset_, *this)) {
+    for (const Value v : piece->items) push(v);
+    memo_.insert(memo_.end(), piece->memo.begin(), piece->memo.end());
+    const uint64_t at = input_.offset();
+    if (piece->resume_at < at || !input_.skip(piece->resume_at - at)) fail("a part that ends past the input");
+  }
+  next_splice_ = splicer_->next_mark(input_.offset());
+}
+
+void Machine::next_batch() {
+  // Between a part's APPENDS batches: FRAMEs, then the next batch's MARK (or the part's end).
   for (;;) {
+    if (input_.peek() < 0) return;
     opcode_offset_ = input_.offset();
     const uint8_t op = read_u8();
+    if (op == kMark) {
+      marks_.push_back(stack_.size());
+      return;
+    }
+    if (op != kFrame) fail("a part whose batches are not of one list");
+    read_le(8);
+  }
+}
+
+Value Machine::loop() {
+  for (;;) {
+    opcode_offset_ = input_.offset();
+    uint8_t op;
+    if (const uint8_t* at = input_.take(1)) op = *at;
+    else if (outer_ != nullptr && input_.peek() < 0) return Value();  // a part's end
+    else op = read_u8_slow();
     switch (op) {
       case kProto: {
         const uint8_t protocol = read_u8();
@@ -236,6 +316,7 @@ Value Machine::run() {
       }
       case kFrame: read_le(8); break;  // framing only groups opcodes; nothing to do
       case kStop: {
+        if (outer_ != nullptr) fail("STOP inside a part");
         const Value result = pop();
         if (!marks_.empty()) fail("STOP inside an unfinished MARK");
         return result;
@@ -243,6 +324,7 @@ Value Machine::run() {
       case kMark:
         if (marks_.size() >= limits_.max_marks) fail("nested deeper than " + std::to_string(limits_.max_marks));
         marks_.push_back(stack_.size());
+        if (opcode_offset_ == next_splice_) [[unlikely]] take_piece();
         break;
       case kPop: pop(); break;
       case kPopMark: stack_.resize(pop_mark()); break;
@@ -346,6 +428,7 @@ Value Machine::run() {
         if (first == 0 || first - 1 < (marks_.empty() ? 0 : marks_.back()))
           fail("APPENDS with no list under its MARK");
         add_items(stack_[first - 1], first);
+        if (outer_ != nullptr && marks_.empty()) next_batch();
         break;
       }
       case kSetItem: {
@@ -361,7 +444,7 @@ Value Machine::run() {
         set_items(stack_[first - 1], first);
         break;
       }
-      case kMemoize: memo_put(memo_.size(), top()); break;
+      case kMemoize: memo_put(memo_base_ + memo_.size(), top()); break;
       case kBinPut: memo_put(read_le(1), top()); break;
       case kLongBinPut: memo_put(read_le(4), top()); break;
       case kPut:

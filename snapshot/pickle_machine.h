@@ -13,6 +13,8 @@
 // throw PickleError naming the byte offset.
 #pragma once
 
+#include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -36,6 +38,35 @@ class Lowering {
   virtual Value lower(ValueStore& store, Value object) = 0;
 };
 
+// What a part decoded alone (Machine::run_part) knows of the memo entries made before it.
+class OuterMemo {
+ public:
+  virtual ~OuterMemo() = default;
+  // The value of memo entry `index` (below the part's first): a string when it can tell,
+  // else Value::make(Tag::kOuter, index), for whoever joins the part to the whole.
+  virtual Value get(ValueStore& store, uint64_t index) = 0;
+};
+
+class Machine;
+
+// Hands a machine reading a whole pickle the parts that were decoded elsewhere
+// (pickle_layout.h), so it can step over them.
+class Splicer {
+ public:
+  virtual ~Splicer() = default;
+  struct Piece {
+    std::span<const Value> items;  // what the part leaves above its MARK
+    std::span<const Value> memo;   // its memo entries, in order
+    uint64_t resume_at = 0;        // the offset after the part
+  };
+  // The offset of the next part's MARK at or after `offset`, or UINT64_MAX.
+  virtual uint64_t next_mark(uint64_t offset) = 0;
+  // The machine has run the MARK at `offset` that next_mark named: the part after it, made
+  // this machine's values, or nothing (the machine then reads the part itself). The piece's
+  // values stay valid until the next call.
+  virtual std::optional<Piece> piece(uint64_t offset, const Machine& machine) = 0;
+};
+
 struct MachineLimits {
   size_t max_stack = size_t{1} << 22;  // values on the stack at once
   size_t max_marks = 512;              // nesting of MARKs (containers being built)
@@ -46,6 +77,16 @@ class Machine {
   Machine(ByteSource& input, ValueStore& store, Lowering* lowering, MachineLimits limits = {});
   // The pickled value (what STOP returns). Throws PickleError.
   Value run();
+  // With a splicer, run() steps over the parts it hands out.
+  void set_splicer(Splicer* splicer) { splicer_ = splicer; }
+  // Decodes a part of a larger pickle on its own: the input is a sequence of whole items of
+  // one list (in one or more APPENDS batches), whose memo entries are numbered from
+  // `memo_base`. Returns the items, each lowered as in the list; the part's memo entries are
+  // then memo(). Throws PickleError.
+  std::vector<Value> run_part(uint64_t memo_base, OuterMemo& outer);
+  // The memo entries made so far (from memo_base in a part), densely numbered.
+  const std::vector<Value>& memo() const { return memo_; }
+  bool memo_is_dense() const { return sparse_memo_.empty(); }
   // Room for the memo entries an input of this size is likely to hold (PyTorch snapshots
   // memoize about one value per 30 bytes).
   void expect_input_bytes(uint64_t bytes);
@@ -82,15 +123,20 @@ class Machine {
   Value place(Value v);  // a value about to go into a container: lower it if possible
   void memo_put(uint64_t index, Value v);
   Value memo_get(uint64_t index) {
-    if (index < memo_.size()) {
-      const Value v = memo_[static_cast<size_t>(index)];
-      if (v.is(Tag::kObject)) mark_shared(v);
+    if (index - memo_base_ < memo_.size()) {
+      const Value v = memo_[static_cast<size_t>(index - memo_base_)];
+      if (v.is(Tag::kObject)) return get_again(v);
       return v;
     }
     return sparse_memo_get(index);
   }
   Value sparse_memo_get(uint64_t index);
-  void mark_shared(Value object);
+  Value loop();  // the opcodes, until STOP (or the end of a part's input)
+  void take_piece();
+  void next_batch();
+  // An object the memo hands out a second time: lowered then if it is complete (not being
+  // built under an open MARK), else marked as shared and never lowered.
+  Value get_again(Value object);
   Value read_long(uint64_t length);
   Value make_sequence(ObjectKind kind, size_t first);
   void add_items(Value container, size_t first);
@@ -106,6 +152,11 @@ class Machine {
   std::unordered_map<uint64_t, Value> sparse_memo_;  // indices beyond the dense end
   std::string scratch_;
   uint64_t opcode_offset_ = 0;
+  // Decoding a part: memo indices start at memo_base_ and those below come from outer_.
+  OuterMemo* outer_ = nullptr;
+  uint64_t memo_base_ = 0;
+  Splicer* splicer_ = nullptr;
+  uint64_t next_splice_ = UINT64_MAX;  // offset of the next part's MARK
 };
 
 }  // namespace memsnap::pickle

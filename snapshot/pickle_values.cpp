@@ -76,6 +76,7 @@ Value ValueStore::new_object(ObjectKind kind) {
   o.kind = kind;
   o.shared = false;
   o.memo_slot = -1;
+  o.lowered_as = Value();
   o.items.clear();
   return Value::make(Tag::kObject, id);
 }
@@ -141,6 +142,7 @@ std::string ValueStore::repr(Value v, int depth) const {
     case Tag::kBytes: return "<" + std::to_string(text(v).size()) + " bytes>";
     case Tag::kEmptyList: return "[]";
     case Tag::kLowered: return "<record>";
+    case Tag::kOuter: return "<memo " + std::to_string(v.payload()) + ">";
     case Tag::kObject: break;
   }
   if (depth > 8) return "...";
@@ -207,7 +209,8 @@ std::string ValueStore::json_text(Value v, int depth) const {
     case Tag::kEmptyList: return "[]";
     case Tag::kHugeInt:
     case Tag::kBytes:
-    case Tag::kLowered: return json_quoted(repr(v));
+    case Tag::kLowered:
+    case Tag::kOuter: return json_quoted(repr(v));
     case Tag::kObject: break;
   }
   if (depth > 8) return "null";

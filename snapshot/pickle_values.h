@@ -28,6 +28,8 @@ enum class Tag : uint8_t {
   kObject,    // payload: object id (list, dict, tuple or set)
   kEmptyList, // an empty list placed in its parent and released
   kLowered,   // payload: (kind << 40) | index, meaning defined by the reader that lowered it
+  kOuter,     // payload: a memo index made before the part of a pickle being decoded alone
+              // (pickle_machine.h's run_part), whose value that decoding could not know
 };
 
 class Value {
@@ -62,6 +64,8 @@ struct Object {
   // Referred to from more than one place (a memo get or DUP): never lowered or released.
   bool shared = false;
   int64_t memo_slot = -1;     // where the memo keeps it, updated when it is lowered
+  // Lowered when the memo handed it out again (it stays, for the references made before).
+  Value lowered_as;           // kNone when not
   std::vector<Value> items;   // a dict's keys and values alternate
 };
 
@@ -81,6 +85,7 @@ class ValueStore {
   Object& object(Value v) { return objects_[v.payload()]; }
   std::string_view text(Value v) const { return strings_[v.payload()]; }
   std::string_view text(uint32_t id) const { return strings_[id]; }
+  size_t string_count() const { return strings_.size(); }
   bool is_integer(Value v) const;
   // The integer a value holds, if it fits the type asked for.
   bool get_int64(Value v, int64_t& out) const;

@@ -23,6 +23,19 @@ class PyTorchDocument final : public pickle::Lowering {
   // Builds the snapshot from the document's root; throws std::runtime_error.
   Snapshot convert(pickle::Value root);
 
+  // A document for one part of a pickle (`bytes` long) decoded on its own (Machine::run_part): its frames
+  // and stacks may name memo entries made before the part (Tag::kOuter), and trace entries
+  // that need more than the part (forward_frames) are left unlowered.
+  void set_part(uint64_t bytes);
+  // Makes a part's values this document's: adds the part's frames, stacks and trace entries
+  // and rewrites `values` (what the part's machine produced: items, memo entries) into this
+  // document's store. `memo`: the memo entries before the part, as this document's machine
+  // holds them; `outer_strings`: the ones the part read as strings, which must hold the same
+  // text here. False, with nothing added, when a value is one this document cannot take.
+  bool adopt_part(const PyTorchDocument& part, std::vector<pickle::Value>& values,
+                  const std::vector<pickle::Value>& memo,
+                  const std::vector<std::pair<uint64_t, pickle::Value>>& outer_strings);
+
  private:
   enum LoweredKind : uint32_t { kFrameRecord = 1, kStackRecord = 2, kEntryRecord = 3 };
   struct FrameKey {
@@ -94,6 +107,10 @@ class PyTorchDocument final : public pickle::Lowering {
   // distinct string instead of a name comparison per entry.
   std::vector<int8_t> action_by_string_;
   std::optional<TraceAction> action_named(pickle::Value name);
+  bool part_ = false;
+  bool can_adopt(const PyTorchDocument& part, const std::vector<pickle::Value>& values,
+                 const std::vector<pickle::Value>& memo,
+                 const std::vector<std::pair<uint64_t, pickle::Value>>& outer_strings) const;
 };
 
 }  // namespace memsnap

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "snapshot/pytorch_document.h"
+#include "snapshot/pytorch_parallel_read.h"
 
 namespace memsnap {
 namespace {
@@ -76,14 +77,23 @@ Result<Snapshot> guarded(Read read) {
 
 }  // namespace
 
-Result<Snapshot> snapshot_from_pickle(ByteSource& input) {
+Result<Snapshot> snapshot_from_pickle(ByteSource& input, const PickleReadOptions& options) {
   return guarded([&] {
     pickle::ValueStore store;
     PyTorchDocument document(store);
-    pickle::Machine machine(input, store, &document);
-    machine.expect_input_bytes(input.size_hint());
     document.expect_input_bytes(input.size_hint());
-    const pickle::Value root = machine.run();
+    const std::optional<std::string_view> whole =
+        reads_in_parallel(input.size_hint(), options) ? input.whole() : std::nullopt;
+    if (!whole) {
+      pickle::Machine machine(input, store, &document);
+      machine.expect_input_bytes(input.size_hint());
+      return document.convert(machine.run());
+    }
+    auto bytes = ByteSource::over_memory(*whole, UINT64_MAX);
+    pickle::Machine machine(*bytes, store, &document);
+    machine.expect_input_bytes(whole->size());
+    const pickle::Value root =
+        run_with_parts(*whole, machine, document, options, [&](uint64_t begin, uint64_t end) { input.release_whole(begin, end); });
     return document.convert(root);
   });
 }

@@ -13,11 +13,27 @@
 
 #include "allocator/result.h"
 #include "snapshot/byte_source.h"
+#include "snapshot/pickle_layout.h"
 #include "snapshot/snapshot.h"
 
 namespace memsnap {
 
-Result<Snapshot> snapshot_from_pickle(ByteSource& input);
+// How a pickle was read, for tests and benchmarks.
+struct PickleReadStats {
+  size_t parts_decoded_alone = 0;  // decoded by a thread of their own and taken as they were
+  size_t parts_read_in_order = 0;  // found, but read by the machine after all
+};
+
+struct PickleReadOptions {
+  unsigned threads = 0;                    // decoding threads; 0: one per core, at most 16
+  uint64_t min_bytes = uint64_t{4} << 20;  // smaller pickles are read by one thread
+  pickle::LayoutOptions layout{0, 0};      // part sizes; 0: chosen from the input and threads
+  PickleReadStats* stats = nullptr;        // filled in when given
+};
+
+// A plain pickle file (or bytes in memory) of at least `min_bytes` is read on several
+// threads (pytorch_parallel_read.h), with the same result.
+Result<Snapshot> snapshot_from_pickle(ByteSource& input, const PickleReadOptions& options = {});
 Result<Snapshot> snapshot_from_json(std::string_view text);
 
 }  // namespace memsnap

@@ -1,0 +1,191 @@
+#include "snapshot/pickle_layout.h"
+
+#include <cstring>
+#include <initializer_list>
+#include <vector>
+
+namespace memsnap::pickle {
+namespace {
+
+constexpr uint64_t kProgressBytes = uint64_t{1} << 20;  // about how often progress is told
+constexpr size_t kMaxMarks = 512;  // as the machine allows
+constexpr uint64_t kNone = ~uint64_t{0};
+
+uint64_t little_endian(const uint8_t* at, size_t bytes) {
+  uint64_t v = 0;
+  for (size_t i = bytes; i-- > 0;) v = (v << 8) | at[i];
+  return v;
+}
+
+struct OpenMark {
+  uint64_t offset;
+  uint64_t memo;            // memo entries made before it
+  uint64_t after_appends;   // the APPENDS it directly follows (another batch), or kNone
+};
+
+// What the scan does with each opcode: most only take argument bytes of a fixed count.
+enum : uint8_t { kSpecial = 0xF0, kUnsupported = 0xFF };
+
+struct OpcodeTable {
+  uint8_t arg[256];
+  constexpr OpcodeTable() : arg() {
+    for (uint8_t& a : arg) a = kUnsupported;
+    // No argument: POP, DUP, NONE, NEWTRUE, NEWFALSE, EMPTY_LIST/DICT/TUPLE/SET,
+    // TUPLE1-3, APPEND, SETITEM.
+    for (const int op : std::initializer_list<int>{'0', '2', 'N', 0x88, 0x89, ']', '}', ')', 0x8f, 0x85, 0x86, 0x87, 'a', 's'}) arg[op] = 0;
+    arg['J'] = 4;  // BININT
+    arg['K'] = 1;  // BININT1
+    arg['M'] = 2;  // BININT2
+    arg['G'] = 8;  // BINFLOAT
+    arg['h'] = 1;  // BINGET
+    arg['j'] = 4;  // LONG_BINGET
+    arg[0x80] = 1; // PROTO
+    // MARK, STOP, FRAME, MEMOIZE, APPENDS, the other MARK closers (POP_MARK, TUPLE, LIST,
+    // DICT, FROZENSET, SETITEMS, ADDITEMS) and the length-prefixed (LONG1, LONG4, the
+    // strings and bytes).
+    for (const int op : std::initializer_list<int>{'(', '.', 0x95, 0x94, 'e', '1', 't', 'l', 'd', 0x91, 'u', 0x90, 0x8a, 0x8b,
+                             0x8c, 'X', 0x8d, 'U', 'C', 'T', 'B', 0x8e, 0x96})
+      arg[op] = kSpecial;
+    // Everything else (text opcodes, explicit memo indices, what the machine refuses, unknown
+    // bytes) ends the scan.
+  }
+};
+constexpr OpcodeTable kOpcodes;
+
+}  // namespace
+
+LayoutScanner::LayoutScanner(std::string_view pickle, LayoutOptions options)
+    : pickle_(pickle), options_(options) {
+  // Each memoized value takes at least two bytes (an opcode and MEMOIZE); a pickle that
+  // memoizes one value twice runs out of room and the scan stops there.
+  memo_capacity_ = pickle.size() / 2 + 1;
+  string_offsets_.reset(new uint32_t[memo_capacity_]);  // not zeroed: pages stay untouched
+}
+
+bool LayoutScanner::scan(const std::function<bool(const PicklePart&)>& found,
+                         const std::function<bool(uint64_t offset)>& progress) {
+  if (pickle_.size() >= uint64_t{1} << 32) return false;  // offsets are kept in 32 bits
+  const auto* bytes = reinterpret_cast<const uint8_t*>(pickle_.data());
+  const uint64_t size = pickle_.size();
+  std::vector<OpenMark> marks;
+  uint64_t memo = 0;
+  uint64_t pos = 0;
+  uint64_t next_progress = kProgressBytes;
+  uint64_t last_appends = kNone;  // offset of an APPENDS with only FRAMEs after it, if any
+  uint64_t last_string = kNone;   // offset of a string opcode directly before this one
+  std::optional<PicklePart> pending;  // a part that the next batch may still extend
+  uint64_t published_end = 0;         // where the last part found ends
+  bool stopped = false;
+
+  auto publish = [&]() {
+    // A part holding parts already found (a list of lists) is not one: they stand for it.
+    if (pending && pending->bytes() >= options_.min_part_bytes && pending->mark >= published_end) {
+      if (!found(*pending)) stopped = true;
+      published_end = pending->end;
+    }
+    pending.reset();
+  };
+  auto batch_done = [&](const OpenMark& mark, uint64_t appends_at) {
+    const PicklePart part{mark.offset, appends_at, mark.memo, memo - mark.memo};
+    if (pending && mark.after_appends == pending->end) {  // the next batch of the same list
+      pending->end = appends_at;
+      pending->memo_count = memo - pending->memo_base;
+    } else if (part.bytes() >= options_.min_part_bytes) {
+      if (pending && part.mark < pending->mark) pending.reset();  // it lay inside this one
+      publish();
+      pending = part;
+    }
+    if (pending && pending->bytes() >= options_.max_part_bytes) publish();
+  };
+
+  while (!stopped && pos < size) {
+    const uint64_t at = pos;
+    const uint8_t op = bytes[pos];
+    const uint8_t arg = kOpcodes.arg[op];
+    if (arg < kSpecial) {  // the common case: an opcode and its fixed argument
+      pos += 1 + arg;
+      last_appends = kNone;
+      last_string = kNone;
+      continue;
+    }
+    if (arg == kUnsupported) return false;
+    ++pos;
+    uint64_t length = 0;  // bytes of a length prefix, whose value is then skipped too
+    bool is_string = false;
+    switch (op) {
+      case 0x95:  // FRAME: groups opcodes, and keeps an APPENDS the last one
+        pos += 8;
+        continue;
+      case '.':  // STOP
+        publish();
+        return !stopped;
+      case '(':  // MARK
+        if (marks.size() >= kMaxMarks) return false;
+        marks.push_back({at, memo, last_appends});
+        if (pos >= next_progress) {
+          next_progress = pos + kProgressBytes;
+          if (!progress(pos)) return false;
+        }
+        break;
+      case 'e': {  // APPENDS
+        if (marks.empty()) return false;
+        const OpenMark mark = marks.back();
+        marks.pop_back();
+        batch_done(mark, at);
+        last_appends = at;
+        last_string = kNone;
+        continue;
+      }
+      case 0x94:  // MEMOIZE (a string memoized twice is still that string)
+        if (memo >= memo_capacity_) return false;
+        string_offsets_[memo++] = last_string == kNone ? kNotAString : static_cast<uint32_t>(last_string);
+        last_appends = kNone;
+        continue;
+      case 0x8a: length = 1; break;                    // LONG1
+      case 0x8b: length = 4; break;                    // LONG4 (a signed length)
+      case 0x8c: length = 1; is_string = true; break;  // SHORT_BINUNICODE
+      case 'X': length = 4; is_string = true; break;   // BINUNICODE
+      case 0x8d: length = 8; is_string = true; break;  // BINUNICODE8
+      case 'U': case 'C': length = 1; break;           // SHORT_BINSTRING, SHORT_BINBYTES
+      case 'T': case 'B': length = 4; break;           // BINSTRING (signed), BINBYTES
+      case 0x8e: case 0x96: length = 8; break;         // BINBYTES8, BYTEARRAY8
+      default:  // the other MARK closers
+        if (marks.empty()) return false;
+        marks.pop_back();
+        break;
+    }
+    if (length > 0) {
+      if (size - pos < length) return false;
+      const uint64_t n = little_endian(bytes + pos, static_cast<size_t>(length));
+      if (length == 4 && (op == 0x8b || op == 'T') && n >= uint64_t{1} << 31) return false;  // negative
+      pos += length;
+      if (size - pos < n) return false;
+      pos += n;
+    }
+    last_appends = kNone;
+    last_string = is_string ? at : kNone;
+  }
+  // The input ended without STOP (or a fixed argument ran past it): what was found stands,
+  // since each part is checked when it is decoded.
+  if (!stopped && pos <= size) publish();
+  return false;
+}
+
+std::optional<std::string_view> pickled_string_at(std::string_view pickle, uint64_t offset) {
+  if (offset >= pickle.size()) return std::nullopt;
+  const auto* bytes = reinterpret_cast<const uint8_t*>(pickle.data());
+  size_t prefix = 0;
+  switch (bytes[offset]) {
+    case 0x8c: prefix = 1; break;
+    case 'X': prefix = 4; break;
+    case 0x8d: prefix = 8; break;
+    default: return std::nullopt;
+  }
+  const uint64_t start = offset + 1 + prefix;
+  if (start > pickle.size()) return std::nullopt;
+  const uint64_t length = little_endian(bytes + offset + 1, prefix);
+  if (length > pickle.size() - start) return std::nullopt;
+  return pickle.substr(static_cast<size_t>(start), static_cast<size_t>(length));
+}
+
+}  // namespace memsnap::pickle

@@ -1,0 +1,262 @@
+#include "snapshot/pytorch_parallel_read.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "snapshot/byte_source.h"
+
+namespace memsnap {
+namespace {
+
+using pickle::Tag;
+using pickle::Value;
+
+constexpr unsigned kMaxThreads = 16;
+
+// The cores this process may run on (its affinity: taskset, a container's cpuset).
+unsigned usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return static_cast<unsigned>(CPU_COUNT(&set));
+  return std::thread::hardware_concurrency();
+}
+
+unsigned thread_count(const PickleReadOptions& options) {
+  const unsigned wanted = options.threads != 0 ? options.threads : usable_cores();
+  return std::clamp(wanted, 1u, kMaxThreads);
+}
+
+// The memo entries made before a part: the strings among them read where the scan saw them
+// pickled, the rest left for the reading thread to fill in.
+class OuterStrings final : public pickle::OuterMemo {
+ public:
+  OuterStrings(std::string_view pickle, const pickle::LayoutScanner& scan) : pickle_(pickle), scan_(scan) {}
+  Value get(pickle::ValueStore& store, uint64_t index) override {
+    // A part reads the same few keys and names over and over: a direct-mapped cache of what
+    // it read (a miss reads the string again, which interns to the same value).
+    Seen& seen = seen_[index % kCacheSlots];
+    if (seen.index == index) return seen.value;
+    const uint32_t offset = scan_.string_offset(index);
+    std::optional<std::string_view> text;
+    if (offset != pickle::LayoutScanner::kNotAString) text = pickle::pickled_string_at(pickle_, offset);
+    seen = {index, text ? store.string(*text) : Value::make(Tag::kOuter, index)};
+    if (text) strings.emplace_back(index, seen.value);
+    return seen.value;
+  }
+  std::vector<std::pair<uint64_t, Value>> strings;  // read here: checked when the part is taken
+
+ private:
+  static constexpr size_t kCacheSlots = 4096;
+  struct Seen {
+    uint64_t index = UINT64_MAX;
+    Value value;
+  };
+  std::string_view pickle_;
+  const pickle::LayoutScanner& scan_;
+  std::vector<Seen> seen_ = std::vector<Seen>(kCacheSlots);
+};
+
+struct DecodedPart {
+  pickle::ValueStore store;
+  PyTorchDocument document{store};
+  std::vector<Value> values;  // the items, then the part's memo entries
+  size_t items = 0;
+  std::vector<std::pair<uint64_t, Value>> outer_strings;
+  bool ok = false;
+};
+
+std::unique_ptr<DecodedPart> decode(std::string_view pickle, const pickle::PicklePart& part,
+                                    const pickle::LayoutScanner& scan) {
+  auto out = std::make_unique<DecodedPart>();
+  out->document.set_part(part.bytes());
+  try {
+    auto input = ByteSource::over_memory(pickle.substr(part.begin(), part.bytes()), UINT64_MAX);
+    pickle::Machine machine(*input, out->store, &out->document);
+    OuterStrings outer(pickle, scan);
+    out->values = machine.run_part(part.memo_base, outer);
+    out->items = out->values.size();
+    out->values.insert(out->values.end(), machine.memo().begin(), machine.memo().end());
+    out->outer_strings = std::move(outer.strings);
+    out->ok = machine.memo().size() == part.memo_count && machine.memo_is_dense();
+  } catch (const std::exception&) {
+    out->ok = false;  // the reading thread reads the part itself, and names what is wrong
+  }
+  return out;
+}
+
+class PartQueue final : public pickle::Splicer {
+ public:
+  PartQueue(std::string_view pickle, PyTorchDocument& document, unsigned threads,
+            pickle::LayoutOptions layout, const ReleaseBytes& release, PickleReadStats& stats)
+      : pickle_(pickle), document_(document), scan_(pickle, layout), release_(release), stats_(stats),
+        window_(threads + 1) {
+    threads_.emplace_back([this] { scan(); });
+    for (unsigned i = 1; i < threads; ++i) threads_.emplace_back([this] { decode_parts(); });
+  }
+  ~PartQueue() override {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    changed_.notify_all();
+    for (std::thread& thread : threads_) thread.join();
+  }
+
+  uint64_t next_mark(uint64_t offset) override {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      while (passed_ < slots_.size() && slots_[passed_].part.mark < offset) pass(passed_++);
+      if (passed_ < slots_.size()) return slots_[passed_].part.mark;
+      if (scan_done_) return UINT64_MAX;
+      changed_.wait(lock);
+    }
+  }
+
+  std::optional<Piece> piece(uint64_t offset, const pickle::Machine& machine) override {
+    std::unique_lock lock(mutex_);
+    if (passed_ >= slots_.size() || slots_[passed_].part.mark != offset) return std::nullopt;
+    const size_t index = passed_;
+    const pickle::PicklePart part = slots_[index].part;
+    if (slots_[index].state == State::kWaiting) decode_slot(index, lock);
+    while (slots_[index].state == State::kClaimed) {
+      // Decode a later part meanwhile rather than wait idle.
+      if (const std::optional<size_t> other = waiting_slot()) decode_slot(*other, lock);
+      else changed_.wait(lock);
+    }
+    std::unique_ptr<DecodedPart> decoded = std::move(slots_[index].result);
+    pass(index);
+    passed_ = index + 1;
+    lock.unlock();
+    release_(0, part.mark);
+    current_.reset();
+    if (!decoded || !decoded->ok || machine.memo().size() != part.memo_base ||
+        !document_.adopt_part(decoded->document, decoded->values, machine.memo(), decoded->outer_strings)) {
+      ++stats_.parts_read_in_order;
+      return std::nullopt;
+    }
+    ++stats_.parts_decoded_alone;
+    current_ = std::move(decoded);
+    const std::span<const Value> values(current_->values);
+    return Piece{values.first(current_->items), values.subspan(current_->items), part.end};
+  }
+
+ private:
+  enum class State { kWaiting, kClaimed, kDone, kPassed };
+  struct Slot {
+    pickle::PicklePart part;
+    State state = State::kWaiting;
+    std::unique_ptr<DecodedPart> result;
+  };
+
+  // The first part not yet taken within the window ahead of the reading thread.
+  std::optional<size_t> waiting_slot() const {
+    const size_t end = std::min(slots_.size(), passed_ + window_);
+    for (size_t i = passed_; i < end; ++i)
+      if (slots_[i].state == State::kWaiting) return i;
+    return std::nullopt;
+  }
+
+  // Decodes slots_[index] with the lock released meanwhile.
+  void decode_slot(size_t index, std::unique_lock<std::mutex>& lock) {
+    slots_[index].state = State::kClaimed;
+    const pickle::PicklePart part = slots_[index].part;
+    lock.unlock();
+    std::unique_ptr<DecodedPart> decoded = decode(pickle_, part, scan_);
+    release_(part.begin(), part.end);
+    lock.lock();
+    if (slots_[index].state != State::kPassed) {  // else the reader went past it meanwhile
+      slots_[index].result = std::move(decoded);
+      slots_[index].state = State::kDone;
+    }
+    changed_.notify_all();
+  }
+
+  void pass(size_t index) {
+    slots_[index].result.reset();
+    slots_[index].state = State::kPassed;
+    changed_.notify_all();
+  }
+
+  void scan() {
+    scan_.scan(
+        [this](const pickle::PicklePart& part) {
+          std::lock_guard lock(mutex_);
+          if (stopping_) return false;
+          // Parts come in file order; one that does not (it held a part found earlier) is read
+          // in order by the machine.
+          if (slots_.empty() || part.mark > slots_.back().part.mark) slots_.push_back(Slot{part, State::kWaiting, nullptr});
+          changed_.notify_all();
+          return true;
+        },
+        [this](uint64_t offset) {
+          release_(0, offset);
+          std::lock_guard lock(mutex_);
+          return !stopping_;
+        });
+    std::lock_guard lock(mutex_);
+    scan_done_ = true;
+    changed_.notify_all();
+  }
+
+  void decode_parts() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      if (stopping_) return;
+      if (const std::optional<size_t> index = waiting_slot()) {
+        decode_slot(*index, lock);
+        continue;
+      }
+      const bool more = !scan_done_ || std::any_of(slots_.begin() + static_cast<std::ptrdiff_t>(passed_), slots_.end(),
+                                                   [](const Slot& s) { return s.state == State::kWaiting; });
+      if (!more) return;
+      changed_.wait(lock);
+    }
+  }
+
+  std::string_view pickle_;
+  PyTorchDocument& document_;
+  pickle::LayoutScanner scan_;
+  ReleaseBytes release_;
+  PickleReadStats& stats_;  // counted by the reading thread only
+  const size_t window_;  // parts decoded ahead of the reading thread, at most
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Slot> slots_;  // in file order
+  size_t passed_ = 0;       // slots before this one the reading thread has gone past
+  bool scan_done_ = false;
+  bool stopping_ = false;
+  std::unique_ptr<DecodedPart> current_;  // the piece handed out last
+  std::vector<std::thread> threads_;      // last: started once everything above exists
+};
+
+}  // namespace
+
+bool reads_in_parallel(uint64_t bytes, const PickleReadOptions& options) {
+  return bytes >= options.min_bytes && thread_count(options) > 1;
+}
+
+Value run_with_parts(std::string_view pickle, pickle::Machine& machine, PyTorchDocument& document,
+                     const PickleReadOptions& options, const ReleaseBytes& release) {
+  const unsigned threads = thread_count(options);
+  pickle::LayoutOptions layout = options.layout;
+  if (layout.min_part_bytes == 0) layout.min_part_bytes = uint64_t{32} << 10;
+  // Parts small enough that the few decoded ahead of the reading thread hold little memory.
+  if (layout.max_part_bytes == 0)
+    layout.max_part_bytes = std::clamp<uint64_t>(pickle.size() / (32 * threads), uint64_t{128} << 10, uint64_t{512} << 10);
+  PickleReadStats unused;
+  PartQueue parts(pickle, document, threads, layout, release, options.stats ? *options.stats : unused);
+  machine.set_splicer(&parts);
+  const Value root = machine.run();
+  machine.set_splicer(nullptr);
+  return root;
+}
+
+}  // namespace memsnap

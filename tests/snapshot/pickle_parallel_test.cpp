@@ -1,0 +1,214 @@
+// Reading a PyTorch pickle on several threads (pytorch_parallel_read.h) gives exactly what
+// one thread gives: for every real snapshot in tests/data, cut into parts of every size, and
+// for damaged copies of them (the same snapshot or the same one-line error). Also the layout
+// scan on its own, and frames that one stack names twice.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "snapshot/byte_source.h"
+#include "snapshot/file_contents.h"
+#include "snapshot/pickle_layout.h"
+#include "snapshot/pytorch_snapshot_reader.h"
+
+namespace {
+
+using memsnap::PickleReadOptions;
+using memsnap::PickleReadStats;
+
+// The plain pickle bytes of a test file (gzipped ones inflated).
+std::string pickle_file(const std::string& name) {
+  auto contents = memsnap::read_file_contents(std::string(MEMSNAP_TEST_DATA_DIR) + "/" + name, 64 << 20);
+  EXPECT_TRUE(contents.ok()) << contents.error();
+  if (!contents.ok()) return {};
+  auto source = memsnap::ByteSource::over_memory(contents.value(), 64 << 20);
+  return source->read_rest();
+}
+
+memsnap::Result<memsnap::Snapshot> read(const std::string& bytes, const PickleReadOptions& options) {
+  auto source = memsnap::ByteSource::over_memory(bytes, 64 << 20);
+  return memsnap::snapshot_from_pickle(*source, options);
+}
+
+PickleReadOptions one_thread() {
+  PickleReadOptions options;
+  options.threads = 1;
+  return options;
+}
+
+PickleReadOptions in_parts(unsigned threads, uint64_t max_part_bytes, PickleReadStats* stats) {
+  PickleReadOptions options;
+  options.threads = threads;
+  options.min_bytes = 0;
+  options.layout = {64, max_part_bytes};
+  options.stats = stats;
+  return options;
+}
+
+const char* const kRealPickles[] = {
+    "pytorch-2.11/mlp_train.pickle",           "pytorch-2.11/two_streams.pickle",
+    "pytorch-2.11/expandable_segments.pickle", "pytorch-2.11-h100/expandable_frag.pickle",
+    "pytorch-2.11-h100/expandable_streams.pickle", "pytorch-2.11-h100/forward_frames.pickle",
+    "pytorch-2.11-h100/frag_oom.pickle",       "pytorch-2.11-h100/oom_all_stacks.pickle",
+    "pytorch-2.11-h100/streams_wrapped.pickle", "pytorch-2.11-h100/transformer_s0.pickle.gz",
+};
+
+TEST(PickleParallel, RealSnapshotsReadTheSameInParts) {
+  size_t decoded_alone = 0;
+  for (const char* name : kRealPickles) {
+    const std::string bytes = pickle_file(name);
+    auto alone = read(bytes, one_thread());
+    ASSERT_TRUE(alone.ok()) << name << ": " << alone.error();
+    for (const unsigned threads : {2u, 3u, 5u}) {
+      for (const uint64_t part_bytes : {uint64_t{256}, uint64_t{4096}, uint64_t{1} << 20}) {
+        PickleReadStats stats;
+        auto parted = read(bytes, in_parts(threads, part_bytes, &stats));
+        ASSERT_TRUE(parted.ok()) << name << ": " << parted.error();
+        EXPECT_TRUE(parted.value() == alone.value())
+            << name << " with " << threads << " threads, parts of " << part_bytes << " bytes";
+        decoded_alone += stats.parts_decoded_alone;
+      }
+    }
+  }
+  EXPECT_GT(decoded_alone, 100u) << "the parts were decoded on their own, not read in order";
+}
+
+// A long trace, as the viewer gets it: its batches are decoded in parts and taken as they
+// were; lists of other things (segments' blocks, annotations) are read in order.
+TEST(PickleParallel, ALongTraceIsDecodedInParts) {
+  const std::string bytes = pickle_file("pytorch-2.11-h100/transformer_s0.pickle.gz");
+  PickleReadStats stats;
+  PickleReadOptions options = in_parts(4, 16 << 10, &stats);
+  options.layout.min_part_bytes = 8 << 10;
+  auto parted = read(bytes, options);
+  ASSERT_TRUE(parted.ok()) << parted.error();
+  // Python pickles 1,000 items to a batch: about 85 KB of this trace, which parts never split.
+  EXPECT_GE(stats.parts_decoded_alone, bytes.size() / (90 << 10));
+  EXPECT_LE(stats.parts_read_in_order, 2u);
+  EXPECT_GT(parted->device_traces.at(0).size(), 10000u);
+}
+
+// Damaged copies: whatever one thread makes of them (a snapshot or an error), so do several.
+TEST(PickleParallel, DamagedSnapshotsGiveWhatOneThreadGives) {
+  std::mt19937 random(11);
+  int failed = 0, loaded = 0;
+  for (const char* name : {"pytorch-2.11/mlp_train.pickle", "pytorch-2.11-h100/streams_wrapped.pickle"}) {
+    const std::string original = pickle_file(name);
+    for (int round = 0; round < 400; ++round) {
+      std::string bytes = original;
+      if (round % 4 == 3) {
+        bytes.resize(random() % bytes.size());
+      } else {
+        for (int flips = 0; flips <= round % 3; ++flips)
+          bytes[random() % bytes.size()] ^= static_cast<char>(1u << (random() % 8));
+      }
+      auto alone = read(bytes, one_thread());
+      auto parted = read(bytes, in_parts(2 + round % 3, 256 << (round % 4), nullptr));
+      ASSERT_EQ(alone.ok(), parted.ok()) << name << " round " << round << ": "
+                                         << (alone.ok() ? parted.error() : alone.error());
+      if (alone.ok()) {
+        ++loaded;
+        EXPECT_TRUE(alone.value() == parted.value()) << name << " round " << round;
+      } else {
+        ++failed;
+        EXPECT_EQ(alone.error(), parted.error()) << name << " round " << round;
+      }
+    }
+  }
+  EXPECT_GT(failed, 100);
+  EXPECT_GT(loaded, 10);
+}
+
+TEST(PickleLayout, PartsAreWholeBatchesInFileOrder) {
+  const std::string bytes = pickle_file("pytorch-2.11-h100/transformer_s0.pickle.gz");
+  memsnap::pickle::LayoutScanner scan(bytes, {1024, 64 << 10});
+  std::vector<memsnap::pickle::PicklePart> parts;
+  const bool whole = scan.scan([&](const memsnap::pickle::PicklePart& part) {
+    parts.push_back(part);
+    return true;
+  }, [](uint64_t) { return true; });
+  EXPECT_TRUE(whole) << "the scan follows a PyTorch pickle to its STOP";
+  ASSERT_GT(parts.size(), 10u);
+  uint64_t after = 0;
+  for (const auto& part : parts) {
+    EXPECT_GE(part.mark, after);
+    EXPECT_EQ(bytes[part.mark], '(') << "a part starts after a MARK";
+    EXPECT_EQ(bytes[part.end], 'e') << "and ends at an APPENDS";
+    EXPECT_GE(part.bytes(), 1024u);
+    EXPECT_LT(part.bytes(), (64u << 10) + (90u << 10)) << "cut after the batch that passes the size asked for";
+    after = part.end;
+  }
+  // The memo entries before the last part include the trace entries' keys, as strings.
+  bool found_action = false;
+  for (uint64_t index = 0; index < parts.back().memo_base; ++index) {
+    const uint32_t offset = scan.string_offset(index);
+    if (offset == memsnap::pickle::LayoutScanner::kNotAString) continue;
+    const auto text = memsnap::pickle::pickled_string_at(bytes, offset);
+    ASSERT_TRUE(text.has_value());
+    found_action = found_action || *text == "action";
+  }
+  EXPECT_TRUE(found_action);
+}
+
+TEST(PickleLayout, StopsAtWhatItDoesNotFollow) {
+  // Explicit memo indices (protocol 2), a truncated string, a MARK closer with no MARK.
+  for (const std::string& bytes : {std::string("\x80\x02]q\x00.", 5), std::string("\x80\x04\x8c\x09" "abc", 7),
+                                  std::string("\x80\x04" "e.", 4)}) {
+    memsnap::pickle::LayoutScanner scan(bytes, {1, 1024});
+    int parts = 0;
+    EXPECT_FALSE(scan.scan([&](const memsnap::pickle::PicklePart&) { return ++parts, true; },
+                           [](uint64_t) { return true; }));
+    EXPECT_EQ(parts, 0);
+  }
+  EXPECT_FALSE(memsnap::pickle::pickled_string_at("\x8c\x05" "ab", 0).has_value());
+  EXPECT_EQ(memsnap::pickle::pickled_string_at("\x8c\x02" "ab", 0).value_or(""), "ab");
+}
+
+// Pickle bytes written by hand (protocol 4).
+struct Pickle {
+  std::string bytes = "\x80\x04";
+  uint64_t memo = 0;
+  Pickle& op(char c) { return bytes.push_back(c), *this; }
+  Pickle& str(const std::string& s) {
+    bytes.push_back('\x8c');
+    bytes.push_back(static_cast<char>(s.size()));
+    bytes += s;
+    return *this;
+  }
+  Pickle& int1(uint8_t v) { return op('K').op(static_cast<char>(v)); }
+  uint64_t memoize() { return op('\x94'), memo++; }
+  Pickle& get(uint64_t index) { return op('h').op(static_cast<char>(index)); }
+};
+
+// A frame that one stack names twice (a recursive call): the frames list refers to the frame
+// dict a second time before the list is complete, and the stack still holds it twice.
+TEST(PickleReader, AFrameNamedTwiceInOneStack) {
+  Pickle p;
+  p.op('}').memoize();
+  p.op('(').str("segments").op(']').str("device_traces").op(']').op('(').op(']').op('(');
+  for (int entry = 0; entry < 2; ++entry) {
+    p.op('}').op('(').str("action").str("alloc").str("addr").int1(static_cast<uint8_t>(16 + entry));
+    p.str("size").int1(8).str("frames").op(']').op('(');
+    p.op('}');
+    const uint64_t frame = p.memoize();
+    p.op('(').str("name").str("f").str("filename").str("a.py").str("line").int1(3).op('u');
+    p.get(frame).op('e').op('u');
+  }
+  p.op('e').op('e').op('u').op('.');
+  for (const PickleReadOptions& options : {one_thread(), in_parts(3, 16, nullptr)}) {
+    auto snapshot = read(p.bytes, options);
+    ASSERT_TRUE(snapshot.ok()) << snapshot.error();
+    ASSERT_EQ(snapshot->device_traces.at(0).size(), 2u);
+    for (const memsnap::TraceEntry& entry : snapshot->device_traces[0]) {
+      ASSERT_GE(entry.stack, 0);
+      const auto& frames = snapshot->stacks.at(static_cast<size_t>(entry.stack));
+      ASSERT_EQ(frames.size(), 2u);
+      EXPECT_EQ(frames[0], frames[1]);
+      EXPECT_EQ(snapshot->frames.at(frames[0]).file, "a.py");
+    }
+  }
+}
+
+}  // namespace
