@@ -33,13 +33,13 @@ struct OpcodeTable {
     // No argument: POP, DUP, NONE, NEWTRUE, NEWFALSE, EMPTY_LIST/DICT/TUPLE/SET,
     // TUPLE1-3, APPEND, SETITEM.
     for (const int op : std::initializer_list<int>{'0', '2', 'N', 0x88, 0x89, ']', '}', ')', 0x8f, 0x85, 0x86, 0x87, 'a', 's'}) arg[op] = 0;
-    arg['J'] = 4;  // BININT
-    arg['K'] = 1;  // BININT1
-    arg['M'] = 2;  // BININT2
-    arg['G'] = 8;  // BINFLOAT
-    arg['h'] = 1;  // BINGET
-    arg['j'] = 4;  // LONG_BINGET
-    arg[0x80] = 1; // PROTO
+    arg[static_cast<uint8_t>('J')] = 4;  // BININT
+    arg[static_cast<uint8_t>('K')] = 1;  // BININT1
+    arg[static_cast<uint8_t>('M')] = 2;  // BININT2
+    arg[static_cast<uint8_t>('G')] = 8;  // BINFLOAT
+    arg[static_cast<uint8_t>('h')] = 1;  // BINGET
+    arg[static_cast<uint8_t>('j')] = 4;  // LONG_BINGET
+    arg[0x80] = 1;                       // PROTO
     // MARK, STOP, FRAME, MEMOIZE, APPENDS, the other MARK closers (POP_MARK, TUPLE, LIST,
     // DICT, FROZENSET, SETITEMS, ADDITEMS) and the length-prefixed (LONG1, LONG4, the
     // strings and bytes).
