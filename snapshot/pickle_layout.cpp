@@ -7,7 +7,7 @@
 namespace memsnap::pickle {
 namespace {
 
-constexpr uint64_t kProgressBytes = uint64_t{1} << 20;  // about how often progress is told
+constexpr uint64_t kProgressBytes = uint64_t{256} << 10;  // about how often progress is told
 constexpr size_t kMaxMarks = 512;  // as the machine allows
 constexpr uint64_t kNone = ~uint64_t{0};
 
@@ -59,7 +59,35 @@ LayoutScanner::LayoutScanner(std::string_view pickle, LayoutOptions options)
   // Each memoized value takes at least two bytes (an opcode and MEMOIZE); a pickle that
   // memoizes one value twice runs out of room and the scan stops there.
   memo_capacity_ = pickle.size() / 2 + 1;
-  string_offsets_.reset(new uint32_t[memo_capacity_]);  // not zeroed: pages stay untouched
+  const uint64_t words = memo_capacity_ / 64 + 1;
+  is_string_.reset(new uint64_t[words]);  // not zeroed: each word is written before it is read
+  strings_before_.reset(new uint32_t[words]);
+  string_offsets_.reset(new uint32_t[memo_capacity_]);
+}
+
+void LayoutScanner::note_memo(uint64_t index, uint64_t string_at) {
+  if (index % 64 == 0) {
+    if (index > 0) std::atomic_ref<uint64_t>(is_string_[index / 64 - 1]).store(word_, std::memory_order_relaxed);
+    strings_before_[index / 64] = static_cast<uint32_t>(strings_);
+    word_ = 0;
+  }
+  if (string_at != kNone) {
+    word_ |= uint64_t{1} << (index % 64);
+    string_offsets_[strings_++] = static_cast<uint32_t>(string_at);
+  }
+}
+
+void LayoutScanner::publish_strings(uint64_t memo) {
+  // The word of the last entry noted (`memo` entries so far), not yet stored whole.
+  if (memo > 0) std::atomic_ref<uint64_t>(is_string_[(memo - 1) / 64]).store(word_, std::memory_order_relaxed);
+}
+
+uint32_t LayoutScanner::string_offset(uint64_t index) const {
+  if (index >= memo_capacity_) return kNotAString;
+  const uint64_t word = std::atomic_ref<uint64_t>(is_string_[index / 64]).load(std::memory_order_relaxed);
+  const uint64_t below = word & ((uint64_t{1} << (index % 64)) - 1);
+  if (((word >> (index % 64)) & 1) == 0) return kNotAString;
+  return string_offsets_[strings_before_[index / 64] + static_cast<uint64_t>(__builtin_popcountll(below))];
 }
 
 bool LayoutScanner::scan(const std::function<bool(const PicklePart&)>& found,
@@ -80,6 +108,7 @@ bool LayoutScanner::scan(const std::function<bool(const PicklePart&)>& found,
   auto publish = [&]() {
     // A part holding parts already found (a list of lists) is not one: they stand for it.
     if (pending && pending->bytes() >= options_.min_part_bytes && pending->mark >= published_end) {
+      publish_strings(memo);
       if (!found(*pending)) stopped = true;
       published_end = pending->end;
     }
@@ -138,7 +167,7 @@ bool LayoutScanner::scan(const std::function<bool(const PicklePart&)>& found,
       }
       case 0x94:  // MEMOIZE (a string memoized twice is still that string)
         if (memo >= memo_capacity_) return false;
-        string_offsets_[memo++] = last_string == kNone ? kNotAString : static_cast<uint32_t>(last_string);
+        note_memo(memo++, last_string);
         last_appends = kNone;
         continue;
       case 0x8a: length = 1; break;                    // LONG1

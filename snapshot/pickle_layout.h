@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -38,21 +39,31 @@ class LayoutScanner {
 
   LayoutScanner(std::string_view pickle, LayoutOptions options);
   // Scans from the start, calling `found` with each part as soon as it is known (in file
-  // order, none inside another) and `progress` with the offset reached about every MiB;
+  // order, none inside another) and `progress` with the offset reached about every 256 KiB;
   // either may return false to stop the scan. Returns whether the scan reached STOP.
   bool scan(const std::function<bool(const PicklePart&)>& found,
             const std::function<bool(uint64_t offset)>& progress);
   // Where the string that memo entry `index` holds was pickled, or kNotAString: valid for
   // the entries below a part's memo_base once `found` was called for that part.
-  uint32_t string_offset(uint64_t index) const {
-    return index < memo_capacity_ ? string_offsets_[index] : kNotAString;
-  }
+  uint32_t string_offset(uint64_t index) const;
 
  private:
+  void note_memo(uint64_t index, uint64_t string_at);
+  void publish_strings(uint64_t memo);
+
   std::string_view pickle_;
   LayoutOptions options_;
-  std::unique_ptr<uint32_t[]> string_offsets_;  // by memo index; pages touched as written
+  // Which memo entries hold strings (a bit each, read and written whole, as other threads
+  // read them while the scan goes on), how many strings come before each 64 entries, and
+  // the strings' offsets in memo order: a few bits per entry where most are not strings.
+  // Each table is allocated for the most a pickle this size can hold; only the pages
+  // written are ever touched.
+  std::unique_ptr<uint64_t[]> is_string_;
+  std::unique_ptr<uint32_t[]> strings_before_;
+  std::unique_ptr<uint32_t[]> string_offsets_;
   uint64_t memo_capacity_ = 0;
+  uint64_t strings_ = 0;
+  uint64_t word_ = 0;  // the bits of the 64 entries being noted
 };
 
 // The text of the string opcode (SHORT_BINUNICODE, BINUNICODE or BINUNICODE8) at `offset`,

@@ -143,14 +143,34 @@ Value Machine::place(Value v) {
   const int64_t slot = o.memo_slot;
   const Value lowered = lowering_->lower(store_, v);
   if (lowered == v) return v;
-  if (slot >= 0) {
-    if (static_cast<uint64_t>(slot) < memo_.size() && memo_[static_cast<size_t>(slot)] == v)
-      memo_[static_cast<size_t>(slot)] = lowered;
-    else if (auto it = sparse_memo_.find(static_cast<uint64_t>(slot)); it != sparse_memo_.end() && it->second == v)
-      it->second = lowered;
-  }
+  memo_lowered(slot, v, lowered);
   store_.release(v);
   return lowered;
+}
+
+void Machine::memo_lowered(int64_t slot, Value object, Value lowered) {
+  if (slot < 0) return;
+  if (static_cast<uint64_t>(slot) < memo_.size() && memo_[static_cast<size_t>(slot)] == object)
+    memo_[static_cast<size_t>(slot)] = lowered;
+  else if (auto it = sparse_memo_.find(static_cast<uint64_t>(slot)); it != sparse_memo_.end() && it->second == object)
+    it->second = lowered;
+}
+
+void Machine::lower_finished(size_t at, size_t pairs) {
+  // Python pickles a dict 1,000 pairs to a SETITEMS: a shorter batch is the dict's last, so
+  // it is complete (a trace entry, a frame) and lowered now rather than when its list takes
+  // it, and a batch of entries never holds a thousand dicts at once.
+  constexpr size_t kPythonBatch = 1000;
+  if (lowering_ == nullptr || pairs >= kPythonBatch || !stack_[at].is(Tag::kObject)) return;
+  const Value v = stack_[at];
+  const Object& o = store_.object(v);
+  if (o.shared || !o.lowered_as.is(Tag::kNone)) return;
+  const int64_t slot = o.memo_slot;
+  const Value lowered = lowering_->lower(store_, v);
+  if (lowered == v) return;
+  memo_lowered(slot, v, lowered);
+  stack_[at] = lowered;
+  store_.release(v);
 }
 
 void Machine::memo_put(uint64_t index, Value v) {
@@ -168,7 +188,11 @@ void Machine::memo_put(uint64_t index, Value v) {
 }
 
 Value Machine::sparse_memo_get(uint64_t index) {
-  if (index < memo_base_) return outer_->get(store_, index);
+  if (index < memo_base_) {
+    const Value v = outer_->get(store_, index);
+    outer_seen_[index % kOuterSlots] = {index, v};
+    return v;
+  }
   auto it = sparse_memo_.find(index - memo_base_);
   if (it == sparse_memo_.end()) fail("memo index " + std::to_string(index) + " was never stored");
   if (it->second.is(Tag::kObject)) return get_again(it->second);
@@ -189,10 +213,7 @@ Value Machine::get_again(Value object) {
     const Value lowered = lowering_->lower(store_, object);
     if (!(lowered == object)) {
       store_.object(object).lowered_as = lowered;
-      if (slot >= 0 && static_cast<uint64_t>(slot) < memo_.size() && memo_[static_cast<size_t>(slot)] == object)
-        memo_[static_cast<size_t>(slot)] = lowered;
-      else if (auto it = sparse_memo_.find(static_cast<uint64_t>(slot)); slot >= 0 && it != sparse_memo_.end() && it->second == object)
-        it->second = lowered;
+      memo_lowered(slot, object, lowered);
       return lowered;
     }
   }
@@ -244,10 +265,12 @@ void Machine::set_items(Value dict, size_t first) {
   if ((stack_.size() - first) % 2 != 0) fail("SETITEMS with a key but no value");
   // `place` never creates objects, so the dict's storage stays where it is.
   std::vector<Value>& items = store_.object(dict).items;
-  items.reserve(items.size() + (stack_.size() - first));
+  const size_t old = items.size();
+  items.resize(old + (stack_.size() - first));
+  Value* out = items.data() + old;
   for (size_t i = first; i < stack_.size(); i += 2) {
-    items.push_back(stack_[i]);
-    items.push_back(place(stack_[i + 1]));
+    *out++ = stack_[i];
+    *out++ = place(stack_[i + 1]);
   }
   stack_.resize(first);
 }
@@ -260,6 +283,7 @@ Value Machine::run() {
 std::vector<Value> Machine::run_part(uint64_t memo_base, OuterMemo& outer) {
   outer_ = &outer;
   memo_base_ = memo_base;
+  outer_seen_.assign(kOuterSlots, OuterSeen{});
   // The part's items go into a list of its own, as they would into the list they belong to.
   const Value list = store_.new_object(ObjectKind::kList);
   stack_.push_back(list);
@@ -409,8 +433,10 @@ Value Machine::loop() {
       case kDict: {
         const size_t first = pop_mark();
         const Value dict = store_.new_object(ObjectKind::kDict);
+        const size_t pairs = (stack_.size() - first) / 2;
         set_items(dict, first);
         push(dict);
+        lower_finished(stack_.size() - 1, pairs);
         break;
       }
       case kAppend: {
@@ -435,13 +461,16 @@ Value Machine::loop() {
         const size_t floor = marks_.empty() ? 0 : marks_.back();
         if (stack_.size() < floor + 3) fail("stack underflow");
         set_items(stack_[stack_.size() - 3], stack_.size() - 2);
+        lower_finished(stack_.size() - 1, 1);
         break;
       }
       case kSetItems: {
         const size_t first = pop_mark();
         if (first == 0 || first <= (marks_.empty() ? 0 : marks_.back()))
           fail("SETITEMS with no dict under its MARK");
+        const size_t pairs = (stack_.size() - first) / 2;
         set_items(stack_[first - 1], first);
+        lower_finished(first - 1, pairs);
         break;
       }
       case kMemoize: memo_put(memo_base_ + memo_.size(), top()); break;

@@ -128,6 +128,10 @@ class Machine {
       if (v.is(Tag::kObject)) return get_again(v);
       return v;
     }
+    if (index < memo_base_) {  // a part reads the same few outer entries over and over
+      const OuterSeen& seen = outer_seen_[index % kOuterSlots];
+      if (seen.index == index) return seen.value;
+    }
     return sparse_memo_get(index);
   }
   Value sparse_memo_get(uint64_t index);
@@ -137,6 +141,10 @@ class Machine {
   // An object the memo hands out a second time: lowered then if it is complete (not being
   // built under an open MARK), else marked as shared and never lowered.
   Value get_again(Value object);
+  // The memo slot of an object just lowered holds the lowered value from now on.
+  void memo_lowered(int64_t slot, Value object, Value lowered);
+  // The dict at stack_[at] just got `pairs` items from SETITEM(S) or DICT.
+  void lower_finished(size_t at, size_t pairs);
   Value read_long(uint64_t length);
   Value make_sequence(ObjectKind kind, size_t first);
   void add_items(Value container, size_t first);
@@ -155,6 +163,12 @@ class Machine {
   // Decoding a part: memo indices start at memo_base_ and those below come from outer_.
   OuterMemo* outer_ = nullptr;
   uint64_t memo_base_ = 0;
+  struct OuterSeen {
+    uint64_t index = UINT64_MAX;
+    Value value;
+  };
+  static constexpr size_t kOuterSlots = 1024;
+  std::vector<OuterSeen> outer_seen_;  // what outer_ said, direct-mapped by index
   Splicer* splicer_ = nullptr;
   uint64_t next_splice_ = UINT64_MAX;  // offset of the next part's MARK
 };

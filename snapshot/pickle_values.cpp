@@ -1,5 +1,6 @@
 #include "snapshot/pickle_values.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -34,8 +35,31 @@ Value ValueStore::floating(double v) {
   return Value::make(Tag::kFloat, floats_.size() - 1);
 }
 
+namespace {
+
+// Mixes a string's length and up to its first and last 8 bytes: cheap, and enough to tell
+// apart the short strings a snapshot repeats.
+size_t recent_slot(std::string_view text, size_t slots) {
+  uint64_t head = 0, tail = 0;
+  const size_t n = text.size();
+  if (n == 0) return 0;
+  std::memcpy(&head, text.data(), std::min<size_t>(n, 8));
+  if (n > 8) std::memcpy(&tail, text.data() + n - std::min<size_t>(n - 8, 8), std::min<size_t>(n - 8, 8));
+  const uint64_t mixed = (head ^ (tail * 0x9E3779B97F4A7C15ull) ^ n) * 0xBF58476D1CE4E5B9ull;
+  return static_cast<size_t>(mixed >> 56) % slots;
+}
+
+}  // namespace
+
 uint32_t ValueStore::intern(std::string_view text) {
-  if (auto it = string_ids_.find(text); it != string_ids_.end()) return it->second;
+  Recent& recent = recent_[recent_slot(text, kRecentSlots)];
+  if (recent.text.size() == text.size() && recent.text.data() != nullptr &&
+      (text.empty() || std::memcmp(recent.text.data(), text.data(), text.size()) == 0))
+    return recent.id;
+  if (auto it = string_ids_.find(text); it != string_ids_.end()) {
+    recent = {it->first, it->second};
+    return it->second;
+  }
   if (strings_.size() >= std::numeric_limits<uint32_t>::max())
     throw std::length_error("too many distinct strings");
   char* stored;
@@ -57,6 +81,7 @@ uint32_t ValueStore::intern(std::string_view text) {
   const auto id = static_cast<uint32_t>(strings_.size());
   strings_.push_back(kept);
   string_ids_.emplace(kept, id);
+  recent = {kept, id};
   return id;
 }
 
@@ -89,6 +114,11 @@ void ValueStore::release(Value object) {
   if (o.items.capacity() > 4096) std::vector<Value>().swap(o.items);
   else o.items.clear();
   free_objects_.push_back(object.payload());
+}
+
+void ValueStore::drop_objects() {
+  std::vector<Object>().swap(objects_);
+  std::vector<uint64_t>().swap(free_objects_);
 }
 
 bool ValueStore::is_integer(Value v) const {

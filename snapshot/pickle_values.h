@@ -79,6 +79,9 @@ class ValueStore {
   uint32_t intern(std::string_view text);  // the id a string gets (used to look keys up fast)
   Value new_object(ObjectKind kind);
   void release(Value object);  // its id may be reused; the caller drops every reference
+  // Frees every object at once, keeping the scalars and strings: once a reader has turned
+  // what it needs into records, the containers' storage need not be held.
+  void drop_objects();
 
   // --- reading ---
   const Object& object(Value v) const { return objects_[v.payload()]; }
@@ -106,6 +109,14 @@ class ValueStore {
   // Interned strings: stored once in chunks (stable addresses), found by content.
   std::vector<std::string_view> strings_;
   std::unordered_map<std::string_view, uint32_t> string_ids_;
+  // The strings met last, by a cheap hash of their bytes: a snapshot repeats a few dozen
+  // (actions, keys) hundreds of thousands of times, each a new string object in the pickle.
+  struct Recent {
+    std::string_view text;
+    uint32_t id = 0;
+  };
+  static constexpr size_t kRecentSlots = 256;
+  Recent recent_[kRecentSlots];
   std::vector<std::unique_ptr<char[]>> string_chunks_;
   size_t chunk_left_ = 0;
   char* chunk_next_ = nullptr;

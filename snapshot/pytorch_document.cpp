@@ -88,6 +88,14 @@ void PyTorchDocument::set_part(uint64_t bytes) {
   entries_.reserve(static_cast<size_t>(bytes / 64));  // no huge pages: parts are small
 }
 
+void PyTorchDocument::finish_part() {
+  entries_.shrink_to_fit();
+  decltype(frame_ids_)().swap(frame_ids_);
+  decltype(stack_ids_)().swap(stack_ids_);
+  decltype(forward_suffixes_)().swap(forward_suffixes_);
+  std::vector<uint32_t>().swap(scratch_frames_);
+}
+
 Value PyTorchDocument::field(const Object& dict, uint32_t key) const {
   // Snapshot dicts have a dozen keys at most: a scan beats hashing. The last one wins, as in
   // Python.

@@ -27,6 +27,9 @@ class PyTorchDocument final : public pickle::Lowering {
   // and stacks may name memo entries made before the part (Tag::kOuter), and trace entries
   // that need more than the part (forward_frames) are left unlowered.
   void set_part(uint64_t bytes);
+  // A part's document once decoded: keeps only what adopt_part reads (its frames, stacks
+  // and trace entries), in no more memory than they take.
+  void finish_part();
   // Makes a part's values this document's: adds the part's frames, stacks and trace entries
   // and rewrites `values` (what the part's machine produced: items, memo entries) into this
   // document's store. `memo`: the memo entries before the part, as this document's machine

@@ -19,6 +19,11 @@ using pickle::Tag;
 using pickle::Value;
 
 constexpr unsigned kMaxThreads = 16;
+// Each decoding thread holds about 1 MiB more at its peak (what it decodes, malloc's arena
+// of its own): four threads, and one more per 64 MiB of pickle, keep a read within 1.5x the
+// file. (Past four, a 24 MiB pickle reads no faster on a 16-core VM: the scan is the limit.)
+constexpr unsigned kBaseThreads = 4;
+constexpr uint64_t kBytesPerMoreThread = uint64_t{64} << 20;
 
 // The cores this process may run on (its affinity: taskset, a container's cpuset).
 unsigned usable_cores() {
@@ -28,9 +33,10 @@ unsigned usable_cores() {
   return std::thread::hardware_concurrency();
 }
 
-unsigned thread_count(const PickleReadOptions& options) {
-  const unsigned wanted = options.threads != 0 ? options.threads : usable_cores();
-  return std::clamp(wanted, 1u, kMaxThreads);
+unsigned thread_count(uint64_t bytes, const PickleReadOptions& options) {
+  if (options.threads != 0) return std::clamp(options.threads, 1u, kMaxThreads);
+  const uint64_t worth = kBaseThreads + bytes / kBytesPerMoreThread;
+  return static_cast<unsigned>(std::clamp<uint64_t>(std::min<uint64_t>(usable_cores(), worth), 1, kMaxThreads));
 }
 
 // The memo entries made before a part: the strings among them read where the scan saw them
@@ -39,28 +45,21 @@ class OuterStrings final : public pickle::OuterMemo {
  public:
   OuterStrings(std::string_view pickle, const pickle::LayoutScanner& scan) : pickle_(pickle), scan_(scan) {}
   Value get(pickle::ValueStore& store, uint64_t index) override {
-    // A part reads the same few keys and names over and over: a direct-mapped cache of what
-    // it read (a miss reads the string again, which interns to the same value).
-    Seen& seen = seen_[index % kCacheSlots];
-    if (seen.index == index) return seen.value;
+    // (The machine remembers what this said: an entry is asked for again only when others
+    // took its place there, and then reads as the same value, its string interned.)
     const uint32_t offset = scan_.string_offset(index);
     std::optional<std::string_view> text;
     if (offset != pickle::LayoutScanner::kNotAString) text = pickle::pickled_string_at(pickle_, offset);
-    seen = {index, text ? store.string(*text) : Value::make(Tag::kOuter, index)};
-    if (text) strings.emplace_back(index, seen.value);
-    return seen.value;
+    if (!text) return Value::make(Tag::kOuter, index);
+    const Value value = store.string(*text);
+    strings.emplace_back(index, value);
+    return value;
   }
   std::vector<std::pair<uint64_t, Value>> strings;  // read here: checked when the part is taken
 
  private:
-  static constexpr size_t kCacheSlots = 4096;
-  struct Seen {
-    uint64_t index = UINT64_MAX;
-    Value value;
-  };
   std::string_view pickle_;
   const pickle::LayoutScanner& scan_;
-  std::vector<Seen> seen_ = std::vector<Seen>(kCacheSlots);
 };
 
 struct DecodedPart {
@@ -85,6 +84,11 @@ std::unique_ptr<DecodedPart> decode(std::string_view pickle, const pickle::Pickl
     out->values.insert(out->values.end(), machine.memo().begin(), machine.memo().end());
     out->outer_strings = std::move(outer.strings);
     out->ok = machine.memo().size() == part.memo_count && machine.memo_is_dense();
+    // Held until the reading thread takes it: only the records, in as little memory as they
+    // need (what the decoding used goes back to this thread, for its next part).
+    out->values.shrink_to_fit();
+    out->document.finish_part();
+    out->store.drop_objects();
   } catch (const std::exception&) {
     out->ok = false;  // the reading thread reads the part itself, and names what is wrong
   }
@@ -96,7 +100,7 @@ class PartQueue final : public pickle::Splicer {
   PartQueue(std::string_view pickle, PyTorchDocument& document, unsigned threads,
             pickle::LayoutOptions layout, const ReleaseBytes& release, PickleReadStats& stats)
       : pickle_(pickle), document_(document), scan_(pickle, layout), release_(release), stats_(stats),
-        window_(threads + 1) {
+        window_(threads + 1), helps_(threads <= 2) {
     threads_.emplace_back([this] { scan(); });
     for (unsigned i = 1; i < threads; ++i) threads_.emplace_back([this] { decode_parts(); });
   }
@@ -126,15 +130,19 @@ class PartQueue final : public pickle::Splicer {
     const pickle::PicklePart part = slots_[index].part;
     if (slots_[index].state == State::kWaiting) decode_slot(index, lock);
     while (slots_[index].state == State::kClaimed) {
-      // Decode a later part meanwhile rather than wait idle.
-      if (const std::optional<size_t> other = waiting_slot()) decode_slot(*other, lock);
+      // With a single other decoder, decode a later part meanwhile rather than wait idle;
+      // with more, this thread's own work (taking parts in order) is what the read waits on.
+      if (const std::optional<size_t> other = helps_ ? waiting_slot() : std::nullopt) decode_slot(*other, lock);
       else changed_.wait(lock);
     }
     std::unique_ptr<DecodedPart> decoded = std::move(slots_[index].result);
     pass(index);
     passed_ = index + 1;
     lock.unlock();
-    release_(0, part.mark);
+    if (part.mark >= read_released_ + kReleaseStep) {
+      release_(0, part.mark);
+      read_released_ = part.mark;
+    }
     current_.reset();
     if (!decoded || !decoded->ok || machine.memo().size() != part.memo_base ||
         !document_.adopt_part(decoded->document, decoded->values, machine.memo(), decoded->outer_strings)) {
@@ -169,7 +177,7 @@ class PartQueue final : public pickle::Splicer {
     const pickle::PicklePart part = slots_[index].part;
     lock.unlock();
     std::unique_ptr<DecodedPart> decoded = decode(pickle_, part, scan_);
-    release_(part.begin(), part.end);
+    release_(part.begin(), part.end);  // read again only if the reading thread reads it itself
     lock.lock();
     if (slots_[index].state != State::kPassed) {  // else the reader went past it meanwhile
       slots_[index].result = std::move(decoded);
@@ -196,7 +204,10 @@ class PartQueue final : public pickle::Splicer {
           return true;
         },
         [this](uint64_t offset) {
-          release_(0, offset);
+          if (offset >= scan_released_ + kReleaseStep) {
+            release_(0, offset);
+            scan_released_ = offset;
+          }
           std::lock_guard lock(mutex_);
           return !stopping_;
         });
@@ -224,8 +235,13 @@ class PartQueue final : public pickle::Splicer {
   PyTorchDocument& document_;
   pickle::LayoutScanner scan_;
   ReleaseBytes release_;
+  // Pages are let go in steps: each release interrupts every core this process runs on.
+  static constexpr uint64_t kReleaseStep = uint64_t{512} << 10;
+  uint64_t scan_released_ = 0;  // by the scanning thread
+  uint64_t read_released_ = 0;  // by the reading thread
   PickleReadStats& stats_;  // counted by the reading thread only
   const size_t window_;  // parts decoded ahead of the reading thread, at most
+  const bool helps_;     // whether the reading thread decodes parts ahead of its own
 
   std::mutex mutex_;
   std::condition_variable changed_;
@@ -240,12 +256,12 @@ class PartQueue final : public pickle::Splicer {
 }  // namespace
 
 bool reads_in_parallel(uint64_t bytes, const PickleReadOptions& options) {
-  return bytes >= options.min_bytes && thread_count(options) > 1;
+  return bytes >= options.min_bytes && thread_count(bytes, options) > 1;
 }
 
 Value run_with_parts(std::string_view pickle, pickle::Machine& machine, PyTorchDocument& document,
                      const PickleReadOptions& options, const ReleaseBytes& release) {
-  const unsigned threads = thread_count(options);
+  const unsigned threads = thread_count(pickle.size(), options);
   pickle::LayoutOptions layout = options.layout;
   if (layout.min_part_bytes == 0) layout.min_part_bytes = uint64_t{32} << 10;
   // Parts small enough that the few decoded ahead of the reading thread hold little memory.

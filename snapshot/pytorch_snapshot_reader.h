@@ -25,7 +25,7 @@ struct PickleReadStats {
 };
 
 struct PickleReadOptions {
-  unsigned threads = 0;                    // decoding threads; 0: one per core, at most 16
+  unsigned threads = 0;                    // decoding threads; 0: by the cores and the size
   uint64_t min_bytes = uint64_t{4} << 20;  // smaller pickles are read by one thread
   pickle::LayoutOptions layout{0, 0};      // part sizes; 0: chosen from the input and threads
   PickleReadStats* stats = nullptr;        // filled in when given
