@@ -1,7 +1,6 @@
 #include "snapshot/byte_source.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -35,7 +34,7 @@ struct ByteSource::Inflater {
 ByteSource::ByteSource(uint64_t max_bytes) : max_bytes_(max_bytes) {}
 
 ByteSource::~ByteSource() {
-  if (mapped_ != nullptr) ::munmap(mapped_, mapped_bytes_);
+  mapped_.reset();
   if (fd_ >= 0) ::close(fd_);
 }
 
@@ -58,20 +57,16 @@ std::optional<std::string_view> ByteSource::whole() {
   }
   if (mapped_ == nullptr) {
     if (size_hint_ == 0 || size_hint_ > max_bytes_) return std::nullopt;
-    void* at = ::mmap(nullptr, static_cast<size_t>(size_hint_), PROT_READ, MAP_PRIVATE, fd_, 0);
-    if (at == MAP_FAILED) return std::nullopt;  // the caller reads the file in chunks instead
-    mapped_ = at;
-    mapped_bytes_ = static_cast<size_t>(size_hint_);
+    mapped_ = MappedFile::map(fd_, static_cast<size_t>(size_hint_));
+    if (mapped_ == nullptr) return std::nullopt;  // the caller reads the file in chunks instead
   }
-  return std::string_view(static_cast<const char*>(mapped_), mapped_bytes_);
+  return mapped_->bytes();
 }
 
+bool ByteSource::changed_while_read() const { return mapped_ != nullptr && mapped_->changed(); }
+
 void ByteSource::release_whole(uint64_t begin, uint64_t end) const {
-  if (mapped_ == nullptr) return;
-  const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  const uint64_t first = (begin + page - 1) / page * page;
-  const uint64_t last = std::min<uint64_t>(end, mapped_bytes_) / page * page;
-  if (last > first) ::madvise(static_cast<char*>(mapped_) + first, static_cast<size_t>(last - first), MADV_DONTNEED);
+  if (mapped_ != nullptr) mapped_->release(begin, end);
 }
 
 Result<std::unique_ptr<ByteSource>> ByteSource::open_file(const std::string& path,

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "allocator/result.h"
+#include "snapshot/mapped_file.h"
 
 namespace memsnap {
 
@@ -52,10 +53,12 @@ class ByteSource {
   }
   // Consumes `n` bytes without copying them; false when the input ends first.
   bool skip(uint64_t n);
-  // All of the input at once where it can be had without a copy: a plain file (mapped) or
-  // plain bytes in memory, before anything but a peek was consumed. Nothing for compressed
-  // or streamed input, or input over the limit.
+  // All of the input at once where it can be had without a copy: a plain file (mapped, see
+  // mapped_file.h) or plain bytes in memory, before anything but a peek was consumed.
+  // Nothing for compressed or streamed input, or input over the limit.
   std::optional<std::string_view> whole();
+  // Whether whole()'s file was cut short while mapped (what was missing read as zeros).
+  bool changed_while_read() const;
   // Lets a mapped file's pages that lie wholly within [begin, end) of whole() go (reading
   // them again maps them back from the page cache), so that a pass over a large file does
   // not hold all of it. Thread-safe.
@@ -95,8 +98,7 @@ class ByteSource {
   uint64_t consumed_before_ = 0;  // bytes in buffers already used up
   bool hit_limit_ = false;
   uint64_t size_hint_ = 0;
-  void* mapped_ = nullptr;  // whole() of a file
-  size_t mapped_bytes_ = 0;
+  std::unique_ptr<MappedFile> mapped_;  // whole() of a file
 };
 
 }  // namespace memsnap

@@ -92,8 +92,16 @@ Result<Snapshot> snapshot_from_pickle(ByteSource& input, const PickleReadOptions
     auto bytes = ByteSource::over_memory(*whole, UINT64_MAX);
     pickle::Machine machine(*bytes, store, &document);
     machine.expect_input_bytes(whole->size());
-    const pickle::Value root =
-        run_with_parts(*whole, machine, document, options, [&](uint64_t begin, uint64_t end) { input.release_whole(begin, end); });
+    const auto release = [&](uint64_t begin, uint64_t end) { input.release_whole(begin, end); };
+    const char* const kChanged = "the file was cut short while it was read (rewritten meanwhile?)";
+    pickle::Value root;
+    try {
+      root = run_with_parts(*whole, machine, document, options, release);
+    } catch (const std::exception&) {
+      if (input.changed_while_read()) throw std::runtime_error(kChanged);
+      throw;
+    }
+    if (input.changed_while_read()) throw std::runtime_error(kChanged);
     return document.convert(root);
   });
 }

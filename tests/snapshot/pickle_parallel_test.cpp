@@ -4,6 +4,10 @@
 // scan on its own, and frames that one stack names twice.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -119,6 +123,30 @@ TEST(PickleParallel, DamagedSnapshotsGiveWhatOneThreadGives) {
   }
   EXPECT_GT(failed, 100);
   EXPECT_GT(loaded, 10);
+}
+
+// A file cut short after it was opened (torch's _dump_snapshot rewrites a file in place):
+// the mapped pages past its new end read as zeros (a page wholly past it would otherwise
+// raise SIGBUS), and the read fails with one line that says what happened; the process
+// lives on.
+TEST(PickleParallel, AFileCutShortWhileReadFailsWithOneLine) {
+  const std::string bytes = pickle_file("pytorch-2.11-h100/transformer_s0.pickle.gz");
+  const std::string path = testing::TempDir() + "memsnap_cut_short.pickle";
+  const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  for (const size_t cut : {bytes.size() / 3, bytes.size() / 3 / page * page, bytes.size() - page}) {
+    {
+      std::ofstream out(path, std::ios::binary | std::ios::trunc);
+      out << bytes;
+    }
+    auto source = memsnap::ByteSource::open_file(path, 64 << 20);
+    ASSERT_TRUE(source.ok()) << source.error();
+    ASSERT_EQ(truncate(path.c_str(), static_cast<off_t>(cut)), 0);
+    auto read = memsnap::snapshot_from_pickle(*source.value(), in_parts(3, 64 << 10, nullptr));
+    ASSERT_FALSE(read.ok()) << "cut at " << cut;
+    EXPECT_NE(read.error().find("cut short while it was read"), std::string::npos) << read.error();
+    EXPECT_EQ(read.error().find('\n'), std::string::npos);
+  }
+  std::remove(path.c_str());
 }
 
 TEST(PickleLayout, PartsAreWholeBatchesInFileOrder) {
