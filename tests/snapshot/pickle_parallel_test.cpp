@@ -16,6 +16,7 @@
 #include "snapshot/file_contents.h"
 #include "snapshot/pickle_layout.h"
 #include "snapshot/pytorch_snapshot_reader.h"
+#include "tests/test_scale.h"
 
 namespace {
 
@@ -100,7 +101,7 @@ TEST(PickleParallel, DamagedSnapshotsGiveWhatOneThreadGives) {
   int failed = 0, loaded = 0;
   for (const char* name : {"pytorch-2.11/mlp_train.pickle", "pytorch-2.11-h100/streams_wrapped.pickle"}) {
     const std::string original = pickle_file(name);
-    for (int round = 0; round < 400; ++round) {
+    for (int round = 0; round < 400 / memsnap::testing::kWorkDivisor; ++round) {
       std::string bytes = original;
       if (round % 4 == 3) {
         bytes.resize(random() % bytes.size());
@@ -121,8 +122,8 @@ TEST(PickleParallel, DamagedSnapshotsGiveWhatOneThreadGives) {
       }
     }
   }
-  EXPECT_GT(failed, 100);
-  EXPECT_GT(loaded, 10);
+  EXPECT_GT(failed, 100 / memsnap::testing::kWorkDivisor);
+  EXPECT_GT(loaded, 10 / memsnap::testing::kWorkDivisor);
 }
 
 // A file cut short after it was opened (torch's _dump_snapshot rewrites a file in place):
