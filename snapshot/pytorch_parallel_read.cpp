@@ -7,6 +7,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -100,17 +101,20 @@ class PartQueue final : public pickle::Splicer {
   PartQueue(std::string_view pickle, PyTorchDocument& document, unsigned threads,
             pickle::LayoutOptions layout, const ReleaseBytes& release, PickleReadStats& stats)
       : pickle_(pickle), document_(document), scan_(pickle, layout), release_(release), stats_(stats),
-        window_(threads + 1), helps_(threads <= 2) {
-    threads_.emplace_back([this] { scan(); });
-    for (unsigned i = 1; i < threads; ++i) threads_.emplace_back([this] { decode_parts(); });
-  }
-  ~PartQueue() override {
-    {
-      std::lock_guard lock(mutex_);
-      stopping_ = true;
+        window_(threads + 1), helps_(threads <= 2), threads_wanted_(threads) {}
+  ~PartQueue() override { stop(); }
+
+  // Starts the scan and the decoders; false (and none left running) when the system will
+  // not give threads, and the machine then reads alone.
+  bool start() {
+    try {
+      threads_.emplace_back([this] { scan(); });
+      for (unsigned i = 1; i < threads_wanted_; ++i) threads_.emplace_back([this] { decode_parts(); });
+      return true;
+    } catch (const std::system_error&) {
+      stop();
+      return false;
     }
-    changed_.notify_all();
-    for (std::thread& thread : threads_) thread.join();
   }
 
   uint64_t next_mark(uint64_t offset) override {
@@ -186,6 +190,16 @@ class PartQueue final : public pickle::Splicer {
     changed_.notify_all();
   }
 
+  void stop() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    changed_.notify_all();
+    for (std::thread& thread : threads_) thread.join();
+    threads_.clear();
+  }
+
   void pass(size_t index) {
     slots_[index].result.reset();
     slots_[index].state = State::kPassed;
@@ -242,6 +256,7 @@ class PartQueue final : public pickle::Splicer {
   PickleReadStats& stats_;  // counted by the reading thread only
   const size_t window_;  // parts decoded ahead of the reading thread, at most
   const bool helps_;     // whether the reading thread decodes parts ahead of its own
+  const unsigned threads_wanted_;
 
   std::mutex mutex_;
   std::condition_variable changed_;
@@ -269,6 +284,7 @@ Value run_with_parts(std::string_view pickle, pickle::Machine& machine, PyTorchD
     layout.max_part_bytes = std::clamp<uint64_t>(pickle.size() / (32 * threads), uint64_t{128} << 10, uint64_t{512} << 10);
   PickleReadStats unused;
   PartQueue parts(pickle, document, threads, layout, release, options.stats ? *options.stats : unused);
+  if (!parts.start()) return machine.run();
   machine.set_splicer(&parts);
   const Value root = machine.run();
   machine.set_splicer(nullptr);
