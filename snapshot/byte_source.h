@@ -63,6 +63,8 @@ class ByteSource {
   // them again maps them back from the page cache), so that a pass over a large file does
   // not hold all of it. Thread-safe.
   void release_whole(uint64_t begin, uint64_t end) const;
+  // Bytes that take() can hand out now without a refill.
+  size_t buffered() const { return static_cast<size_t>(end_ - next_); }
   // The next byte without consuming it, or -1 at the end.
   int peek() {
     if (next_ == end_ && !refill()) return -1;

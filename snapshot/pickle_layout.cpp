@@ -128,16 +128,22 @@ bool LayoutScanner::scan(const std::function<bool(const PicklePart&)>& found,
   };
 
   while (!stopped && pos < size) {
-    const uint64_t at = pos;
-    const uint8_t op = bytes[pos];
-    const uint8_t arg = kOpcodes.arg[op];
-    if (arg < kSpecial) {  // the common case: an opcode and its fixed argument
-      pos += 1 + arg;
+    // The common case: opcodes with a fixed argument, walked in a loop of their own.
+    uint8_t op = bytes[pos];
+    uint8_t arg = kOpcodes.arg[op];
+    if (arg < kSpecial) {
+      do {
+        pos += 1 + arg;
+        if (pos >= size) break;
+        op = bytes[pos];
+        arg = kOpcodes.arg[op];
+      } while (arg < kSpecial);
       last_appends = kNone;
       last_string = kNone;
       continue;
     }
     if (arg == kUnsupported) return false;
+    const uint64_t at = pos;
     ++pos;
     uint64_t length = 0;  // bytes of a length prefix, whose value is then skipped too
     bool is_string = false;

@@ -13,6 +13,8 @@
 // throw PickleError naming the byte offset.
 #pragma once
 
+#include <bit>
+#include <cstring>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -99,6 +101,14 @@ class Machine {
     return read_u8_slow();
   }
   uint64_t read_le(size_t bytes) {
+    if constexpr (std::endian::native == std::endian::little) {
+      // One load where 8 bytes lie in the buffer (lengths, memo indices, integers), masked.
+      if (bytes <= 8 && input_.buffered() >= 8) {
+        uint64_t v;
+        std::memcpy(&v, input_.take(bytes), sizeof v);
+        return bytes == 8 ? v : v & ((uint64_t{1} << (bytes * 8)) - 1);
+      }
+    }
     if (const uint8_t* at = input_.take(bytes)) {
       uint64_t v = 0;
       for (size_t i = bytes; i-- > 0;) v = (v << 8) | at[i];
