@@ -72,11 +72,13 @@ struct DecodedPart {
   bool ok = false;
 };
 
+// Null when the part cannot be decoded alone (damage, no memory): the reading thread then
+// reads it itself, and names what is wrong. Never throws (it runs on threads of its own).
 std::unique_ptr<DecodedPart> decode(std::string_view pickle, const pickle::PicklePart& part,
-                                    const pickle::LayoutScanner& scan) {
-  auto out = std::make_unique<DecodedPart>();
-  out->document.set_part(part.bytes());
+                                    const pickle::LayoutScanner& scan) noexcept {
   try {
+    auto out = std::make_unique<DecodedPart>();
+    out->document.set_part(part.bytes());
     auto input = ByteSource::over_memory(pickle.substr(part.begin(), part.bytes()), UINT64_MAX);
     pickle::Machine machine(*input, out->store, &out->document);
     OuterStrings outer(pickle, scan);
@@ -90,10 +92,10 @@ std::unique_ptr<DecodedPart> decode(std::string_view pickle, const pickle::Pickl
     out->values.shrink_to_fit();
     out->document.finish_part();
     out->store.drop_objects();
-  } catch (const std::exception&) {
-    out->ok = false;  // the reading thread reads the part itself, and names what is wrong
+    return out;
+  } catch (...) {
+    return nullptr;
   }
-  return out;
 }
 
 class PartQueue final : public pickle::Splicer {
@@ -207,6 +209,17 @@ class PartQueue final : public pickle::Splicer {
   }
 
   void scan() {
+    try {
+      scan_with_callbacks();
+    } catch (...) {
+      // Out of memory: the parts found so far stand, the machine reads the rest itself.
+    }
+    std::lock_guard lock(mutex_);
+    scan_done_ = true;
+    changed_.notify_all();
+  }
+
+  void scan_with_callbacks() {
     scan_.scan(
         [this](const pickle::PicklePart& part) {
           std::lock_guard lock(mutex_);
@@ -225,9 +238,6 @@ class PartQueue final : public pickle::Splicer {
           std::lock_guard lock(mutex_);
           return !stopping_;
         });
-    std::lock_guard lock(mutex_);
-    scan_done_ = true;
-    changed_.notify_all();
   }
 
   void decode_parts() {
