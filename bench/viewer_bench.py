@@ -20,11 +20,11 @@ import tempfile
 import time
 
 
-def run(argv, one_core=False):
+def run(argv, cores=None):
+    """Runs argv (held to the set of `cores` when given): seconds taken and max RSS in bytes."""
     start = time.perf_counter()
-    first_core = min(os.sched_getaffinity(0))
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               preexec_fn=(lambda: os.sched_setaffinity(0, {first_core})) if one_core else None)
+                               preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None)
     _, status, usage = os.wait4(process.pid, 0)
     elapsed = time.perf_counter() - start
     stderr = process.stderr.read().decode(errors="replace")
@@ -65,7 +65,7 @@ def main():
             t, rss = run(ours)
             ours_times.append(t)
             ours_rss = max(ours_rss, rss)
-            one_core_times.append(run(ours, one_core=True)[0])
+            one_core_times.append(run(ours, cores={min(os.sched_getaffinity(0))})[0])
             t, rss = run(theirs)
             theirs_times.append(t)
             theirs_rss = max(theirs_rss, rss)

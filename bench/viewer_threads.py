@@ -9,22 +9,8 @@ and holds.
 import argparse
 import os
 import statistics
-import subprocess
-import sys
-import time
 
-
-def run(argv, cores):
-    start = time.perf_counter()
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               preexec_fn=lambda: os.sched_setaffinity(0, cores))
-    _, status, usage = os.wait4(process.pid, 0)
-    elapsed = time.perf_counter() - start
-    stderr = process.stderr.read().decode(errors="replace")
-    process.stderr.close()
-    if os.waitstatus_to_exitcode(status) != 0:
-        sys.exit(f"viewer_threads: {' '.join(argv)} failed: {stderr.strip()}")
-    return elapsed, usage.ru_maxrss * 1024
+from viewer_bench import run
 
 
 def main():
