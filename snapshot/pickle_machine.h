@@ -2,11 +2,17 @@
 // floats, str, bytes, lists, tuples, dicts, sets, memo and frames) into a ValueStore. It
 // never imports or calls anything: a pickle that names a class or function is refused.
 //
-// Streaming: containers are handed to a Lowering as soon as they are placed into their
-// parent (complete by then, since pickle writes children first), and the lowering may turn
-// them into small records (a PyTorch trace entry, a frame) so the object and its items are
-// released at once. A container that something else also refers to (memo get, DUP) is
-// never lowered, so no reference ever dangles.
+// Streaming: containers are handed to a Lowering as soon as they are complete (a dict at
+// its last SETITEMS batch, anything else when placed into its parent, since pickle writes
+// children first), and the lowering may turn them into small records (a PyTorch trace
+// entry, a frame) so the object and its items are released at once. A complete container
+// that the memo hands out again is lowered then and kept, standing for its record from
+// there on; one still being built when referred to again (memo get, DUP) is never lowered,
+// so no reference ever dangles.
+//
+// Parts: run_part decodes a run of a list's items on its own, with the memo entries made
+// before it supplied by an OuterMemo, and a Splicer lets run() step over such parts decoded
+// by other threads (pytorch_parallel_read.h).
 //
 // Hostile input: every opcode and length is checked, nesting and the value stack are
 // bounded, and lengths are believed only as far as the bytes behind them go; errors
