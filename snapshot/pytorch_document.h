@@ -41,6 +41,10 @@ class PyTorchDocument final : public pickle::Lowering {
 
  private:
   enum LoweredKind : uint32_t { kFrameRecord = 1, kStackRecord = 2, kEntryRecord = 3 };
+  // In a part's document (set_part): a frame id naming an outer memo entry (its index below
+  // the bit), and a stack that is an outer memo entry's, stored as {kOuterStack, index}.
+  static constexpr uint32_t kOuterFrame = uint32_t{1} << 31;
+  static constexpr uint32_t kOuterStack = ~uint32_t{0};
   struct FrameKey {
     uint32_t name, file;
     int64_t line;
