@@ -205,7 +205,7 @@ Snapshot AllocationLedger::snapshot(const JobPlace& job) const {
   const TicksToMicroseconds to_us;
   for (size_t d = 0; d < devices.size(); ++d) {
     const DeviceCopy& device = devices[d];
-    std::vector<TraceEntry>& trace = snapshot.device_traces.emplace_back();
+    DeviceTrace& trace = snapshot.device_traces.emplace_back();
     snapshot.statistics.push_back(to_memory_stats(device.stats));
     if (!device.present) continue;
     snapshot.devices.push_back({static_cast<int64_t>(d), device.name, device.total_memory});

@@ -72,7 +72,7 @@ struct RecordedReserve {
   bool capped = false;  // the device had room at the OOM: a memory cap refused the request
 };
 
-RecordedReserve recorded_reserve(const std::vector<TraceEntry>& trace, const StartState& start,
+RecordedReserve recorded_reserve(const DeviceTrace& trace, const StartState& start,
                                  const AllocatorConfig& recorded) {
   RecordedReserve out;
   int64_t reserved = static_cast<int64_t>(start.reserved_bytes);
@@ -465,7 +465,7 @@ class DeviceReplayer {
     }
   }
 
-  const std::vector<TraceEntry>& trace_;
+  const DeviceTrace& trace_;
   const SnapshotReplayOptions& options_;
   const bool recorded_caching_;  // the recording cached freed blocks (its settings said so)
   std::vector<const SnapshotSegment*> final_segments_;

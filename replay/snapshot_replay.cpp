@@ -87,7 +87,7 @@ Result<StateAfterEntry> state_after_entry(const Snapshot& snapshot, int64_t devi
       snapshot.device_traces[static_cast<size_t>(device)].empty())
     return Result<StateAfterEntry>::failure("no trace for device " + std::to_string(device) +
                                             " (record history at level 'all')");
-  const std::vector<TraceEntry>& trace = snapshot.device_traces[static_cast<size_t>(device)];
+  const DeviceTrace& trace = snapshot.device_traces[static_cast<size_t>(device)];
   if (entry >= trace.size())
     return Result<StateAfterEntry>::failure("event " + std::to_string(entry) + " is past the end of device " +
                                             std::to_string(device) + "'s trace (" +

@@ -23,7 +23,7 @@ class Reconstruction {
  public:
   Reconstruction(const Snapshot& snapshot, int device, const AllocatorConfig& config)
       : snapshot_(snapshot), device_(device), config_(config) {
-    static const std::vector<TraceEntry> kNoTrace;
+    static const DeviceTrace kNoTrace;
     trace_ = static_cast<size_t>(device) < snapshot.device_traces.size()
                  ? &snapshot.device_traces[static_cast<size_t>(device)]
                  : &kNoTrace;
@@ -132,16 +132,16 @@ class Reconstruction {
   // A block was live at the start when its first event is a free, or when it is live at the
   // end and the trace never allocated it.
   void find_live_blocks() {
-    std::unordered_map<uint64_t, const TraceEntry*> first;
+    std::unordered_map<uint64_t, std::pair<TraceAction, uint64_t>> first;  // action, size
     for (const TraceEntry& e : *trace_) {
       if (e.action != TraceAction::kAlloc && e.action != TraceAction::kFreeRequested &&
           e.action != TraceAction::kFreeCompleted)
         continue;
-      first.try_emplace(e.address, &e);
+      first.try_emplace(e.address, e.action, e.size);
     }
     std::vector<LiveBlock> live;
     for (const auto& [address, entry] : first)
-      if (entry->action != TraceAction::kAlloc) live.push_back({address, 0, entry->size});
+      if (entry.first != TraceAction::kAlloc) live.push_back({address, 0, entry.second});
     for (const SnapshotSegment& s : snapshot_.segments) {
       if (!on_device(s) || s.is_expandable) continue;
       for (const SnapshotBlock& b : s.blocks)
@@ -202,7 +202,7 @@ class Reconstruction {
   const Snapshot& snapshot_;
   const int device_;
   const AllocatorConfig& config_;
-  const std::vector<TraceEntry>* trace_ = nullptr;
+  const DeviceTrace* trace_ = nullptr;
   std::map<uint64_t, StartSegment> segments_;
   StartState state_;
   size_t problem_count_ = 0;

@@ -57,8 +57,10 @@ class ByteSource {
   // mapped_file.h) or plain bytes in memory, before anything but a peek was consumed.
   // Nothing for compressed or streamed input, or input over the limit.
   std::optional<std::string_view> whole();
-  // Whether whole()'s file was cut short while mapped (what was missing read as zeros).
+  // Whether whole()'s file was cut short while mapped (what was missing read as zeros);
+  // kChangedWhileRead says so to the user.
   bool changed_while_read() const;
+  static constexpr const char* kChangedWhileRead = "the file was cut short while it was read (rewritten meanwhile?)";
   // Lets a mapped file's pages that lie wholly within [begin, end) of whole() go (reading
   // them again maps them back from the page cache), so that a pass over a large file does
   // not hold all of it. Thread-safe.

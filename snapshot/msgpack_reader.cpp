@@ -15,7 +15,7 @@ namespace {
 // what refers to them, each value where it lies.
 class Reader {
  public:
-  explicit Reader(std::string_view bytes) : bytes_(bytes) {}
+  Reader(std::string_view bytes, const ReleaseBytes& release) : bytes_(bytes), release_(release) {}
 
   Snapshot read() {
     MsgpackCursor in(bytes_);
@@ -31,32 +31,39 @@ class Reader {
     if (version != kSnapshotFormatVersion)
       throw MsgpackError("version: format version " + std::to_string(version) + " is not supported (this "
                          "memsnap reads version " + std::to_string(kSnapshotFormatVersion) + ")");
-    std::vector<std::pair<std::string, size_t>> fields;  // key, offset of its value
+    // Fields are read where they lie, in file order, so each byte is passed once and pages
+    // behind can go; a field that refers to a table not read yet (stacks before frames,
+    // segments or traces before stacks: files from other writers) waits for the walk's end.
+    bool frames_read = false;
+    bool stacks_read = false;
     for (size_t i = 2; i < count; ++i) {
       std::string key(in.str(file.field("map key")));
-      fields.emplace_back(key, in.offset());
-      in.skip(file.field(fields.back().first));
+      const bool needs_frames = key == "stacks";
+      const bool needs_stacks = key == "segments" || key == "device_traces";
+      if ((needs_frames && !frames_read) || (needs_stacks && !stacks_read)) {
+        waiting_.emplace_back(key, in.offset());
+        in.skip(file.field(waiting_.back().first));
+        continue;
+      }
+      read_field(key, in, file);
+      frames_read |= key == "frames";
+      stacks_read |= key == "stacks";
+      release_behind(in.offset());
     }
     if (!in.at_end())
       throw MsgpackError("trailing bytes after the snapshot at offset " + std::to_string(in.offset()));
     // Tables first: the rest refers to them.
-    for (const auto& [key, offset] : fields)
-      if (key == "frames") read_frames(offset);
-    for (const auto& [key, offset] : fields)
-      if (key == "stacks") read_stacks(offset);
-    for (const auto& [key, offset] : fields) {
-      MsgpackCursor value(bytes_, offset);
-      const Where where = file.field(key);
-      if (key == "source") snapshot_.source = std::string(value.str(where));
-      else if (key == "process") read_process(value);
-      else if (key == "devices") read_devices(value);
-      else if (key == "allocator_settings") read_settings(value);
-      else if (key == "segments") read_segments(value);
-      else if (key == "device_traces") read_traces(value);
-      else if (key == "external_annotations") read_annotations(value);
-      else if (key == "statistics") read_statistics(value);
-      // Unknown keys are skipped: newer writers may add fields.
-    }
+    for (const char* table : {"frames", "stacks"})
+      for (const auto& [key, offset] : waiting_)
+        if (key == table) {
+          MsgpackCursor value(bytes_, offset);
+          read_field(key, value, file);
+        }
+    for (const auto& [key, offset] : waiting_)
+      if (key != "frames" && key != "stacks") {
+        MsgpackCursor value(bytes_, offset);
+        read_field(key, value, file);
+      }
     return std::move(snapshot_);
   }
 
@@ -68,6 +75,30 @@ class Reader {
       return true;
     } catch (const MsgpackError&) {
       return false;
+    }
+  }
+
+  void read_field(const std::string& key, MsgpackCursor& value, const Where& file) {
+    const Where where = file.field(key);
+    if (key == "source") snapshot_.source = std::string(value.str(where));
+    else if (key == "frames") read_frames(value);
+    else if (key == "stacks") read_stacks(value);
+    else if (key == "process") read_process(value);
+    else if (key == "devices") read_devices(value);
+    else if (key == "allocator_settings") read_settings(value);
+    else if (key == "segments") read_segments(value);
+    else if (key == "device_traces") read_traces(value);
+    else if (key == "external_annotations") read_annotations(value);
+    else if (key == "statistics") read_statistics(value);
+    else value.skip(where);  // unknown keys: newer writers may add fields
+  }
+
+  // Lets the file's pages before `offset` go, when the bytes are a mapped file's and nothing
+  // still waits to be read from them.
+  void release_behind(size_t offset) {
+    if (release_ && waiting_.empty() && offset > released_ + kReleaseStep) {
+      release_(released_, offset);
+      released_ = offset;
     }
   }
 
@@ -99,8 +130,7 @@ class Reader {
     return {first, in.uint(where.element(1))};
   }
 
-  void read_frames(size_t offset) {
-    MsgpackCursor in(bytes_, offset);
+  void read_frames(MsgpackCursor& in) {
     const Where where{nullptr, "frames"};
     const size_t count = in.array(where);
     snapshot_.frames.reserve(count);
@@ -113,8 +143,7 @@ class Reader {
     }
   }
 
-  void read_stacks(size_t offset) {
-    MsgpackCursor in(bytes_, offset);
+  void read_stacks(MsgpackCursor& in) {
     const Where where{nullptr, "stacks"};
     const size_t count = in.array(where);
     snapshot_.stacks.reserve(count);
@@ -225,7 +254,7 @@ class Reader {
     for (size_t d = 0; d < devices; ++d) {
       const Where device = where.element(d);
       const size_t count = in.array(device);
-      std::vector<TraceEntry>& trace = snapshot_.device_traces.emplace_back();
+      DeviceTrace& trace = snapshot_.device_traces.emplace_back();
       trace.reserve(count);
       uint64_t address = 0;
       int64_t time = 0;
@@ -239,6 +268,7 @@ class Reader {
         const uint64_t stream = in.uint(entry);
         time += in.integer(entry.field("time_us"));
         trace.push_back({static_cast<TraceAction>(action), address, size, stream, time, stack_index(in, entry)});
+        if ((i & 0xffff) == 0) release_behind(in.offset());
       }
     }
   }
@@ -246,6 +276,7 @@ class Reader {
   void read_annotations(MsgpackCursor& in) {
     const Where where{nullptr, "external_annotations"};
     const size_t count = in.array(where);
+    snapshot_.external_annotations.reserve(count);
     for (size_t i = 0; i < count; ++i) {
       const Where item = where.element(i);
       in.array(item, 4);
@@ -270,7 +301,11 @@ class Reader {
     }
   }
 
+  static constexpr size_t kReleaseStep = size_t{1} << 20;
   std::string_view bytes_;
+  const ReleaseBytes& release_;
+  size_t released_ = 0;  // bytes before this offset were let go
+  std::vector<std::pair<std::string, size_t>> waiting_;  // fields read after the walk: key, offset
   Snapshot snapshot_;
 };
 
@@ -288,14 +323,14 @@ bool starts_like_a_memsnap_file(std::string_view bytes) {
   return after.substr(0, compared) == kFirstKey.substr(0, compared);  // a cut file may end early
 }
 
-Result<Snapshot> snapshot_from_msgpack(std::string_view bytes) {
+Result<Snapshot> snapshot_from_msgpack(std::string_view bytes, const ReleaseBytes& release) {
   if (bytes.empty()) return Result<Snapshot>::failure("empty file");
   if (!starts_like_a_memsnap_file(bytes))
     return Result<Snapshot>::failure("not a memsnap snapshot (nor any other snapshot memsnap reads)");
   if (bytes.size() > kMaxSnapshotFileBytes)
     return Result<Snapshot>::failure("file too large (over 2 GiB)");
   try {
-    return Reader(bytes).read();
+    return Reader(bytes, release).read();
   } catch (const MsgpackError& error) {
     return Result<Snapshot>::failure(error.what());
   } catch (const std::bad_alloc&) {

@@ -75,7 +75,7 @@ void pack_segment(Packer& out, const SnapshotSegment& segment) {
 
 // Addresses and times are written as differences from the previous entry's: consecutive
 // entries are close in both, so most deltas take 1 to 5 bytes instead of 9.
-void pack_trace(Packer& out, const std::vector<TraceEntry>& trace) {
+void pack_trace(Packer& out, const DeviceTrace& trace) {
   pack_array_header(out, trace);
   uint64_t previous_address = 0;
   int64_t previous_time = 0;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "snapshot/huge_pages.h"
 #include "snapshot/printable.h"
 
 namespace memsnap {
@@ -75,7 +74,6 @@ void PyTorchDocument::expect_input_bytes(uint64_t bytes) {
   // Room for the densest trace a pickle holds (about 40 bytes an entry): a growth would copy
   // every entry so far, and pages of the room not used are never touched.
   entries_.reserve(static_cast<size_t>(std::min<uint64_t>(bytes / 40, uint64_t{1} << 26)));
-  advise_huge_pages(entries_.data(), entries_.capacity() * sizeof(TraceEntry));
 }
 
 Value PyTorchDocument::field(const Object& dict, uint32_t key) const {
@@ -438,9 +436,9 @@ SnapshotSegment PyTorchDocument::convert_segment(Value v, const std::string& whe
   return segment;
 }
 
-std::vector<TraceEntry> PyTorchDocument::convert_trace(Value v, const std::string& where) {
+DeviceTrace PyTorchDocument::convert_trace(Value v, const std::string& where) {
   const Object& list = list_at(v, where);
-  std::vector<TraceEntry> trace;
+  DeviceTrace trace;
   // The common case: one device whose entries were lowered in order, while streaming.
   bool whole_in_order = list.items.size() == entries_.size();
   for (size_t i = 0; whole_in_order && i < list.items.size(); ++i)

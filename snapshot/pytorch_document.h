@@ -85,7 +85,7 @@ class PyTorchDocument final : public pickle::Lowering {
   StackIndex stack_field(const pickle::Object& dict, uint32_t key, const std::string& where);
   SnapshotSegment convert_segment(pickle::Value v, const std::string& where);
   SnapshotBlock convert_block(pickle::Value v, uint64_t expected_address, const std::string& where);
-  std::vector<TraceEntry> convert_trace(pickle::Value v, const std::string& where);
+  DeviceTrace convert_trace(pickle::Value v, const std::string& where);
   void convert_extras(const pickle::Object& root, Snapshot& out);
 
   pickle::ValueStore& store_;
@@ -101,7 +101,7 @@ class PyTorchDocument final : public pickle::Lowering {
   std::unordered_map<FrameKey, uint32_t, FrameKeyHash> frame_ids_;
   std::vector<std::vector<uint32_t>> stacks_;
   std::unordered_map<std::string, StackIndex> stack_ids_;  // by the frame ids' bytes
-  std::vector<TraceEntry> entries_;
+  DeviceTrace entries_;
   bool pytorch_source_ = true;  // a PyTorch file, not memsnap's JSON export
   std::vector<uint32_t> scratch_frames_;
   // A forward_frames list's frames, innermost first after the joining frame, by its object

@@ -289,7 +289,7 @@ class SnapshotPickler {
     p_.op(kEmptyList);
     if (s_.device_traces.empty()) return;
     p_.op(kMark);
-    for (const std::vector<TraceEntry>& trace : s_.device_traces) {
+    for (const DeviceTrace& trace : s_.device_traces) {
       p_.op(kEmptyList);
       if (trace.empty()) continue;
       // Python's pickler batches a list's items by the thousand; so does this.

@@ -93,15 +93,14 @@ Result<Snapshot> snapshot_from_pickle(ByteSource& input, const PickleReadOptions
     pickle::Machine machine(*bytes, store, &document);
     machine.expect_input_bytes(whole->size());
     const auto release = [&](uint64_t begin, uint64_t end) { input.release_whole(begin, end); };
-    const char* const kChanged = "the file was cut short while it was read (rewritten meanwhile?)";
     pickle::Value root;
     try {
       root = run_with_parts(*whole, machine, document, options, release);
     } catch (const std::exception&) {
-      if (input.changed_while_read()) throw std::runtime_error(kChanged);
+      if (input.changed_while_read()) throw std::runtime_error(ByteSource::kChangedWhileRead);
       throw;
     }
-    if (input.changed_while_read()) throw std::runtime_error(kChanged);
+    if (input.changed_while_read()) throw std::runtime_error(ByteSource::kChangedWhileRead);
     return document.convert(root);
   });
 }

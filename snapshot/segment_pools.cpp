@@ -18,7 +18,7 @@ MempoolId SegmentPools::at(uint64_t address) const {
 }
 
 std::unordered_map<size_t, MempoolId> SegmentPools::allocation_pools(
-    const std::vector<TraceEntry>& trace) const {
+    const DeviceTrace& trace) const {
   std::unordered_map<size_t, MempoolId> pools;
   if (!any_private_) return pools;
   // The snapshot's segment at an address lives from the last segment_alloc there on.

@@ -25,7 +25,7 @@ class SegmentPools {
   MempoolId at(uint64_t address) const;
   // For each alloc entry of `trace` that lay in a private pool's segment (alive at the end, and
   // allocated before that entry): its index and the pool.
-  std::unordered_map<size_t, MempoolId> allocation_pools(const std::vector<TraceEntry>& trace) const;
+  std::unordered_map<size_t, MempoolId> allocation_pools(const DeviceTrace& trace) const;
 
  private:
   std::map<uint64_t, std::pair<uint64_t, MempoolId>> segments_;  // address -> (end, pool)

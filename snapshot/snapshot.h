@@ -13,6 +13,7 @@
 
 #include "allocator/allocator_state.h"
 #include "history/trace_action.h"
+#include "snapshot/device_trace.h"
 
 namespace memsnap {
 
@@ -88,24 +89,6 @@ struct SnapshotSegment {
   }
 };
 
-// 40 bytes: the action and the stack's index share the first word (a long trace holds
-// millions; no snapshot has 2^31 stacks). Made in the order an event reads: action, address,
-// size, stream, time, stack.
-struct TraceEntry {
-  TraceEntry(TraceAction what = TraceAction::kAlloc, uint64_t at = 0, uint64_t bytes = 0, uint64_t on_stream = 0,
-             int64_t when_us = 0, StackIndex stack_index = kNoStackIndex)
-      : action(what), stack(static_cast<int32_t>(stack_index)), address(at), size(bytes), stream(on_stream),
-        time_us(when_us) {}
-  TraceAction action;
-  int32_t stack;  // a StackIndex
-  uint64_t address;
-  uint64_t size;
-  uint64_t stream;
-  int64_t time_us;
-  bool operator==(const TraceEntry&) const = default;
-  // Whether the event's bytes [address, address + size) hold `byte` (an empty event: its address).
-  bool covers(uint64_t byte) const { return byte >= address && byte - address < (size ? size : 1); }
-};
 static_assert(sizeof(TraceEntry) == 40);
 
 struct SnapshotAnnotation {
@@ -141,7 +124,7 @@ struct Snapshot {
   std::vector<Frame> frames;
   std::vector<std::vector<uint32_t>> stacks;  // frame indices, innermost first
   std::vector<SnapshotSegment> segments;
-  std::vector<std::vector<TraceEntry>> device_traces;  // by device, oldest first
+  std::vector<DeviceTrace> device_traces;  // by device, oldest first
   // Key and value, the value as JSON text ("true", "-1", "{\"1\":0}", "\"max_split_size_mb:128\""),
   // so settings keep their types; files of older versions hold plain text.
   std::vector<std::pair<std::string, std::string>> allocator_settings;

@@ -87,7 +87,7 @@ class StackTables {
 
 // Whether the trace already holds this error (history at level "all" records it before the
 // observers run; other threads' events may have come after it).
-bool has_recent_oom(const std::vector<TraceEntry>& trace, const OomInfo& oom) {
+bool has_recent_oom(const DeviceTrace& trace, const OomInfo& oom) {
   const size_t look = std::min<size_t>(trace.size(), 256);
   for (size_t i = trace.size() - look; i < trace.size(); ++i)
     if (trace[i].action == TraceAction::kOom && trace[i].size == oom.requested_bytes && trace[i].stream == oom.stream)
@@ -163,7 +163,7 @@ Snapshot take_snapshot(CachingAllocator& allocator, HistoryRecorder* recorder,
     snapshot.statistics.push_back(to_memory_stats(allocator.device_stats(d)));
     const DeviceMemoryInfo memory = allocator.backend().memory_info(d);
     snapshot.devices.push_back({d, allocator.backend().device_name(d), memory.total_bytes});
-    std::vector<TraceEntry>& trace = snapshot.device_traces.emplace_back();
+    DeviceTrace& trace = snapshot.device_traces.emplace_back();
     if (recorder != nullptr && options.include_traces)
       for (const HistoryEvent& event : recorder->trace(d))
         trace.push_back({event.action, event.address, event.size, event.stream, event.time_us,

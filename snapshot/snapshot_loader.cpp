@@ -20,7 +20,21 @@ std::optional<SnapshotFormat> detect(int first_byte) {
   }
 }
 
-Result<LoadedSnapshot> load(ByteSource& source, const std::string& name) {
+// A plain file is read where it is mapped, its pages let go behind the reader (a 3M-event
+// file is never held whole); compressed or streamed input is gathered first.
+Result<Snapshot> msgpack_from(ByteSource& source) {
+  const std::optional<std::string_view> whole = source.whole();
+  if (!whole) return snapshot_from_msgpack(source.read_rest());
+  Result<Snapshot> read =
+      snapshot_from_msgpack(*whole, [&](uint64_t begin, uint64_t end) { source.release_whole(begin, end); });
+  if (source.changed_while_read())
+    return Result<Snapshot>::failure(ByteSource::kChangedWhileRead);
+  return read;
+}
+
+}  // namespace
+
+Result<LoadedSnapshot> load_snapshot_from(ByteSource& source, const std::string& name) {
   auto failure = [&](const std::string& message) {
     return Result<LoadedSnapshot>::failure(name.empty() ? message : name + ": " + message);
   };
@@ -33,7 +47,7 @@ Result<LoadedSnapshot> load(ByteSource& source, const std::string& name) {
     Result<Snapshot> read = Result<Snapshot>::failure("");
     switch (*format) {
       case SnapshotFormat::kPickle: read = snapshot_from_pickle(source); break;
-      case SnapshotFormat::kMsgpack: read = snapshot_from_msgpack(source.read_rest()); break;
+      case SnapshotFormat::kMsgpack: read = msgpack_from(source); break;
       case SnapshotFormat::kJson: read = snapshot_from_json(source.read_rest()); break;
     }
     if (source.hit_limit()) return failure("larger than the limit of " + std::to_string(kMaxSnapshotFileBytes) + " bytes");
@@ -48,8 +62,6 @@ Result<LoadedSnapshot> load(ByteSource& source, const std::string& name) {
   }
 }
 
-}  // namespace
-
 std::string_view snapshot_format_name(SnapshotFormat format) {
   switch (format) {
     case SnapshotFormat::kMsgpack: return "msgpack";
@@ -62,17 +74,17 @@ std::string_view snapshot_format_name(SnapshotFormat format) {
 Result<LoadedSnapshot> load_snapshot(const std::string& path) {
   auto source = ByteSource::open_file(path, kMaxSnapshotFileBytes);
   if (!source) return Result<LoadedSnapshot>::failure(source.error());
-  return load(*source.value(), path);
+  return load_snapshot_from(*source.value(), path);
 }
 
 Result<LoadedSnapshot> load_snapshot_from_memory(std::string_view bytes) {
   auto source = ByteSource::over_memory(bytes, kMaxSnapshotFileBytes);
-  return load(*source, "");
+  return load_snapshot_from(*source, "");
 }
 
 Result<LoadedSnapshot> load_snapshot_streamed(ByteSource::Pull pull, uint64_t size_hint) {
   auto source = ByteSource::over_pull(std::move(pull), size_hint, kMaxSnapshotFileBytes);
-  return load(*source, "");
+  return load_snapshot_from(*source, "");
 }
 
 }  // namespace memsnap

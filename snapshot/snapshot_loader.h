@@ -22,6 +22,8 @@ struct LoadedSnapshot {
 };
 
 Result<LoadedSnapshot> load_snapshot(const std::string& path);
+// From a source already opened; `name` (a path, or empty) begins each error.
+Result<LoadedSnapshot> load_snapshot_from(ByteSource& source, const std::string& name);
 Result<LoadedSnapshot> load_snapshot_from_memory(std::string_view bytes);
 // From bytes handed out in turn (ByteSource::over_pull), parsed as they come: an upload is read
 // while it arrives and never held whole. `size_hint`: the total when known, else 0.

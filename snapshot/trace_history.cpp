@@ -19,7 +19,7 @@ void add_history_from_trace(Snapshot& snapshot) {
     if (blocks.empty()) continue;
     std::sort(blocks.begin(), blocks.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });
-    const std::vector<TraceEntry>& trace = snapshot.device_traces[d];
+    const DeviceTrace& trace = snapshot.device_traces[d];
     for (size_t i = trace.size(); i-- > 0;) {
       const TraceEntry& e = trace[i];
       if (e.action != TraceAction::kAlloc) continue;

@@ -21,13 +21,13 @@ std::string numbered_stem(const std::string& name) {
 }
 
 // The first trace entry at or after each time (traces are in time order).
-uint64_t entry_at(const std::vector<TraceEntry>& trace, int64_t time_us) {
+uint64_t entry_at(const DeviceTrace& trace, int64_t time_us) {
   return static_cast<uint64_t>(std::lower_bound(trace.begin(), trace.end(), time_us,
                                                 [](const TraceEntry& e, int64_t t) { return e.time_us < t; }) -
                                trace.begin());
 }
 
-std::vector<uint64_t> steps_from_annotations(const Snapshot& snapshot, const std::vector<TraceEntry>& trace,
+std::vector<uint64_t> steps_from_annotations(const Snapshot& snapshot, const DeviceTrace& trace,
                                              int64_t device, const std::string& wanted, std::string& stem_out) {
   std::map<std::string, std::vector<int64_t>> starts;  // stem -> START times
   for (const SnapshotAnnotation& a : snapshot.external_annotations) {
@@ -60,7 +60,7 @@ std::vector<uint64_t> steps_from_annotations(const Snapshot& snapshot, const std
 // training loop's batch, or its loss: once per step). A site must recur at least three times
 // over at least half the trace; the one whose gaps vary least wins (a site that allocates
 // several times per step has short gaps within a step and long ones between), then the rarer.
-std::vector<uint64_t> steps_from_regular_site(const std::vector<TraceEntry>& trace, StackIndex& site) {
+std::vector<uint64_t> steps_from_regular_site(const DeviceTrace& trace, StackIndex& site) {
   std::unordered_map<StackIndex, std::vector<uint64_t>> at;
   for (size_t i = 0; i < trace.size(); ++i)
     if (trace[i].action == TraceAction::kAlloc && trace[i].stack != kNoStackIndex) at[trace[i].stack].push_back(i);
@@ -112,7 +112,7 @@ Result<Growth> compute_growth(const Snapshot& snapshot, const GrowthOptions& opt
       snapshot.device_traces[static_cast<size_t>(growth.device)].empty())
     return Result<Growth>::failure("growth: no trace for device " + std::to_string(growth.device) +
                                    " (record history at level 'all')");
-  const std::vector<TraceEntry>& trace = snapshot.device_traces[static_cast<size_t>(growth.device)];
+  const DeviceTrace& trace = snapshot.device_traces[static_cast<size_t>(growth.device)];
   std::string stem;
   growth.step_events = steps_from_annotations(snapshot, trace, growth.device, options.annotation, stem);
   if (!growth.step_events.empty()) {

@@ -285,7 +285,7 @@ Result<OomExplanation> explain_oom(const Snapshot& snapshot, std::optional<int64
         " (take it when the error happens, e.g. with dump_snapshot_on_oom, and record history "
         "at level 'all')");
   const auto [d, index] = *found;
-  const std::vector<TraceEntry>& trace = snapshot.device_traces[d];
+  const DeviceTrace& trace = snapshot.device_traces[d];
   const TraceEntry& oom = trace[index];
   const Result<AllocatorConfig> recorded_result = recorded_allocator_config(snapshot);
   const AllocatorConfig recorded = recorded_result ? recorded_result.value() : AllocatorConfig{};

@@ -31,7 +31,7 @@ int64_t reserved_change(const TraceEntry& e) {
 
 // The value before the trace's first entry, given the value at the snapshot and the entries'
 // net change (a trace that lost its oldest entries to the ring buffer starts mid-run).
-int64_t start_value(uint64_t at_snapshot, const std::vector<TraceEntry>& trace, int64_t (*change)(const TraceEntry&)) {
+int64_t start_value(uint64_t at_snapshot, const DeviceTrace& trace, int64_t (*change)(const TraceEntry&)) {
   int64_t net = 0;
   for (const TraceEntry& e : trace) net += change(e);
   return std::max<int64_t>(0, static_cast<int64_t>(at_snapshot) - net);
@@ -54,7 +54,7 @@ std::vector<DeviceBytes> bytes_by_device(const Snapshot& snapshot, size_t device
 
 // Live bytes by stack at event `peak` of `trace` (entries before it applied), starting from
 // `start_active` bytes whose stacks the trace does not know.
-std::unordered_map<StackIndex, uint64_t> live_by_stack_at(const std::vector<TraceEntry>& trace, size_t peak,
+std::unordered_map<StackIndex, uint64_t> live_by_stack_at(const DeviceTrace& trace, size_t peak,
                                                           int64_t start_active) {
   struct Live {
     uint64_t size;
@@ -170,7 +170,7 @@ RankSummary summarize_rank(const Snapshot& snapshot, std::string file) {
   int64_t longest_start = 0;
   size_t longest_peak_at = 0;  // entries applied at the longest trace's peak
   for (size_t d = 0; d < snapshot.device_traces.size(); ++d) {
-    const std::vector<TraceEntry>& trace = snapshot.device_traces[d];
+    const DeviceTrace& trace = snapshot.device_traces[d];
     out.trace_events += trace.size();
     int64_t reserved = start_value(final_bytes[d].reserved, trace, reserved_change);
     int64_t active = start_value(final_bytes[d].active, trace, active_change);

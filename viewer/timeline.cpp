@@ -57,7 +57,7 @@ void mark_oom(const TraceEntry& e, uint64_t index, std::vector<TimelineMarker>& 
 
 // Allocations, each from its alloc to its free_completed (paired by address); those alive
 // before the trace began (freed without an alloc, or live in the snapshot) from the start.
-void collect_allocations(const Snapshot& snapshot, const std::vector<TraceEntry>& trace, int64_t device,
+void collect_allocations(const Snapshot& snapshot, const DeviceTrace& trace, int64_t device,
                          std::vector<Allocation>& allocations, std::vector<int64_t>& times,
                          std::vector<TimelineMarker>& markers, uint64_t& index) {
   std::unordered_map<uint64_t, size_t> live;  // address -> allocation
@@ -88,7 +88,7 @@ void collect_allocations(const Snapshot& snapshot, const std::vector<TraceEntry>
 // mapping from its segment_map until an unmap covers it (an unmap of part of a mapping ends
 // it and starts what is left). Segments from before the trace (freed without an alloc, or in
 // the snapshot with none) from the start.
-void collect_segments(const Snapshot& snapshot, const std::vector<TraceEntry>& trace, int64_t device,
+void collect_segments(const Snapshot& snapshot, const DeviceTrace& trace, int64_t device,
                       std::vector<Allocation>& allocations, std::vector<int64_t>& times,
                       std::vector<TimelineMarker>& markers, uint64_t& index) {
   std::map<uint64_t, size_t> live;  // start address -> segment or mapping
@@ -191,8 +191,8 @@ void keep_markers_in_window(std::vector<TimelineMarker>& markers, uint64_t lo, u
 Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& options) {
   Timeline out;
   out.device = options.device.value_or(busiest_device(snapshot));
-  static const std::vector<TraceEntry> kNoTrace;
-  const std::vector<TraceEntry>& trace =
+  static const DeviceTrace kNoTrace;
+  const DeviceTrace& trace =
       out.device >= 0 && static_cast<size_t>(out.device) < snapshot.device_traces.size()
           ? snapshot.device_traces[static_cast<size_t>(out.device)] : kNoTrace;
 

@@ -2,11 +2,20 @@
 // refused with a clear error, never a crash or a huge allocation.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "snapshot/msgpack_cursor.h"
 #include "snapshot/msgpack_reader.h"
 #include "snapshot/msgpack_writer.h"
+#include "snapshot/snapshot_loader.h"
 #include "snapshot_test_support.h"
 
 namespace snapshot_test {
@@ -15,6 +24,34 @@ std::string recorded_snapshot_bytes() {
   RecordedProgram program;
   run_training_step(program);
   return memsnap::to_msgpack(memsnap::take_snapshot(program.allocator, &program.recorder));
+}
+
+// A recorded snapshot whose trace is repeated to `entries` events: a file of several MiB.
+memsnap::Snapshot long_snapshot(size_t entries) {
+  RecordedProgram program;
+  run_training_step(program);
+  memsnap::Snapshot snapshot = memsnap::take_snapshot(program.allocator, &program.recorder);
+  auto& trace = snapshot.device_traces.at(0);
+  const auto recorded = trace;
+  while (trace.size() < entries) trace.push_back(recorded[trace.size() % recorded.size()]);
+  return snapshot;
+}
+
+// The top-level map's fields after the format tag and version: each field's key and value as
+// the bytes that encode them.
+std::vector<std::string> top_level_fields(const std::string& bytes, std::string& head) {
+  memsnap::MsgpackCursor in(bytes);
+  const size_t count = in.map(memsnap::Where{});
+  for (int i = 0; i < 4; ++i) in.skip(memsnap::Where{});  // format, version
+  head = bytes.substr(1, in.offset() - 1);
+  std::vector<std::string> fields;
+  for (size_t i = 2; i < count; ++i) {
+    const size_t begin = in.offset();
+    in.skip(memsnap::Where{});
+    in.skip(memsnap::Where{});
+    fields.push_back(bytes.substr(begin, in.offset() - begin));
+  }
+  return fields;
 }
 
 TEST(MsgpackFormat, RoundTripKeepsTheWholeModel) {
@@ -29,6 +66,73 @@ TEST(MsgpackFormat, RoundTripKeepsTheWholeModel) {
   ASSERT_TRUE(read.ok()) << read.error();
   EXPECT_TRUE(read.value() == original);
   EXPECT_EQ(read.value().process.rank, 3);
+}
+
+// The reader takes fields where they lie; a file whose tables come after what refers to them
+// (another writer's order) reads the same.
+TEST(MsgpackFormat, FieldsInAnyOrderReadTheSame) {
+  const memsnap::Snapshot original = long_snapshot(1000);
+  const std::string bytes = memsnap::to_msgpack(original);
+  ASSERT_EQ(static_cast<uint8_t>(bytes[0]) & 0xf0, 0x80);  // a fixmap: one header byte
+  std::string head;
+  std::vector<std::string> fields = top_level_fields(bytes, head);
+  ASSERT_GE(fields.size(), 8u);
+  std::mt19937 rng(7);
+  for (int order = 0; order < 6; ++order) {
+    if (order == 0) std::reverse(fields.begin(), fields.end());
+    else std::shuffle(fields.begin(), fields.end(), rng);
+    std::string reordered = bytes.substr(0, 1) + head;
+    for (const std::string& field : fields) reordered += field;
+    ASSERT_EQ(reordered.size(), bytes.size());
+    const auto read = memsnap::snapshot_from_msgpack(reordered);
+    ASSERT_TRUE(read.ok()) << "order " << order << ": " << read.error();
+    EXPECT_TRUE(read.value() == original) << "order " << order;
+  }
+}
+
+// A large file is let go behind the reader, in order, and reads the same as when held whole.
+TEST(MsgpackFormat, BytesBehindTheReaderAreLetGo) {
+  const memsnap::Snapshot original = long_snapshot(600000);
+  const std::string bytes = memsnap::to_msgpack(original);
+  ASSERT_GT(bytes.size(), size_t{8} << 20);
+  std::vector<std::pair<uint64_t, uint64_t>> released;
+  const auto read = memsnap::snapshot_from_msgpack(
+      bytes, [&](uint64_t begin, uint64_t end) { released.emplace_back(begin, end); });
+  ASSERT_TRUE(read.ok()) << read.error();
+  EXPECT_TRUE(read.value() == original);
+  ASSERT_GE(released.size(), 2u);
+  uint64_t behind = 0;
+  for (const auto& [begin, end] : released) {
+    EXPECT_EQ(begin, behind);
+    EXPECT_GT(end, begin);
+    behind = end;
+  }
+  EXPECT_LE(behind, bytes.size());
+  EXPECT_GT(behind, bytes.size() / 2);
+}
+
+// A file cut short after it was opened (a program rewriting its snapshot in place): the read
+// fails with one line that says so, never a crash.
+TEST(MsgpackFormat, AFileCutShortWhileReadFailsWithOneLine) {
+  const std::string bytes = memsnap::to_msgpack(long_snapshot(200000));
+  const std::string path = testing::TempDir() + "memsnap_cut_short.msgpack";
+  const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  for (const size_t cut : {bytes.size() / 3, bytes.size() / 3 / page * page, bytes.size() - page}) {
+    {
+      std::ofstream out(path, std::ios::binary | std::ios::trunc);
+      out << bytes;
+    }
+    auto source = memsnap::ByteSource::open_file(path, 64 << 20);
+    ASSERT_TRUE(source.ok()) << source.error();
+    ASSERT_EQ(truncate(path.c_str(), static_cast<off_t>(cut)), 0);
+    const auto read = memsnap::load_snapshot_from(*source.value(), path);
+    ASSERT_FALSE(read.ok()) << "cut at " << cut;
+    EXPECT_NE(read.error().find("cut short while it was read"), std::string::npos) << read.error();
+    EXPECT_EQ(read.error().find('\n'), std::string::npos);
+  }
+  const auto whole = memsnap::load_snapshot(path);  // the file as it is now: damaged
+  EXPECT_FALSE(whole.ok());
+  std::remove(path.c_str());
 }
 
 TEST(MsgpackFormat, RejectsWhatIsNotASnapshot) {
@@ -78,7 +182,9 @@ TEST(MsgpackFormat, RejectsIndicesOutsideTheTables) {
   RecordedProgram program;
   run_training_step(program);
   memsnap::Snapshot snapshot = memsnap::take_snapshot(program.allocator, &program.recorder);
-  snapshot.device_traces.at(0).at(0).stack = static_cast<memsnap::StackIndex>(snapshot.stacks.size());
+  memsnap::TraceEntry first = snapshot.device_traces.at(0).at(0);
+  first.stack = static_cast<int32_t>(snapshot.stacks.size());
+  snapshot.device_traces.at(0).set(0, first);
   const auto read = memsnap::snapshot_from_msgpack(memsnap::to_msgpack(snapshot));
   ASSERT_FALSE(read.ok());
   EXPECT_NE(read.error().find("device_traces[0][0]: stack index"), std::string::npos) << read.error();

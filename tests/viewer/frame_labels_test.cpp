@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -59,10 +61,10 @@ TEST(FrameLabels, APyTorchStackWithCppFramesReadsInSevenLines) {
   const auto loaded = memsnap::load_snapshot(std::string(MEMSNAP_TEST_DATA_DIR) + "/pytorch-2.11-h100/oom_all_stacks.pickle");
   ASSERT_TRUE(loaded) << loaded.error();
   const memsnap::Snapshot& s = loaded.value().snapshot;
-  const memsnap::TraceEntry* alloc = nullptr;
+  std::optional<memsnap::TraceEntry> alloc;
   for (const memsnap::TraceEntry& e : s.device_traces.at(0))
-    if (e.action == memsnap::TraceAction::kAlloc) { alloc = &e; break; }
-  ASSERT_NE(alloc, nullptr);
+    if (e.action == memsnap::TraceAction::kAlloc) { alloc = e; break; }
+  ASSERT_TRUE(alloc.has_value());
   std::vector<std::string> labels;
   for (uint32_t f : memsnap::visible_frames_outermost_first(s, alloc->stack, {})) labels.push_back(memsnap::frame_label(s.frames[f]));
   EXPECT_EQ(labels, (std::vector<std::string>{

@@ -1,0 +1,111 @@
+#include "snapshot/device_trace.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "snapshot/huge_pages.h"
+
+namespace memsnap {
+
+void DeviceTrace::reserve(size_t events) {
+  rows_.reserve(events);
+  run_times_.reserve((events >> kRunShift) + 1);
+  if (events * sizeof(Row) >= (size_t{8} << 20)) advise_huge_pages(rows_.data(), rows_.capacity() * sizeof(Row));
+}
+
+void DeviceTrace::clear() {
+  rows_.clear();
+  run_times_.clear();
+  stream_count_ = 0;
+  last_slot_ = 0;
+  wholes_.clear();
+}
+
+void DeviceTrace::shrink_to_fit() {
+  rows_.shrink_to_fit();
+  run_times_.shrink_to_fit();
+  wholes_.shrink_to_fit();
+}
+
+DeviceTrace::Row DeviceTrace::encode(size_t i, const TraceEntry& entry) {
+  constexpr Row kInWholes{0, uint64_t{kWhole} << kActionShift, 0, 0};
+  const auto action = static_cast<uint8_t>(entry.action);
+  int64_t offset = 0;
+  if (action == kWhole || entry.size > kSizeMask ||
+      __builtin_sub_overflow(entry.time_us, run_times_[i >> kRunShift], &offset) || offset != static_cast<int32_t>(offset))
+    return kInWholes;
+  if (stream_count_ == 0 || streams_[last_slot_] != entry.stream) {
+    size_t slot = 0;
+    while (slot < stream_count_ && streams_[slot] != entry.stream) ++slot;
+    if (slot == streams_.size()) return kInWholes;
+    if (slot == stream_count_) streams_[stream_count_++] = entry.stream;
+    last_slot_ = static_cast<uint8_t>(slot);
+  }
+  return Row{entry.address,
+             entry.size | uint64_t{last_slot_} << kStreamShift | uint64_t{action} << kActionShift,
+             static_cast<int32_t>(offset), entry.stack};
+}
+
+void DeviceTrace::push_back(const TraceEntry& entry) {
+  const size_t i = rows_.size();
+  if ((i & ((size_t{1} << kRunShift) - 1)) == 0) run_times_.push_back(entry.time_us);
+  const Row row = encode(i, entry);
+  if (static_cast<uint8_t>(row.packed >> kActionShift) == kWhole) wholes_.emplace_back(i, entry);
+  rows_.push_back(row);
+}
+
+void DeviceTrace::set(size_t i, const TraceEntry& entry) {
+  const Row row = encode(i, entry);
+  const bool was_whole = static_cast<uint8_t>(rows_[i].packed >> kActionShift) == kWhole;
+  const bool is_whole = static_cast<uint8_t>(row.packed >> kActionShift) == kWhole;
+  if (was_whole) forget_whole(i);
+  if (is_whole) {
+    const auto at = std::lower_bound(wholes_.begin(), wholes_.end(), i,
+                                     [](const auto& kept, size_t index) { return kept.first < index; });
+    wholes_.insert(at, {i, entry});
+  }
+  rows_[i] = row;
+}
+
+void DeviceTrace::erase(const_iterator first, const_iterator last) {
+  DeviceTrace kept;
+  kept.reserve(size() - static_cast<size_t>(last - first));
+  for (const_iterator it = begin(); it != end(); ++it)
+    if (it < first || it >= last) kept.push_back(*it);
+  *this = std::move(kept);
+}
+
+void DeviceTrace::erase(const_iterator at) { erase(at, at + 1); }
+
+void DeviceTrace::forget_whole(size_t i) {
+  const auto at = std::lower_bound(wholes_.begin(), wholes_.end(), i,
+                                   [](const auto& kept, size_t index) { return kept.first < index; });
+  if (at != wholes_.end() && at->first == i) wholes_.erase(at);
+}
+
+TraceEntry DeviceTrace::whole(size_t i) const {
+  const auto at = std::lower_bound(wholes_.begin(), wholes_.end(), i,
+                                   [](const auto& kept, size_t index) { return kept.first < index; });
+  return at->second;  // a row marked whole always has its event here
+}
+
+TraceEntry DeviceTrace::at(size_t i) const {
+  if (i >= size())
+    throw std::out_of_range("trace event " + std::to_string(i) + " of " + std::to_string(size()));
+  return (*this)[i];
+}
+
+bool DeviceTrace::operator==(const DeviceTrace& other) const {
+  if (size() != other.size()) return false;
+  for (size_t i = 0; i < size(); ++i)
+    if (!((*this)[i] == other[i])) return false;
+  return true;
+}
+
+size_t DeviceTrace::bytes_held() const {
+  return rows_.capacity() * sizeof(Row) + run_times_.capacity() * sizeof(int64_t) + sizeof(streams_) +
+         wholes_.capacity() * sizeof(wholes_[0]);
+}
+
+}  // namespace memsnap
