@@ -8,8 +8,7 @@
 #include <array>
 #include <map>
 #include <optional>
-#include <tuple>
-#include <unordered_map>
+#include <unordered_set>
 
 namespace memsnap {
 namespace {
@@ -17,174 +16,198 @@ namespace {
 struct Allocation {
   uint64_t address, size;
   StackIndex stack;
-  uint64_t start, end;
+  uint64_t start, end;  // event indices; end == the walk's event count when never freed
   bool before_trace;
+  uint64_t id;  // the order it was met in: of two otherwise equal, the first wins
 };
-
-// The exact peak of events [lo, hi]: a sweep over every allocation's start and end.
-void compute_peak(const std::vector<Allocation>& allocations, uint64_t events, uint64_t lo, uint64_t hi,
-                  Timeline& out) {
-  std::vector<std::pair<uint64_t, int64_t>> deltas;
-  deltas.reserve(allocations.size() * 2);
-  for (const Allocation& a : allocations) {
-    deltas.push_back({a.start, static_cast<int64_t>(a.size)});
-    if (a.end < events) deltas.push_back({a.end, -static_cast<int64_t>(a.size)});
-  }
-  std::sort(deltas.begin(), deltas.end());
-  int64_t in_use = 0;
-  size_t next = 0;
-  while (next < deltas.size() && deltas[next].first <= lo) in_use += deltas[next++].second;
-  out.peak_bytes = static_cast<uint64_t>(std::max<int64_t>(in_use, 0));
-  out.peak_event = lo;
-  // Then at each later event where the memory in use changes.
-  while (next < deltas.size() && deltas[next].first <= hi) {
-    const uint64_t event = deltas[next].first;
-    while (next < deltas.size() && deltas[next].first == event) in_use += deltas[next++].second;
-    if (in_use > 0 && static_cast<uint64_t>(in_use) > out.peak_bytes) {
-      out.peak_bytes = static_cast<uint64_t>(in_use);
-      out.peak_event = event;
-    }
-  }
-}
 
 bool is_alloc_or_free(TraceAction action) {
   return action == TraceAction::kAlloc || action == TraceAction::kFreeCompleted;
 }
 
-void mark_oom(const TraceEntry& e, uint64_t index, std::vector<TimelineMarker>& markers) {
-  markers.push_back({index, "oom", "out of memory: " + format_bytes(static_cast<int64_t>(e.size))});
-}
-
-// Allocations, each from its alloc to its free_completed (paired by address); those alive
-// before the trace began (freed without an alloc, or live in the snapshot) from the start.
-void collect_allocations(const Snapshot& snapshot, const DeviceTrace& trace, int64_t device,
-                         std::vector<Allocation>& allocations, std::vector<int64_t>& times,
-                         std::vector<TimelineMarker>& markers, uint64_t& index) {
-  std::unordered_map<uint64_t, size_t> live;  // address -> allocation
-  for (const TraceEntry& e : trace) {
-    if (e.action == TraceAction::kOom) mark_oom(e, index, markers);
-    if (!is_alloc_or_free(e.action)) continue;
-    if (e.action == TraceAction::kAlloc) {
-      live[e.address] = allocations.size();
-      allocations.push_back({e.address, e.size, e.stack, index, UINT64_MAX, false});
-    } else if (auto it = live.find(e.address); it != live.end()) {
-      allocations[it->second].end = index;
-      live.erase(it);
-    } else {  // allocated before the trace began
-      allocations.push_back({e.address, e.size, e.stack, 0, index, true});
-    }
-    times.push_back(e.time_us);
-    ++index;
+// A walk over a device's trace that pairs its events into allocations, each from its alloc to
+// its free_completed (paired by address), or with TimelineKind::kSegments into segments and
+// expandable mappings, each from its segment_alloc or segment_map to the segment_free or
+// unmap that ends it (an unmap of part of a mapping ends it and starts what is left).
+// Allocations alive before the trace began (freed without an alloc, or live in the snapshot
+// with none) run from the start. Each allocation is handed out once its end is known, so a
+// walk holds only those alive at a time, never all of them: the picture of a 3M-event trace
+// is drawn in a few bytes per event.
+class AllocationWalk {
+ public:
+  AllocationWalk(const Snapshot& snapshot, const DeviceTrace& trace, int64_t device, TimelineKind kind)
+      : snapshot_(snapshot), trace_(trace), device_(device), kind_(kind) {
+    for (const TraceEntry& e : trace) events_ += is_alloc_or_free(e.action);
   }
-  for (const SnapshotSegment& segment : snapshot.segments) {
-    if (segment.device != device) continue;
-    for (const SnapshotBlock& block : segment.blocks)
-      if (block.state != BlockState::kInactive && !live.count(block.address))
-        allocations.push_back({block.address, block.requested_size, block.stack, 0, UINT64_MAX, true});
-  }
-}
+  // Alloc and free events: the x axis. Everything else happens between two of them.
+  uint64_t events() const { return events_; }
 
-// Reserved memory: each segment from its segment_alloc to its segment_free, each expandable
-// mapping from its segment_map until an unmap covers it (an unmap of part of a mapping ends
-// it and starts what is left). Segments from before the trace (freed without an alloc, or in
-// the snapshot with none) from the start.
-void collect_segments(const Snapshot& snapshot, const DeviceTrace& trace, int64_t device,
-                      std::vector<Allocation>& allocations, std::vector<int64_t>& times,
-                      std::vector<TimelineMarker>& markers, uint64_t& index) {
-  std::map<uint64_t, size_t> live;  // start address -> segment or mapping
-  const auto end_range = [&](uint64_t address, uint64_t size) {
-    const uint64_t stop = address + size;
-    bool ended = false;
-    auto it = live.upper_bound(address);
-    if (it != live.begin()) --it;
-    while (it != live.end() && it->first < stop) {
-      const Allocation ended_one = allocations[it->second];  // a copy: push_back below may move it
-      const uint64_t ended_stop = ended_one.address + ended_one.size;
-      if (ended_stop <= address) {
-        ++it;
-        continue;
-      }
-      allocations[it->second].end = index;
-      ended = true;
-      it = live.erase(it);
-      // What the unmap left of the mapping goes on as a mapping of its own.
-      if (ended_one.address < address) {
-        live[ended_one.address] = allocations.size();
-        allocations.push_back({ended_one.address, address - ended_one.address, ended_one.stack, index, UINT64_MAX, false});
-      }
-      if (ended_stop > stop) {
-        live[stop] = allocations.size();
-        allocations.push_back({stop, ended_stop - stop, ended_one.stack, index, UINT64_MAX, false});
+  // on_allocation(const Allocation&) for each allocation; on_event(int64_t time_us) for each
+  // event on the x axis, in order; on_oom(uint64_t index, uint64_t entry) for each
+  // out-of-memory entry (its index in the trace), at the x axis's index.
+  template <typename OnAllocation, typename OnEvent, typename OnOom>
+  void run(OnAllocation on_allocation, OnEvent on_event, OnOom on_oom) const {
+    Pass<OnAllocation> pass{*this, on_allocation, 0, 0, {}};
+    uint64_t entry = 0;
+    for (const TraceEntry& e : trace_) {
+      if (e.action == TraceAction::kOom) on_oom(pass.index, entry);
+      ++entry;
+      if (kind_ == TimelineKind::kSegments) pass.segment_event(e);
+      else pass.allocation_event(e);
+      if (!is_alloc_or_free(e.action)) continue;
+      on_event(e.time_us);
+      ++pass.index;
+    }
+    if (kind_ == TimelineKind::kSegments) pass.snapshot_segments();
+    else pass.snapshot_blocks();
+    for (const auto& [address, a] : pass.live) pass.ended(a, events_);
+  }
+
+ private:
+  template <typename OnAllocation>
+  struct Pass {
+    const AllocationWalk& walk;
+    OnAllocation& on_allocation;
+    uint64_t index = 0;  // on the x axis
+    uint64_t made = 0;
+    std::map<uint64_t, Allocation> live;  // by start address
+
+    void ended(Allocation a, uint64_t end) {
+      a.end = end;
+      on_allocation(static_cast<const Allocation&>(a));
+    }
+    void begin(uint64_t address, uint64_t size, StackIndex stack) {
+      const auto [it, made_now] = live.try_emplace(address);
+      if (!made_now) ended(it->second, walk.events_);  // begun again at its address: never freed
+      it->second = Allocation{address, size, stack, index, 0, false, made++};
+    }
+    void from_before(uint64_t address, uint64_t size, StackIndex stack, uint64_t end) {
+      ended(Allocation{address, size, stack, 0, 0, true, made++}, end);
+    }
+
+    void allocation_event(const TraceEntry& e) {
+      if (e.action == TraceAction::kAlloc) {
+        begin(e.address, e.size, e.stack);
+      } else if (e.action == TraceAction::kFreeCompleted) {
+        if (auto it = live.find(e.address); it != live.end()) {
+          ended(it->second, index);
+          live.erase(it);
+        } else {
+          from_before(e.address, e.size, e.stack, index);
+        }
       }
     }
-    if (!ended) allocations.push_back({address, size, kNoStackIndex, 0, index, true});  // from before the trace
+    void snapshot_blocks() {
+      for (const SnapshotSegment& segment : walk.snapshot_.segments) {
+        if (segment.device != walk.device_) continue;
+        for (const SnapshotBlock& block : segment.blocks)
+          if (block.state != BlockState::kInactive && !live.count(block.address))
+            from_before(block.address, block.requested_size, block.stack, walk.events_);
+      }
+    }
+
+    void segment_event(const TraceEntry& e) {
+      if (e.action == TraceAction::kSegmentAlloc || e.action == TraceAction::kSegmentMap)
+        begin(e.address, e.size, e.stack);
+      else if (e.action == TraceAction::kSegmentFree || e.action == TraceAction::kSegmentUnmap)
+        end_range(e.address, e.size);
+    }
+    void end_range(uint64_t address, uint64_t size) {
+      const uint64_t stop = address + size;
+      bool any = false;
+      auto it = live.upper_bound(address);
+      if (it != live.begin()) --it;
+      while (it != live.end() && it->first < stop) {
+        const Allocation one = it->second;
+        const uint64_t one_stop = one.address + one.size;
+        if (one_stop <= address) {
+          ++it;
+          continue;
+        }
+        ended(one, index);
+        any = true;
+        it = live.erase(it);
+        // What the unmap left of the mapping goes on as a mapping of its own.
+        if (one.address < address) begin(one.address, address - one.address, one.stack);
+        if (one_stop > stop) begin(stop, one_stop - stop, one.stack);
+      }
+      if (!any) from_before(address, size, kNoStackIndex, index);
+    }
+    void snapshot_segments() {
+      for (const SnapshotSegment& segment : walk.snapshot_.segments) {
+        if (segment.device != walk.device_) continue;
+        auto it = live.lower_bound(segment.address);
+        if (it != live.end() && it->first < segment.address + segment.total_size) continue;  // made in the trace
+        from_before(segment.address, segment.total_size, segment.stack, walk.events_);
+      }
+    }
   };
-  for (const TraceEntry& e : trace) {
-    if (e.action == TraceAction::kOom) mark_oom(e, index, markers);
-    if (e.action == TraceAction::kSegmentAlloc || e.action == TraceAction::kSegmentMap) {
-      live[e.address] = allocations.size();
-      allocations.push_back({e.address, e.size, e.stack, index, UINT64_MAX, false});
-    } else if (e.action == TraceAction::kSegmentFree || e.action == TraceAction::kSegmentUnmap) {
-      end_range(e.address, e.size);
-    }
-    if (!is_alloc_or_free(e.action)) continue;
-    times.push_back(e.time_us);
-    ++index;
-  }
-  for (const SnapshotSegment& segment : snapshot.segments) {
-    if (segment.device != device) continue;
-    auto it = live.lower_bound(segment.address);
-    if (it != live.end() && it->first < segment.address + segment.total_size) continue;  // made in the trace
-    allocations.push_back({segment.address, segment.total_size, segment.stack, 0, UINT64_MAX, true});
-  }
-}
 
-// The bytes of each group (a memory role, a pool) live at each sample: one sweep over every
-// allocation's start and end.
-template <typename GroupOf>
-std::vector<std::vector<uint64_t>> bytes_by_group(const std::vector<Allocation>& allocations,
-                                                  const std::vector<uint64_t>& samples, uint64_t events,
-                                                  size_t groups, GroupOf group_of) {
-  std::vector<std::tuple<uint64_t, int64_t, size_t>> deltas;
-  for (const Allocation& a : allocations) {
-    const size_t group = group_of(a);
-    deltas.emplace_back(a.start, static_cast<int64_t>(a.size), group);
-    if (a.end < events) deltas.emplace_back(a.end, -static_cast<int64_t>(a.size), group);
-  }
-  std::sort(deltas.begin(), deltas.end());
-  std::vector<int64_t> in_use(groups, 0);
-  std::vector<std::vector<uint64_t>> out;
-  size_t next = 0;
-  for (uint64_t sample : samples) {
-    while (next < deltas.size() && std::get<0>(deltas[next]) <= sample) {
-      in_use[std::get<2>(deltas[next])] += std::get<1>(deltas[next]);
-      ++next;
-    }
-    std::vector<uint64_t>& row = out.emplace_back(groups);
-    for (size_t g = 0; g < groups; ++g) row[g] = static_cast<uint64_t>(std::max<int64_t>(in_use[g], 0));
-  }
-  return out;
-}
+  const Snapshot& snapshot_;
+  const DeviceTrace& trace_;
+  int64_t device_;
+  TimelineKind kind_;
+  uint64_t events_ = 0;
+};
+
+// A marker before it is kept: an out-of-memory entry of the trace, or an annotation.
+struct MarkerSource {
+  uint64_t event;
+  uint64_t index : 63;  // in the trace, or in the snapshot's annotations
+  uint64_t oom : 1;
+};
+static_assert(sizeof(MarkerSource) == 16);
 
 // The window's markers, at most one of each kind (out-of-memory or annotation) per 1/`buckets`
 // of the window: a run annotated at every step has tens of thousands, more than the axis has
 // pixels, and each would cost the page a line to draw. `marker_count` keeps how many there were.
-void keep_markers_in_window(std::vector<TimelineMarker>& markers, uint64_t lo, uint64_t hi, size_t buckets,
-                            Timeline& out) {
+void keep_markers_in_window(const Snapshot& snapshot, const DeviceTrace& trace, const std::vector<MarkerSource>& markers,
+                            uint64_t lo, uint64_t hi, size_t buckets, Timeline& out) {
   const uint64_t span = hi - lo + 1;
   buckets = std::max<size_t>(buckets, 1);
   std::optional<uint64_t> last_bucket[2];
-  for (TimelineMarker& m : markers) {
+  for (const MarkerSource& m : markers) {
     if (m.event < lo || m.event > hi) continue;
     ++out.marker_count;
+    const SnapshotAnnotation* annotation = m.oom ? nullptr : &snapshot.external_annotations[m.index];
+    const bool oom_kind = annotation == nullptr || annotation->stage == "oom";
     const uint64_t bucket = static_cast<uint64_t>(static_cast<double>(m.event - lo) / static_cast<double>(span) *
                                                   static_cast<double>(buckets));
-    std::optional<uint64_t>& last = last_bucket[m.kind == "oom" ? 1 : 0];
+    std::optional<uint64_t>& last = last_bucket[oom_kind ? 1 : 0];
     if (last == bucket) continue;
     last = bucket;
-    out.markers.push_back(std::move(m));
+    if (annotation != nullptr)
+      out.markers.push_back({m.event, annotation->stage, annotation->name});
+    else
+      out.markers.push_back({m.event, "oom", "out of memory: " + format_bytes(static_cast<int64_t>(trace[m.index].size))});
   }
 }
+
+// The best `count` of what it is offered, by `better` (a strict order).
+template <typename Better>
+class Best {
+ public:
+  Best(size_t count, Better better) : count_(count), better_(better) {}
+  void offer(const Allocation& a) {
+    if (count_ == 0) return;
+    if (kept_.size() == count_) {
+      if (!better_(a, kept_.front())) return;
+      std::pop_heap(kept_.begin(), kept_.end(), better_);
+      kept_.pop_back();
+    }
+    kept_.push_back(a);
+    std::push_heap(kept_.begin(), kept_.end(), better_);  // the worst kept at the front
+  }
+  std::vector<Allocation> best_first() {
+    std::sort_heap(kept_.begin(), kept_.end(), better_);
+    return std::move(kept_);
+  }
+
+ private:
+  size_t count_;
+  Better better_;
+  std::vector<Allocation> kept_;
+};
 
 }  // namespace
 
@@ -195,85 +218,92 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
   const DeviceTrace& trace =
       out.device >= 0 && static_cast<size_t>(out.device) < snapshot.device_traces.size()
           ? snapshot.device_traces[static_cast<size_t>(out.device)] : kNoTrace;
-
-  // The x axis counts alloc and free events; everything else happens between two of them.
-  std::vector<Allocation> allocations;
-  std::vector<int64_t> times;
-  std::vector<TimelineMarker> markers;
-  uint64_t index = 0;
-  if (options.kind == TimelineKind::kSegments)
-    collect_segments(snapshot, trace, out.device, allocations, times, markers, index);
-  else
-    collect_allocations(snapshot, trace, out.device, allocations, times, markers, index);
+  const AllocationWalk walk(snapshot, trace, out.device, options.kind);
   out.kind = options.kind;
-  out.events = index;
-  for (Allocation& a : allocations)
-    if (a.end == UINT64_MAX) a.end = out.events;
-  out.allocations = allocations.size();
+  out.events = walk.events();
+
+  // First walk: each event's time, and the bytes in use after each event (the allocations'
+  // starts and ends, summed).
+  std::vector<int64_t> times;
+  times.reserve(out.events);
+  std::vector<int64_t> in_use(out.events + 1, 0);
+  std::vector<MarkerSource> markers;
+  walk.run(
+      [&](const Allocation& a) {
+        ++out.allocations;
+        in_use[a.start] += static_cast<int64_t>(a.size);
+        if (a.end < out.events) in_use[a.end] -= static_cast<int64_t>(a.size);
+      },
+      [&](int64_t time_us) { times.push_back(time_us); },
+      [&](uint64_t index, uint64_t entry) { markers.push_back({index, entry, true}); });
+  for (size_t i = 1; i < in_use.size(); ++i) in_use[i] += in_use[i - 1];
   const uint64_t lo = std::min(options.window_begin, out.events);
   const uint64_t hi = std::clamp(options.window_end.value_or(out.events), lo, out.events);
   out.window_begin = lo;
   out.window_end = hi;
   // Annotations are timed, not indexed: each marks the first event at or after it.
-  for (const SnapshotAnnotation& a : snapshot.external_annotations) {
+  markers.reserve(markers.size() + snapshot.external_annotations.size());
+  for (size_t i = 0; i < snapshot.external_annotations.size(); ++i) {
+    const SnapshotAnnotation& a = snapshot.external_annotations[i];
     if (a.device != out.device) continue;
     const uint64_t at = static_cast<uint64_t>(std::lower_bound(times.begin(), times.end(), a.time_us) - times.begin());
-    markers.push_back({at, a.stage, a.name});
+    markers.push_back({at, i, false});
   }
-  std::stable_sort(markers.begin(), markers.end(),
-                   [](const TimelineMarker& a, const TimelineMarker& b) { return a.event < b.event; });
-  keep_markers_in_window(markers, lo, hi, options.max_samples, out);
+  const auto earlier = [](const MarkerSource& a, const MarkerSource& b) { return a.event < b.event; };
+  if (!std::is_sorted(markers.begin(), markers.end(), earlier)) std::stable_sort(markers.begin(), markers.end(), earlier);
+  keep_markers_in_window(snapshot, trace, markers, lo, hi, options.max_samples, out);
+  std::vector<MarkerSource>().swap(markers);
 
-  // The exact peak of the window, from every allocation (the samples below are a subset of the
-  // events and could miss it); its event is sampled too, so the picture shows it.
-  compute_peak(allocations, out.events, lo, hi, out);
+  // The exact peak of the window, from every event (the samples below are a subset of them
+  // and could miss it); its event is sampled too, so the picture shows it.
+  out.peak_bytes = static_cast<uint64_t>(std::max<int64_t>(in_use[lo], 0));
+  out.peak_event = lo;
+  for (uint64_t event = lo + 1; event <= hi; ++event)
+    if (in_use[event] > 0 && static_cast<uint64_t>(in_use[event]) > out.peak_bytes) {
+      out.peak_bytes = static_cast<uint64_t>(in_use[event]);
+      out.peak_event = event;
+    }
 
-  // Bands go to what makes the picture: first the largest allocations alive at the peak (up
-  // to a third of the bands), then by area, bytes times the events each lives in the window.
+  // Second walk: bands go to what makes the picture. First the largest allocations alive at
+  // the peak (up to a third of the bands), then by area, bytes times the events each lives in
+  // the window.
   const auto alive_at = [&](const Allocation& a, uint64_t event) {
     return a.start <= event && (a.end > event || a.end == out.events);
   };
-  std::vector<size_t> order;
-  for (size_t i = 0; i < allocations.size(); ++i)
-    if (allocations[i].start <= hi && (allocations[i].end > lo || allocations[i].end == out.events)) order.push_back(i);
-  const auto area = [&](size_t i) {
-    const Allocation& a = allocations[i];
+  const auto area = [&](const Allocation& a) {
     const uint64_t visible = std::min(a.end, hi) - std::max(a.start, lo) + 1;
     return static_cast<long double>(a.size) * static_cast<long double>(visible);
   };
-  std::vector<size_t> at_peak;
-  for (size_t i : order)
-    if (alive_at(allocations[i], out.peak_event)) at_peak.push_back(i);
-  const size_t peak_share = std::min(at_peak.size(), options.max_bands / 3);
-  std::partial_sort(at_peak.begin(), at_peak.begin() + static_cast<std::ptrdiff_t>(peak_share), at_peak.end(),
-                    [&](size_t a, size_t b) { return allocations[a].size != allocations[b].size ? allocations[a].size > allocations[b].size : a < b; });
-  std::vector<bool> is_band(allocations.size(), false);
-  std::vector<size_t> band_allocations;
-  for (size_t k = 0; k < peak_share; ++k) {
-    is_band[at_peak[k]] = true;
-    band_allocations.push_back(at_peak[k]);
-  }
-  std::vector<size_t> rest;
-  for (size_t i : order)
-    if (!is_band[i]) rest.push_back(i);
-  const size_t kept = std::min(options.max_bands - band_allocations.size(), rest.size());
-  std::partial_sort(rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(kept), rest.end(),
-                    [&](size_t a, size_t b) { const auto x = area(a), y = area(b); return x != y ? x > y : a < b; });
-  for (size_t k = 0; k < kept; ++k) {
-    is_band[rest[k]] = true;
-    band_allocations.push_back(rest[k]);
-  }
+  const auto larger = [](const Allocation& a, const Allocation& b) {
+    return a.size != b.size ? a.size > b.size : a.id < b.id;
+  };
+  const auto wider = [&](const Allocation& a, const Allocation& b) {
+    const auto x = area(a), y = area(b);
+    return x != y ? x > y : a.id < b.id;
+  };
+  Best at_peak(options.max_bands / 3, larger);
+  // Enough by area that, less those taken at the peak, the rest of the bands remain.
+  Best by_area(options.max_bands, wider);
+  walk.run(
+      [&](const Allocation& a) {
+        if (a.start > hi || !(a.end > lo || a.end == out.events)) return;
+        if (alive_at(a, out.peak_event)) at_peak.offer(a);
+        by_area.offer(a);
+      },
+      [](int64_t) {}, [](uint64_t, uint64_t) {});
+  std::vector<Allocation> bands = at_peak.best_first();
+  std::unordered_set<uint64_t> taken;
+  for (const Allocation& a : bands) taken.insert(a.id);
+  const size_t peak_bands = bands.size();
+  for (const Allocation& a : by_area.best_first())
+    if (bands.size() - peak_bands < options.max_bands - peak_bands && !taken.count(a.id)) bands.push_back(a);
   // Stacking order: allocations from before the trace lowest, then by allocation time.
-  std::sort(band_allocations.begin(), band_allocations.end(), [&](size_t a, size_t b) {
-    const Allocation &x = allocations[a], &y = allocations[b];
+  std::sort(bands.begin(), bands.end(), [](const Allocation& x, const Allocation& y) {
     if (x.before_trace != y.before_trace) return x.before_trace;
     if (x.start != y.start) return x.start < y.start;
-    return a < b;
+    return x.id < y.id;
   });
-  for (size_t a : band_allocations) {
-    const Allocation& x = allocations[a];
-    out.bands.push_back({x.address, x.size, x.stack, x.start, x.end, x.before_trace, {}});
-  }
+  for (const Allocation& x : bands) out.bands.push_back({x.address, x.size, x.stack, x.start, x.end, x.before_trace, {}});
 
   // Sample points: evenly spaced, plus every band's start and end so none is missed, plus
   // the peak.
@@ -288,21 +318,11 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
   std::sort(samples.begin(), samples.end());
   samples.erase(std::unique(samples.begin(), samples.end()), samples.end());
 
-  // Bytes of the merged (small) allocations at each sample: a sweep over their deltas.
-  std::vector<std::pair<uint64_t, int64_t>> deltas;
-  for (size_t i = 0; i < allocations.size(); ++i) {
-    if (is_band[i]) continue;
-    deltas.push_back({allocations[i].start, static_cast<int64_t>(allocations[i].size)});
-    // Never freed: still live at the last event.
-    if (allocations[i].end < out.events)
-      deltas.push_back({allocations[i].end, -static_cast<int64_t>(allocations[i].size)});
-  }
-  std::sort(deltas.begin(), deltas.end());
-  size_t next_delta = 0;
-  int64_t other = 0;
+  // At each sample: the merged (small) allocations are what is in use less the bands alive.
   for (uint64_t sample : samples) {
-    // Live at `sample`: started at or before it, ending after it.
-    while (next_delta < deltas.size() && deltas[next_delta].first <= sample) other += deltas[next_delta++].second;
+    int64_t other = in_use[sample];
+    for (const TimelineBand& b : out.bands)
+      if (b.start <= sample && (b.end > sample || b.end == out.events)) other -= static_cast<int64_t>(b.size);
     uint64_t offset = static_cast<uint64_t>(std::max<int64_t>(other, 0));
     out.other_bytes.push_back(offset);
     for (TimelineBand& b : out.bands) {
@@ -317,27 +337,56 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
     out.total_bytes.push_back(offset);
     out.event_time_us.push_back(sample < times.size() ? times[sample] : (times.empty() ? 0 : times.back()));
   }
-  if (options.roles) {
+  std::vector<int64_t>().swap(in_use);
+  std::vector<int64_t>().swap(times);
+
+  // Third walk, when asked: the bytes of each memory role and of each pool at each sample.
+  if (options.roles || options.pools) {
     const MemoryRoles roles(snapshot);
-    const auto by_role = bytes_by_group(allocations, samples, out.events, kMemoryRoles,
-                                        [&](const Allocation& a) { return static_cast<size_t>(roles.of(a.stack)); });
-    for (const std::vector<uint64_t>& bytes : by_role) {
-      RoleBytes row{};
-      std::copy(bytes.begin(), bytes.end(), row.begin());
-      out.role_bytes.push_back(row);
-    }
-  }
-  if (options.pools) {
     const SegmentPools pools(snapshot, out.device);
     std::map<MempoolId, size_t> index_of{{MempoolId{}, 0}};
-    for (const SnapshotSegment& s : snapshot.segments)
-      if (s.device == out.device) index_of.try_emplace(s.segment_pool_id, 0);
-    for (auto& [pool, i] : index_of) {
-      i = out.pools.size();
-      out.pools.push_back(pool);
+    if (options.pools) {
+      for (const SnapshotSegment& s : snapshot.segments)
+        if (s.device == out.device) index_of.try_emplace(s.segment_pool_id, 0);
+      for (auto& [pool, i] : index_of) {
+        i = out.pools.size();
+        out.pools.push_back(pool);
+      }
     }
-    out.pool_bytes = bytes_by_group(allocations, samples, out.events, out.pools.size(),
-                                    [&](const Allocation& a) { return index_of.at(pools.at(a.address)); });
+    // Per group, the bytes that begin (and end) at each sample: summed in order, the bytes live.
+    std::vector<std::vector<int64_t>> by_role(options.roles ? kMemoryRoles : 0, std::vector<int64_t>(samples.size() + 1));
+    std::vector<std::vector<int64_t>> by_pool(out.pools.size(), std::vector<int64_t>(samples.size() + 1));
+    walk.run(
+        [&](const Allocation& a) {
+          const auto first = static_cast<size_t>(std::lower_bound(samples.begin(), samples.end(), a.start) - samples.begin());
+          const size_t stop = a.end < out.events
+              ? static_cast<size_t>(std::lower_bound(samples.begin(), samples.end(), a.end) - samples.begin())
+              : samples.size();
+          const auto add = [&](std::vector<int64_t>& deltas) {
+            deltas[first] += static_cast<int64_t>(a.size);
+            deltas[stop] -= static_cast<int64_t>(a.size);
+          };
+          if (options.roles) add(by_role[static_cast<size_t>(roles.of(a.stack))]);
+          if (options.pools) add(by_pool[index_of.at(pools.at(a.address))]);
+        },
+        [](int64_t) {}, [](uint64_t, uint64_t) {});
+    const auto live_bytes = [&](std::vector<std::vector<int64_t>>& deltas, size_t sample) {
+      std::vector<uint64_t> row(deltas.size());
+      for (size_t g = 0; g < deltas.size(); ++g) {
+        if (sample > 0) deltas[g][sample] += deltas[g][sample - 1];
+        row[g] = static_cast<uint64_t>(std::max<int64_t>(deltas[g][sample], 0));
+      }
+      return row;
+    };
+    for (size_t i = 0; i < samples.size(); ++i) {
+      if (options.roles) {
+        const std::vector<uint64_t> bytes = live_bytes(by_role, i);
+        RoleBytes row{};
+        std::copy(bytes.begin(), bytes.end(), row.begin());
+        out.role_bytes.push_back(row);
+      }
+      if (options.pools) out.pool_bytes.push_back(live_bytes(by_pool, i));
+    }
   }
   out.samples = std::move(samples);
   return out;

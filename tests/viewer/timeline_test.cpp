@@ -203,6 +203,37 @@ TEST(Timeline, SegmentsKindIsReservedMemory) {
   }
 }
 
+// Odd traces keep every allocation: one allocated again at its address without a free lives
+// to the end; an unmap of the middle of a mapping ends it and leaves two; an unmap of what was
+// never mapped was mapped before the trace began.
+TEST(Timeline, OddTracesKeepEveryAllocation) {
+  const Snapshot twice = trace_of({{TraceAction::kAlloc, 0x1000, 512},
+                                   {TraceAction::kAlloc, 0x1000, 1024},
+                                   {TraceAction::kFreeCompleted, 0x1000, 1024},
+                                   {TraceAction::kAlloc, 0x9000, 2048}});
+  TimelineOptions options;
+  const Timeline t = compute_timeline(twice, options);
+  EXPECT_EQ(t.allocations, 3u);
+  EXPECT_EQ(t.peak_bytes, 2048u + 512u);
+  EXPECT_EQ(t.total_bytes.back(), 2048u + 512u);  // the first of the two never freed
+  ASSERT_EQ(t.bands.size(), 3u);
+  EXPECT_EQ(t.bands[0].size, 512u);
+  EXPECT_EQ(t.bands[0].end, t.events);
+
+  Snapshot mapped = trace_of({{TraceAction::kSegmentMap, 0x100000, 6 << 20},
+                              {TraceAction::kAlloc, 0x100000, 512},
+                              {TraceAction::kSegmentUnmap, 0x300000, 2 << 20},
+                              {TraceAction::kFreeCompleted, 0x100000, 512},
+                              {TraceAction::kSegmentUnmap, 0x900000, 2 << 20},
+                              {TraceAction::kAlloc, 0x200000, 512}});
+  options.kind = TimelineKind::kSegments;
+  const Timeline segments = compute_timeline(mapped, options);
+  // The mapping, what its unmap left below and above the hole, and the unmap from before.
+  EXPECT_EQ(segments.allocations, 4u);
+  EXPECT_EQ(segments.total_bytes.back(), uint64_t{4} << 20);
+  EXPECT_EQ(segments.peak_bytes, uint64_t{8} << 20);  // 6 MiB mapped and 2 MiB from before
+}
+
 // Memory by role on a PyTorch transformer trained with Adam: the roles add up to the memory in
 // use at every sample, and Adam's state is about twice the parameters.
 TEST(Timeline, RolesAddUpAndReadAsATrainingStep) {
