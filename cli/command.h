@@ -3,9 +3,11 @@
 // throwing CommandError; main() turns it into one line on stderr and exit status 1.
 #pragma once
 
+#include <fstream>
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 
@@ -51,5 +53,23 @@ void take_record_program(int& argc, char** argv);
 // Writes `text` to `path`, or to stdout when path is empty or "-". The file is written to a
 // temporary name and renamed, so a failure never leaves a partial file behind.
 void write_output(const std::string& path, const std::string& text);
+
+// The same, for output written as it is made (a 3M-event trace is hundreds of megabytes of
+// text): write() in pieces, then finish(), which renames the file into place. A writer that
+// is not finished (an error on the way) removes its temporary file.
+class OutputWriter {
+ public:
+  explicit OutputWriter(const std::string& path);
+  ~OutputWriter();
+  OutputWriter(const OutputWriter&) = delete;
+  OutputWriter& operator=(const OutputWriter&) = delete;
+  void write(std::string_view text);
+  void finish();
+
+ private:
+  std::string path_;
+  std::string temporary_;  // empty when writing to stdout, or once finished
+  std::ofstream file_;
+};
 
 }  // namespace memsnap::cli

@@ -3,6 +3,9 @@
 
 #include <cinttypes>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "allocator/counted.h"
 #include "cli/snapshot_input.h"
@@ -68,6 +71,22 @@ CommandRunner add_trace_command(CLI::App& app) {
     const Snapshot& snapshot = input.snapshot;
     FrameFilter filter;
     filter.keep_all = options->all_frames;
+    // Each stack's text once, however many events share it: its headline, and with --stacks
+    // its frames, a line each.
+    std::vector<std::optional<std::string>> stack_text(snapshot.stacks.size() + 1);
+    const auto text_of = [&](StackIndex stack) -> const std::string& {
+      std::optional<std::string>& text = stack_text[stack < 0 ? snapshot.stacks.size() : static_cast<size_t>(stack)];
+      if (text) return *text;
+      const std::string headline = headline_label(snapshot, stack, filter);
+      text = (headline.empty() ? std::string("<no stack>") : headline) + "\n";
+      if (options->stacks) {
+        const std::vector<uint32_t> frames = visible_frames_outermost_first(snapshot, stack, filter);
+        for (auto it = frames.rbegin(); it != frames.rend(); ++it)
+          *text += "        " + frame_label(snapshot.frames[*it], filter) + "\n";
+      }
+      return *text;
+    };
+    OutputWriter writer(options->output);
     std::string out;
     uint64_t printed = 0, matched = 0;
     char line[256];
@@ -81,23 +100,22 @@ CommandRunner add_trace_command(CLI::App& app) {
         ++matched;
         if (options->limit && printed >= options->limit) continue;
         ++printed;
-        const std::vector<uint32_t> frames = visible_frames_outermost_first(snapshot, e.stack, filter);
         std::snprintf(line, sizeof line, "%12.6f  dev %zu  %-15s 0x%-14" PRIx64 " %12s  stream 0x%" PRIx64 "  ",
                       static_cast<double>(e.time_us - first_time) / 1e6, d,
                       std::string(trace_action_name(e.action)).c_str(), e.address,
                       svg::human_bytes(e.size).c_str(), e.stream);
         out += line;
-        const std::string headline = headline_label(snapshot, e.stack, filter);
-        out += headline.empty() ? std::string("<no stack>") : headline;
-        out += '\n';
-        if (options->stacks)
-          for (auto it = frames.rbegin(); it != frames.rend(); ++it)
-            out += "        " + frame_label(snapshot.frames[*it], filter) + "\n";
+        out += text_of(e.stack);
+        if (out.size() >= (size_t{1} << 20)) {
+          writer.write(out);
+          out.clear();
+        }
       }
     }
     out += counted(matched, "event") + " matched" +
            (printed < matched ? " (" + std::to_string(printed) + " printed)" : std::string()) + "\n";
-    write_output(options->output, out);
+    writer.write(out);
+    writer.finish();
   };
 }
 
