@@ -13,6 +13,7 @@
 
 #include "allocator/allocator_state.h"
 #include "history/trace_action.h"
+#include "snapshot/annotation_list.h"
 #include "snapshot/device_trace.h"
 
 namespace memsnap {
@@ -91,13 +92,6 @@ struct SnapshotSegment {
 
 static_assert(sizeof(TraceEntry) == 40);
 
-struct SnapshotAnnotation {
-  int64_t device = 0;
-  std::string stage;  // "START" or "END"
-  std::string name;
-  int64_t time_us = 0;
-  bool operator==(const SnapshotAnnotation&) const = default;
-};
 
 struct DeviceInfo {
   int64_t index = 0;
@@ -128,7 +122,7 @@ struct Snapshot {
   // Key and value, the value as JSON text ("true", "-1", "{\"1\":0}", "\"max_split_size_mb:128\""),
   // so settings keep their types; files of older versions hold plain text.
   std::vector<std::pair<std::string, std::string>> allocator_settings;
-  std::vector<SnapshotAnnotation> external_annotations;
+  AnnotationList external_annotations;
   std::vector<Statistics> statistics;  // by device
   std::vector<DeviceInfo> devices;
   ProcessInfo process;

@@ -169,15 +169,15 @@ void keep_markers_in_window(const Snapshot& snapshot, const DeviceTrace& trace, 
   for (const MarkerSource& m : markers) {
     if (m.event < lo || m.event > hi) continue;
     ++out.marker_count;
-    const SnapshotAnnotation* annotation = m.oom ? nullptr : &snapshot.external_annotations[m.index];
-    const bool oom_kind = annotation == nullptr || annotation->stage == "oom";
+    const AnnotationList& annotations = snapshot.external_annotations;
+    const bool oom_kind = m.oom || annotations.stage(m.index) == "oom";
     const uint64_t bucket = static_cast<uint64_t>(static_cast<double>(m.event - lo) / static_cast<double>(span) *
                                                   static_cast<double>(buckets));
     std::optional<uint64_t>& last = last_bucket[oom_kind ? 1 : 0];
     if (last == bucket) continue;
     last = bucket;
-    if (annotation != nullptr)
-      out.markers.push_back({m.event, annotation->stage, annotation->name});
+    if (!m.oom)
+      out.markers.push_back({m.event, annotations.stage(m.index), annotations.name(m.index)});
     else
       out.markers.push_back({m.event, "oom", "out of memory: " + format_bytes(static_cast<int64_t>(trace[m.index].size))});
   }
@@ -244,9 +244,9 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
   // Annotations are timed, not indexed: each marks the first event at or after it.
   markers.reserve(markers.size() + snapshot.external_annotations.size());
   for (size_t i = 0; i < snapshot.external_annotations.size(); ++i) {
-    const SnapshotAnnotation& a = snapshot.external_annotations[i];
-    if (a.device != out.device) continue;
-    const uint64_t at = static_cast<uint64_t>(std::lower_bound(times.begin(), times.end(), a.time_us) - times.begin());
+    if (snapshot.external_annotations.device(i) != out.device) continue;
+    const int64_t time_us = snapshot.external_annotations.time_us(i);
+    const uint64_t at = static_cast<uint64_t>(std::lower_bound(times.begin(), times.end(), time_us) - times.begin());
     markers.push_back({at, i, false});
   }
   const auto earlier = [](const MarkerSource& a, const MarkerSource& b) { return a.event < b.event; };
