@@ -42,9 +42,12 @@ CommandRunner add_convert_command(CLI::App& app) {
         throw CommandError(options->output + ": unknown output format (use .msgpack, .json or .pickle, or --to)");
     }
     const LoadedSnapshot input = load_input(options->input);
-    if (to == "json")
-      write_output(options->output, to_json(input.snapshot).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-    else if (to == "pickle")
+    if (to == "json") {
+      OutputWriter out(options->output);
+      write_json(input.snapshot, [&](std::string_view piece) { out.write(piece); });
+      out.write("\n");
+      out.finish();
+    } else if (to == "pickle")
       write_output(options->output, to_pytorch_pickle(input.snapshot));
     else
       write_output(options->output, to_msgpack(input.snapshot));

@@ -1,5 +1,9 @@
 #include "snapshot/json_writer.h"
 
+#include <optional>
+#include <string>
+#include <vector>
+
 namespace memsnap {
 namespace {
 
@@ -46,12 +50,18 @@ static nlohmann::json optional_json(const std::optional<int64_t>& value) {
   return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
 }
 
-nlohmann::json to_json(const Snapshot& snapshot) {
-  nlohmann::json segments = nlohmann::json::array();
-  for (const SnapshotSegment& segment : snapshot.segments) {
-    nlohmann::json blocks = nlohmann::json::array();
-    for (const SnapshotBlock& block : segment.blocks) blocks.push_back(block_json(snapshot, block));
-    segments.push_back({{"device", segment.device},
+namespace {
+
+// The JSON text of one value as the whole document writes it: compact, UTF-8 kept, bytes
+// that are not UTF-8 replaced.
+std::string text(const nlohmann::json& value) {
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+nlohmann::json segment_json(const Snapshot& snapshot, const SnapshotSegment& segment) {
+  nlohmann::json blocks = nlohmann::json::array();
+  for (const SnapshotBlock& block : segment.blocks) blocks.push_back(block_json(snapshot, block));
+  nlohmann::json out = {{"device", segment.device},
                         {"address", segment.address},
                         {"total_size", segment.total_size},
                         {"allocated_size", segment.allocated_size},
@@ -61,55 +71,121 @@ nlohmann::json to_json(const Snapshot& snapshot) {
                         {"segment_type", segment.segment_type},
                         {"segment_pool_id", {segment.segment_pool_id.first, segment.segment_pool_id.second}},
                         {"is_expandable", segment.is_expandable},
-                        {"blocks", blocks}});
-    put_frames(segments.back(), snapshot, segment.stack);
-  }
-  nlohmann::json traces = nlohmann::json::array();
-  for (const auto& trace : snapshot.device_traces) {
-    nlohmann::json entries = nlohmann::json::array();
-    for (const TraceEntry& entry : trace) {
-      entries.push_back({{"action", trace_action_name(entry.action)},
-                         {"addr", entry.address},
-                         {"size", entry.size},
-                         {"stream", entry.stream},
-                         {"time_us", entry.time_us}});
-      put_frames(entries.back(), snapshot, entry.stack);
+                        {"blocks", blocks}};
+  put_frames(out, snapshot, segment.stack);
+  return out;
+}
+
+// Writes the document a piece at a time, each large list (segments, traces, annotations) an
+// element at a time, keys in the order nlohmann::json keeps them (sorted).
+class JsonStream {
+ public:
+  JsonStream(const Snapshot& snapshot, const JsonSink& sink)
+      : snapshot_(snapshot), sink_(sink), stack_text_(snapshot.stacks.size() + 1) {}
+
+  void write() {
+    put("{\"allocator_settings\":");
+    nlohmann::json settings = nlohmann::json::object();
+    for (const auto& [key, value] : snapshot_.allocator_settings) settings[key] = setting_value_json(value);
+    put(text(settings));
+    put(",\"device_traces\":[");
+    for (size_t d = 0; d < snapshot_.device_traces.size(); ++d) {
+      put(d == 0 ? "[" : ",[");
+      bool first = true;
+      for (const TraceEntry& entry : snapshot_.device_traces[d]) {
+        put(first ? "{\"action\":\"" : ",{\"action\":\"");
+        first = false;
+        put(trace_action_name(entry.action));
+        put("\",\"addr\":");
+        put(std::to_string(entry.address));
+        put(",");
+        put(frames_text(entry.stack));
+        put(",\"size\":");
+        put(std::to_string(entry.size));
+        put(",\"stream\":");
+        put(std::to_string(entry.stream));
+        put(",\"time_us\":");
+        put(std::to_string(entry.time_us));
+        put("}");
+      }
+      put("]");
     }
-    traces.push_back(entries);
+    put("],\"devices\":");
+    nlohmann::json devices = nlohmann::json::array();
+    for (const DeviceInfo& d : snapshot_.devices)
+      devices.push_back({{"index", d.index}, {"name", d.name}, {"total_memory", d.total_memory}});
+    put(text(devices));
+    put(",\"external_annotations\":[");
+    for (size_t i = 0; i < snapshot_.external_annotations.size(); ++i) {
+      const AnnotationList& a = snapshot_.external_annotations;
+      if (i > 0) put(",");
+      put(text({{"device", a.device(i)}, {"stage", a.stage(i)}, {"name", a.name(i)}, {"time_us", a.time_us(i)}}));
+    }
+    const ProcessInfo& p = snapshot_.process;
+    put("],\"format\":\"memsnap-snapshot\",\"process\":");
+    put(text({{"host", p.host},
+              {"pid", p.pid},
+              {"rank", optional_json(p.rank)},
+              {"local_rank", optional_json(p.local_rank)},
+              {"world_size", optional_json(p.world_size)},
+              {"time_unix_us", p.time_unix_us},
+              {"clock_offset_us", p.clock_offset_us}}));
+    put(",\"segments\":[");
+    for (size_t i = 0; i < snapshot_.segments.size(); ++i) {
+      if (i > 0) put(",");
+      put(text(segment_json(snapshot_, snapshot_.segments[i])));
+    }
+    put("],\"source\":");
+    put(text(snapshot_.source));
+    put(",\"statistics\":");
+    nlohmann::json statistics = nlohmann::json::array();
+    for (const Statistics& device_statistics : snapshot_.statistics) {
+      nlohmann::json values = nlohmann::json::object();
+      for (const auto& [key, value] : device_statistics) values[key] = value;
+      statistics.push_back(values);
+    }
+    put(text(statistics));
+    put(",\"version\":");
+    put(std::to_string(kSnapshotFormatVersion));
+    put("}");
+    if (!buffer_.empty()) sink_(buffer_);
   }
-  nlohmann::json settings = nlohmann::json::object();
-  for (const auto& [key, value] : snapshot.allocator_settings) settings[key] = setting_value_json(value);
-  nlohmann::json annotations = nlohmann::json::array();
-  for (const SnapshotAnnotation& a : snapshot.external_annotations)
-    annotations.push_back(
-        {{"device", a.device}, {"stage", a.stage}, {"name", a.name}, {"time_us", a.time_us}});
-  nlohmann::json statistics = nlohmann::json::array();
-  for (const Statistics& device_statistics : snapshot.statistics) {
-    nlohmann::json values = nlohmann::json::object();
-    for (const auto& [key, value] : device_statistics) values[key] = value;
-    statistics.push_back(values);
+
+ private:
+  void put(std::string_view piece) {
+    buffer_ += piece;
+    if (buffer_.size() >= (size_t{1} << 20)) {
+      sink_(buffer_);
+      buffer_.clear();
+    }
   }
-  nlohmann::json devices = nlohmann::json::array();
-  for (const DeviceInfo& d : snapshot.devices)
-    devices.push_back({{"index", d.index}, {"name", d.name}, {"total_memory", d.total_memory}});
-  const ProcessInfo& p = snapshot.process;
-  return {{"format", "memsnap-snapshot"},
-          {"version", kSnapshotFormatVersion},
-          {"source", snapshot.source},
-          {"process",
-           {{"host", p.host},
-            {"pid", p.pid},
-            {"rank", optional_json(p.rank)},
-            {"local_rank", optional_json(p.local_rank)},
-            {"world_size", optional_json(p.world_size)},
-            {"time_unix_us", p.time_unix_us},
-            {"clock_offset_us", p.clock_offset_us}}},
-          {"devices", devices},
-          {"allocator_settings", settings},
-          {"segments", segments},
-          {"device_traces", traces},
-          {"external_annotations", annotations},
-          {"statistics", statistics}};
+  // A stack's "forward_frames" and "frames" members, made once however many entries share it.
+  const std::string& frames_text(StackIndex stack) {
+    const bool known = stack >= 0 && static_cast<size_t>(stack) < snapshot_.stacks.size();
+    std::optional<std::string>& kept = stack_text_[known ? static_cast<size_t>(stack) : snapshot_.stacks.size()];
+    if (!kept) {
+      nlohmann::json members = nlohmann::json::object();
+      put_frames(members, snapshot_, known ? stack : kNoStackIndex);
+      const std::string object = text(members);
+      kept = object.substr(1, object.size() - 2);  // without the braces
+    }
+    return *kept;
+  }
+
+  const Snapshot& snapshot_;
+  const JsonSink& sink_;
+  std::vector<std::optional<std::string>> stack_text_;
+  std::string buffer_;
+};
+
+}  // namespace
+
+void write_json(const Snapshot& snapshot, const JsonSink& sink) { JsonStream(snapshot, sink).write(); }
+
+std::string to_json_text(const Snapshot& snapshot) {
+  std::string out;
+  write_json(snapshot, [&](std::string_view piece) { out += piece; });
+  return out;
 }
 
 }  // namespace memsnap

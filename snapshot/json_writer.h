@@ -2,13 +2,22 @@
 // shape of PyTorch's snapshot dictionary, plus memsnap's extras.
 #pragma once
 
+#include <functional>
+#include <string>
+#include <string_view>
+
 #include <nlohmann/json.hpp>
 
 #include "snapshot/snapshot.h"
 
 namespace memsnap {
 
-nlohmann::json to_json(const Snapshot& snapshot);
+// Writes the document's text a piece at a time to `sink` (a 3M-event snapshot's JSON is
+// gigabytes: it is never held whole); the pieces together are one line of compact JSON.
+using JsonSink = std::function<void(std::string_view)>;
+void write_json(const Snapshot& snapshot, const JsonSink& sink);
+// The whole text at once, for small snapshots and tests.
+std::string to_json_text(const Snapshot& snapshot);
 // An allocator setting's value (JSON text) as JSON; text that is not JSON (files of older
 // versions) stays a string.
 nlohmann::json setting_value_json(std::string_view value);

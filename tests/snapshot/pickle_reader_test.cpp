@@ -271,11 +271,11 @@ TEST(PickleReader, NamesTheFieldThatIsWrong) {
 TEST(SnapshotLoader, JsonExportLoadsBackToTheSameView) {
   auto loaded = load_snapshot_from_memory(data_file("pytorch-2.11/two_streams.pickle"));
   ASSERT_TRUE(loaded.ok());
-  const std::string json = memsnap::to_json(loaded->snapshot).dump();
+  const std::string json = memsnap::to_json_text(loaded->snapshot);
   auto again = load_snapshot_from_memory(json);
   ASSERT_TRUE(again.ok()) << again.error();
   EXPECT_EQ(again->format, memsnap::SnapshotFormat::kJson);
-  EXPECT_EQ(memsnap::to_json(again->snapshot), memsnap::to_json(loaded->snapshot));
+  EXPECT_EQ(memsnap::to_json_text(again->snapshot), memsnap::to_json_text(loaded->snapshot));
 }
 
 // PyTorch 2.x pickles carry no per-block history; the trace gives it: a free block names the

@@ -141,7 +141,7 @@ TEST(ProcessIdentity, EveryFormatKeepsThePlace) {
   ASSERT_TRUE(from_msgpack.ok()) << from_msgpack.error();
   EXPECT_EQ(from_msgpack.value().process, original.process);
 
-  const auto from_json = memsnap::load_snapshot_from_memory(memsnap::to_json(original).dump());
+  const auto from_json = memsnap::load_snapshot_from_memory(memsnap::to_json_text(original));
   ASSERT_TRUE(from_json.ok()) << from_json.error();
   EXPECT_EQ(from_json.value().snapshot.process.rank, 9);
   EXPECT_EQ(from_json.value().snapshot.process.local_rank, 1);

@@ -85,7 +85,7 @@ TEST(SnapshotBuilder, WithoutARecorderStillDescribesMemory) {
 TEST(SnapshotBuilder, JsonExpandsFrames) {
   RecordedProgram program;
   run_training_step(program);
-  const nlohmann::json json = memsnap::to_json(memsnap::take_snapshot(program.allocator, &program.recorder));
+  const nlohmann::json json = nlohmann::json::parse(memsnap::to_json_text(memsnap::take_snapshot(program.allocator, &program.recorder)));
   EXPECT_EQ(json["format"], "memsnap-snapshot");
   const auto& first_alloc = json["device_traces"][0][0];
   EXPECT_EQ(first_alloc["action"], "segment_alloc");
