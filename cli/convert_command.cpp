@@ -42,15 +42,18 @@ CommandRunner add_convert_command(CLI::App& app) {
         throw CommandError(options->output + ": unknown output format (use .msgpack, .json or .pickle, or --to)");
     }
     const LoadedSnapshot input = load_input(options->input);
+    // Written as it is made: a large snapshot's file is never held whole.
+    OutputWriter out(options->output);
+    const ByteSink sink = [&](std::string_view piece) { out.write(piece); };
     if (to == "json") {
-      OutputWriter out(options->output);
-      write_json(input.snapshot, [&](std::string_view piece) { out.write(piece); });
+      write_json(input.snapshot, sink);
       out.write("\n");
-      out.finish();
-    } else if (to == "pickle")
-      write_output(options->output, to_pytorch_pickle(input.snapshot));
-    else
-      write_output(options->output, to_msgpack(input.snapshot));
+    } else if (to == "pickle") {
+      write_pytorch_pickle(input.snapshot, sink);
+    } else {
+      write_msgpack(input.snapshot, sink);
+    }
+    out.finish();
   };
 }
 

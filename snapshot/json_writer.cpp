@@ -80,8 +80,8 @@ nlohmann::json segment_json(const Snapshot& snapshot, const SnapshotSegment& seg
 // element at a time, keys in the order nlohmann::json keeps them (sorted).
 class JsonStream {
  public:
-  JsonStream(const Snapshot& snapshot, const JsonSink& sink)
-      : snapshot_(snapshot), sink_(sink), stack_text_(snapshot.stacks.size() + 1) {}
+  JsonStream(const Snapshot& snapshot, const ByteSink& sink)
+      : snapshot_(snapshot), out_(sink), stack_text_(snapshot.stacks.size() + 1) {}
 
   void write() {
     put("{\"allocator_settings\":");
@@ -148,17 +148,11 @@ class JsonStream {
     put(",\"version\":");
     put(std::to_string(kSnapshotFormatVersion));
     put("}");
-    if (!buffer_.empty()) sink_(buffer_);
+    out_.flush();
   }
 
  private:
-  void put(std::string_view piece) {
-    buffer_ += piece;
-    if (buffer_.size() >= (size_t{1} << 20)) {
-      sink_(buffer_);
-      buffer_.clear();
-    }
-  }
+  void put(std::string_view piece) { out_.write(piece); }
   // A stack's "forward_frames" and "frames" members, made once however many entries share it.
   const std::string& frames_text(StackIndex stack) {
     const bool known = stack >= 0 && static_cast<size_t>(stack) < snapshot_.stacks.size();
@@ -173,14 +167,13 @@ class JsonStream {
   }
 
   const Snapshot& snapshot_;
-  const JsonSink& sink_;
+  SinkBuffer out_;
   std::vector<std::optional<std::string>> stack_text_;
-  std::string buffer_;
 };
 
 }  // namespace
 
-void write_json(const Snapshot& snapshot, const JsonSink& sink) { JsonStream(snapshot, sink).write(); }
+void write_json(const Snapshot& snapshot, const ByteSink& sink) { JsonStream(snapshot, sink).write(); }
 
 std::string to_json_text(const Snapshot& snapshot) {
   std::string out;

@@ -2,20 +2,19 @@
 // shape of PyTorch's snapshot dictionary, plus memsnap's extras.
 #pragma once
 
-#include <functional>
 #include <string>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
 
+#include "snapshot/byte_sink.h"
 #include "snapshot/snapshot.h"
 
 namespace memsnap {
 
 // Writes the document's text a piece at a time to `sink` (a 3M-event snapshot's JSON is
 // gigabytes: it is never held whole); the pieces together are one line of compact JSON.
-using JsonSink = std::function<void(std::string_view)>;
-void write_json(const Snapshot& snapshot, const JsonSink& sink);
+void write_json(const Snapshot& snapshot, const ByteSink& sink);
 // The whole text at once, for small snapshots and tests.
 std::string to_json_text(const Snapshot& snapshot);
 // An allocator setting's value (JSON text) as JSON; text that is not JSON (files of older

@@ -5,7 +5,7 @@
 namespace memsnap {
 namespace {
 
-using Packer = msgpack::packer<msgpack::sbuffer>;
+using Packer = msgpack::packer<SinkBuffer>;
 
 void pack_string(Packer& out, const std::string& text) {
   out.pack_str(static_cast<uint32_t>(text.size()));
@@ -94,8 +94,8 @@ void pack_trace(Packer& out, const DeviceTrace& trace) {
 
 }  // namespace
 
-std::string to_msgpack(const Snapshot& snapshot) {
-  msgpack::sbuffer buffer;
+void write_msgpack(const Snapshot& snapshot, const ByteSink& sink) {
+  SinkBuffer buffer(sink);
   Packer out(buffer);
   out.pack_map(12);
   pack_string(out, "format");
@@ -166,7 +166,13 @@ std::string to_msgpack(const Snapshot& snapshot) {
       out.pack_int64(value);
     }
   }
-  return std::string(buffer.data(), buffer.size());
+  buffer.flush();
+}
+
+std::string to_msgpack(const Snapshot& snapshot) {
+  std::string out;
+  write_msgpack(snapshot, [&](std::string_view piece) { out += piece; });
+  return out;
 }
 
 }  // namespace memsnap

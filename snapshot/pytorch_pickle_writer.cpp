@@ -23,17 +23,19 @@ enum Op : char {
 
 class PickleOut {
  public:
-  PickleOut() {
+  explicit PickleOut(const ByteSink& sink) : sink_(sink) {
     out_ += kProto;
     out_ += '\x04';
   }
 
-  std::string finish() {
+  void finish() {
     out_ += kStop;
-    return std::move(out_);
+    flush();
   }
-
-  void reserve(size_t bytes) { out_.reserve(bytes); }
+  // Hands what is written so far to the sink once it is a MiB: called between values.
+  void pass_on() {
+    if (out_.size() >= SinkBuffer::kPiece) flush();
+  }
 
   // The memo index the object on top of the stack gets.
   uint32_t memoize() {
@@ -138,6 +140,12 @@ class PickleOut {
     out_.append(reinterpret_cast<const char*>(bytes), static_cast<size_t>(count));
   }
 
+  void flush() {
+    sink_(out_);
+    out_.clear();
+  }
+
+  const ByteSink& sink_;
   std::string out_;
   uint32_t next_memo_ = 0;
   std::unordered_map<std::string, uint32_t> strings_;
@@ -146,15 +154,13 @@ class PickleOut {
 
 class SnapshotPickler {
  public:
-  explicit SnapshotPickler(const Snapshot& snapshot)
+  SnapshotPickler(const Snapshot& snapshot, const ByteSink& sink)
       : s_(snapshot),
+        p_(sink),
         frame_memo_(snapshot.frames.size(), kUnwritten),
         stack_memo_(snapshot.stacks.size()) {}
 
-  std::string write() {
-    size_t entries = 0;
-    for (const auto& trace : s_.device_traces) entries += trace.size();
-    p_.reserve(entries * 64 + s_.frames.size() * 96 + (1 << 16));
+  void write() {
     p_.op(kEmptyDict);
     p_.op(kMark);
     p_.literal("segments");
@@ -166,7 +172,7 @@ class SnapshotPickler {
     p_.literal("external_annotations");
     annotations();
     p_.op(kSetItems);
-    return p_.finish();
+    p_.finish();
   }
 
  private:
@@ -234,6 +240,7 @@ class SnapshotPickler {
     if (s_.segments.empty()) return;
     p_.op(kMark);
     for (const SnapshotSegment& segment : s_.segments) {
+      p_.pass_on();
       p_.op(kEmptyDict);
       p_.op(kMark);
       p_.literal("device");
@@ -297,6 +304,7 @@ class SnapshotPickler {
         p_.op(kMark);
         for (size_t i = start; i < std::min(trace.size(), start + 1000); ++i) entry(trace[i], to_unix_us);
         p_.op(kAppends);
+        p_.pass_on();
       }
     }
     p_.op(kAppends);
@@ -415,6 +423,7 @@ class SnapshotPickler {
     if (s_.external_annotations.empty()) return;
     p_.op(kMark);
     for (const SnapshotAnnotation& a : s_.external_annotations) {
+      p_.pass_on();
       p_.op(kEmptyDict);
       p_.op(kMark);
       p_.literal("device");
@@ -438,6 +447,12 @@ class SnapshotPickler {
 
 }  // namespace
 
-std::string to_pytorch_pickle(const Snapshot& snapshot) { return SnapshotPickler(snapshot).write(); }
+void write_pytorch_pickle(const Snapshot& snapshot, const ByteSink& sink) { SnapshotPickler(snapshot, sink).write(); }
+
+std::string to_pytorch_pickle(const Snapshot& snapshot) {
+  std::string out;
+  write_pytorch_pickle(snapshot, [&](std::string_view piece) { out += piece; });
+  return out;
+}
 
 }  // namespace memsnap

@@ -12,10 +12,13 @@
 
 #include <string>
 
+#include "snapshot/byte_sink.h"
 #include "snapshot/snapshot.h"
 
 namespace memsnap {
 
+// Writes the pickle a piece at a time to `sink`.
+void write_pytorch_pickle(const Snapshot& snapshot, const ByteSink& sink);
 std::string to_pytorch_pickle(const Snapshot& snapshot);
 
 }  // namespace memsnap
