@@ -47,9 +47,9 @@ DeviceTrace::Row DeviceTrace::encode(size_t i, const TraceEntry& entry) {
              static_cast<int32_t>(offset), entry.stack};
 }
 
-void DeviceTrace::push_back(const TraceEntry& entry) {
+void DeviceTrace::push_back_slow(const TraceEntry& entry) {
   const size_t i = rows_.size();
-  if ((i & ((size_t{1} << kRunShift) - 1)) == 0) run_times_.push_back(entry.time_us);
+  if ((i & kRunMask) == 0) run_times_.push_back(entry.time_us);
   const Row row = encode(i, entry);
   if (static_cast<uint8_t>(row.packed >> kActionShift) == kWhole) wholes_.emplace_back(i, entry);
   rows_.push_back(row);

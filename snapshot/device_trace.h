@@ -50,7 +50,22 @@ class DeviceTrace {
   void reserve(size_t events);
   void clear();
   void shrink_to_fit();
-  void push_back(const TraceEntry& entry);
+  void push_back(const TraceEntry& entry) {
+    // The common event, inline: within its run's time, on the last stream seen, a size in 48
+    // bits. Anything else (a new run, another stream, an event kept whole) out of line.
+    const size_t i = rows_.size();
+    int64_t offset = 0;
+    if ((i & kRunMask) != 0 && stream_count_ != 0 && streams_[last_slot_] == entry.stream &&
+        entry.size <= kSizeMask && static_cast<uint8_t>(entry.action) != kWhole &&
+        !__builtin_sub_overflow(entry.time_us, run_times_.back(), &offset) && offset == static_cast<int32_t>(offset)) {
+      rows_.push_back(Row{entry.address,
+                          entry.size | uint64_t{last_slot_} << kStreamShift |
+                              uint64_t{static_cast<uint8_t>(entry.action)} << kActionShift,
+                          static_cast<int32_t>(offset), entry.stack});
+      return;
+    }
+    push_back_slow(entry);
+  }
   template <typename... Args>
   void emplace_back(Args&&... args) { push_back(TraceEntry(std::forward<Args>(args)...)); }
   // Replaces event `i` (i < size()).
@@ -92,8 +107,10 @@ class DeviceTrace {
   static constexpr uint64_t kSizeMask = (uint64_t{1} << kStreamShift) - 1;
   static constexpr uint8_t kWhole = 0xff;  // the action of a row whose event is in wholes_
   static constexpr int kRunShift = 12;     // 4,096 events a run
+  static constexpr size_t kRunMask = (size_t{1} << kRunShift) - 1;
 
   Row encode(size_t i, const TraceEntry& entry);
+  void push_back_slow(const TraceEntry& entry);
   TraceEntry whole(size_t i) const;
   void forget_whole(size_t i);
 
