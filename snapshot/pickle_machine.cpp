@@ -2,9 +2,11 @@
 
 #include "snapshot/huge_pages.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 namespace memsnap::pickle {
 namespace {
@@ -325,178 +327,243 @@ void Machine::next_batch() {
   }
 }
 
+// Threaded dispatch: each opcode's code ends with its own fetch and jump to the next one's,
+// so the processor predicts each jump from the opcode before it (PyTorch's snapshots repeat
+// a few opcode sequences millions of times); one shared switch jump mispredicted often.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpedantic"
+#if defined(__clang__)
+#pragma GCC diagnostic ignored "-Wgnu-label-as-value"
+#endif
 Value Machine::loop() {
-  for (;;) {
-    opcode_offset_ = input_.offset();
-    uint8_t op;
-    if (const uint8_t* at = input_.take(1)) op = *at;
-    else if (outer_ != nullptr && input_.peek() < 0) return Value();  // a part's end
-    else op = read_u8_slow();
-    switch (op) {
-      case kProto: {
-        const uint8_t protocol = read_u8();
-        if (protocol > 5) fail("pickle protocol " + std::to_string(protocol) + " is newer than 5");
-        break;
-      }
-      case kFrame: read_le(8); break;  // framing only groups opcodes; nothing to do
-      case kStop: {
-        if (outer_ != nullptr) fail("STOP inside a part");
-        const Value result = pop();
-        if (!marks_.empty()) fail("STOP inside an unfinished MARK");
-        return result;
-      }
-      case kMark:
-        if (marks_.size() >= limits_.max_marks) fail("nested deeper than " + std::to_string(limits_.max_marks));
-        marks_.push_back(stack_.size());
-        if (opcode_offset_ == next_splice_) [[unlikely]] take_piece();
-        break;
-      case kPop: pop(); break;
-      case kPopMark: stack_.resize(pop_mark()); break;
-      case kDup: {
-        const Value v = top();
-        if (v.is(Tag::kObject)) store_.object(v).shared = true;
-        push(v);
-        break;
-      }
-      case kNone: push(Value::make(Tag::kNone)); break;
-      case kNewTrue: push(Value::make(Tag::kTrue)); break;
-      case kNewFalse: push(Value::make(Tag::kFalse)); break;
-      case kBinInt: push(store_.integer(static_cast<int32_t>(read_le(4)))); break;
-      case kBinInt1: push(store_.integer(static_cast<int64_t>(read_le(1)))); break;
-      case kBinInt2: push(store_.integer(static_cast<int64_t>(read_le(2)))); break;
-      case kLong1: push(read_long(read_le(1))); break;
-      case kLong4: {
-        const auto length = static_cast<int32_t>(read_le(4));
-        if (length < 0) fail("negative LONG4 length");
-        push(read_long(static_cast<uint64_t>(length)));
-        break;
-      }
-      case kInt:
-      case kLong: {
-        std::string text = read_line();
-        if (op == kInt && text == "00") { push(Value::make(Tag::kFalse)); break; }
-        if (op == kInt && text == "01") { push(Value::make(Tag::kTrue)); break; }
-        if (op == kLong && !text.empty() && text.back() == 'L') text.pop_back();
-        int64_t v = 0;
-        auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-        if (ec == std::errc::result_out_of_range) { push(Value::make(Tag::kHugeInt)); break; }
-        if (ec != std::errc() || end != text.data() + text.size() || text.empty()) fail("bad integer text");
-        push(store_.integer(v));
-        break;
-      }
-      case kBinFloat: {
-        const uint64_t be = read_le(8);
-        const uint64_t bits = __builtin_bswap64(be);  // BINFLOAT is big-endian
-        double d;
-        std::memcpy(&d, &bits, sizeof d);
-        push(store_.floating(d));
-        break;
-      }
-      case kFloat: {
-        const std::string text = read_line();
-        char* end = nullptr;
-        const double d = std::strtod(text.c_str(), &end);
-        if (text.empty() || end != text.c_str() + text.size()) fail("bad float text");
-        push(store_.floating(d));
-        break;
-      }
-      case kShortBinUnicode: push(store_.string(read_bytes(read_le(1)))); break;
-      case kBinUnicode: push(store_.string(read_bytes(read_le(4)))); break;
-      case kBinUnicode8: push(store_.string(read_bytes(read_le(8)))); break;
-      case kShortBinString: push(store_.string(read_bytes(read_le(1)))); break;  // py2 str
-      case kBinString: {
-        const auto length = static_cast<int32_t>(read_le(4));
-        if (length < 0) fail("negative BINSTRING length");
-        push(store_.string(read_bytes(static_cast<uint64_t>(length))));
-        break;
-      }
-      case kShortBinBytes: push(store_.string(read_bytes(read_le(1)), Tag::kBytes)); break;
-      case kBinBytes: push(store_.string(read_bytes(read_le(4)), Tag::kBytes)); break;
-      case kBinBytes8:
-      case kByteArray8: push(store_.string(read_bytes(read_le(8)), Tag::kBytes)); break;
-      case kEmptyList: push(store_.new_object(ObjectKind::kList)); break;
-      case kEmptyDict: push(store_.new_object(ObjectKind::kDict)); break;
-      case kEmptyTuple: push(store_.new_object(ObjectKind::kTuple)); break;
-      case kEmptySet: push(store_.new_object(ObjectKind::kSet)); break;
-      case kTuple1:
-      case kTuple2:
-      case kTuple3: {
-        const size_t count = op - kTuple1 + 1u;
-        const size_t floor = marks_.empty() ? 0 : marks_.back();
-        if (stack_.size() < floor + count) fail("stack underflow");
-        push(make_sequence(ObjectKind::kTuple, stack_.size() - count));
-        break;
-      }
-      case kTuple: push(make_sequence(ObjectKind::kTuple, pop_mark())); break;
-      case kList: push(make_sequence(ObjectKind::kList, pop_mark())); break;
-      case kFrozenSet: push(make_sequence(ObjectKind::kSet, pop_mark())); break;
-      case kDict: {
-        const size_t first = pop_mark();
-        const Value dict = store_.new_object(ObjectKind::kDict);
-        const size_t pairs = (stack_.size() - first) / 2;
-        set_items(dict, first);
-        push(dict);
-        lower_finished(stack_.size() - 1, pairs);
-        break;
-      }
-      case kAppend: {
-        const Value item = pop();
-        const Value list = top();
-        if (!list.is(Tag::kObject) || store_.object(list).kind != ObjectKind::kList)
-          fail("APPEND to something that is not a list");
-        const Value placed = place(item);
-        store_.object(list).items.push_back(placed);
-        break;
-      }
-      case kAppends:
-      case kAddItems: {
-        const size_t first = pop_mark();
-        if (first == 0 || first - 1 < (marks_.empty() ? 0 : marks_.back()))
-          fail("APPENDS with no list under its MARK");
-        add_items(stack_[first - 1], first);
-        if (outer_ != nullptr && marks_.empty()) next_batch();
-        break;
-      }
-      case kSetItem: {
-        const size_t floor = marks_.empty() ? 0 : marks_.back();
-        if (stack_.size() < floor + 3) fail("stack underflow");
-        set_items(stack_[stack_.size() - 3], stack_.size() - 2);
-        lower_finished(stack_.size() - 1, 1);
-        break;
-      }
-      case kSetItems: {
-        const size_t first = pop_mark();
-        if (first == 0 || first <= (marks_.empty() ? 0 : marks_.back()))
-          fail("SETITEMS with no dict under its MARK");
-        const size_t pairs = (stack_.size() - first) / 2;
-        set_items(stack_[first - 1], first);
-        lower_finished(first - 1, pairs);
-        break;
-      }
-      case kMemoize: memo_put(memo_base_ + memo_.size(), top()); break;
-      case kBinPut: memo_put(read_le(1), top()); break;
-      case kLongBinPut: memo_put(read_le(4), top()); break;
-      case kPut:
-      case kGet: {
-        const std::string text = read_line();
-        uint64_t index = 0;
-        auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), index);
-        if (ec != std::errc() || end != text.data() + text.size() || text.empty()) fail("bad memo index text");
-        if (op == kPut) memo_put(index, top());
-        else push(memo_get(index));
-        break;
-      }
-      case kBinGet: push(memo_get(read_le(1))); break;
-      case kLongBinGet: push(memo_get(read_le(4))); break;
-      default: {
-        if (const char* name = refused_opcode_name(op))
-          fail(std::string("opcode ") + name + " is not supported (a snapshot holds only plain data)");
-        char hex[8];
-        std::snprintf(hex, sizeof hex, "0x%02x", op);
-        fail(std::string("unknown opcode ") + hex + " (not a pickle, or damaged)");
-      }
+  const void* table[256];
+  std::fill(std::begin(table), std::end(table), &&op_default);
+  table[kProto] = &&op_kProto;
+  table[kFrame] = &&op_kFrame;
+  table[kStop] = &&op_kStop;
+  table[kMark] = &&op_kMark;
+  table[kPop] = &&op_kPop;
+  table[kPopMark] = &&op_kPopMark;
+  table[kDup] = &&op_kDup;
+  table[kNone] = &&op_kNone;
+  table[kNewTrue] = &&op_kNewTrue;
+  table[kNewFalse] = &&op_kNewFalse;
+  table[kBinInt] = &&op_kBinInt;
+  table[kBinInt1] = &&op_kBinInt1;
+  table[kBinInt2] = &&op_kBinInt2;
+  table[kLong1] = &&op_kLong1;
+  table[kLong4] = &&op_kLong4;
+  table[kInt] = &&op_kInt;
+  table[kLong] = &&op_kLong;
+  table[kBinFloat] = &&op_kBinFloat;
+  table[kFloat] = &&op_kFloat;
+  table[kShortBinUnicode] = &&op_kShortBinUnicode;
+  table[kBinUnicode] = &&op_kBinUnicode;
+  table[kBinUnicode8] = &&op_kBinUnicode8;
+  table[kShortBinString] = &&op_kShortBinString;
+  table[kBinString] = &&op_kBinString;
+  table[kShortBinBytes] = &&op_kShortBinBytes;
+  table[kBinBytes] = &&op_kBinBytes;
+  table[kBinBytes8] = &&op_kBinBytes8;
+  table[kByteArray8] = &&op_kByteArray8;
+  table[kEmptyList] = &&op_kEmptyList;
+  table[kEmptyDict] = &&op_kEmptyDict;
+  table[kEmptyTuple] = &&op_kEmptyTuple;
+  table[kEmptySet] = &&op_kEmptySet;
+  table[kTuple1] = &&op_kTuple1;
+  table[kTuple2] = &&op_kTuple2;
+  table[kTuple3] = &&op_kTuple3;
+  table[kTuple] = &&op_kTuple;
+  table[kList] = &&op_kList;
+  table[kFrozenSet] = &&op_kFrozenSet;
+  table[kDict] = &&op_kDict;
+  table[kAppend] = &&op_kAppend;
+  table[kAppends] = &&op_kAppends;
+  table[kAddItems] = &&op_kAddItems;
+  table[kSetItem] = &&op_kSetItem;
+  table[kSetItems] = &&op_kSetItems;
+  table[kMemoize] = &&op_kMemoize;
+  table[kBinPut] = &&op_kBinPut;
+  table[kLongBinPut] = &&op_kLongBinPut;
+  table[kPut] = &&op_kPut;
+  table[kGet] = &&op_kGet;
+  table[kBinGet] = &&op_kBinGet;
+  table[kLongBinGet] = &&op_kLongBinGet;
+  uint8_t op;
+#define MEMSNAP_NEXT_OP()                                                                  \
+  do {                                                                                     \
+    opcode_offset_ = input_.offset();                                                      \
+    if (const uint8_t* at = input_.take(1)) op = *at;                                      \
+    else if (outer_ != nullptr && input_.peek() < 0) return Value(); /* a part's end */    \
+    else op = read_u8_slow();                                                              \
+    goto *table[op];                                                                       \
+  } while (false)
+  MEMSNAP_NEXT_OP();
+    op_kProto: {
+      const uint8_t protocol = read_u8();
+      if (protocol > 5) fail("pickle protocol " + std::to_string(protocol) + " is newer than 5");
+      MEMSNAP_NEXT_OP();
     }
-  }
+    op_kFrame: read_le(8); MEMSNAP_NEXT_OP();  // framing only groups opcodes; nothing to do
+    op_kStop: {
+      if (outer_ != nullptr) fail("STOP inside a part");
+      const Value result = pop();
+      if (!marks_.empty()) fail("STOP inside an unfinished MARK");
+      return result;
+    }
+    op_kMark:
+      if (marks_.size() >= limits_.max_marks) fail("nested deeper than " + std::to_string(limits_.max_marks));
+      marks_.push_back(stack_.size());
+      if (opcode_offset_ == next_splice_) [[unlikely]] take_piece();
+      MEMSNAP_NEXT_OP();
+    op_kPop: pop(); MEMSNAP_NEXT_OP();
+    op_kPopMark: stack_.resize(pop_mark()); MEMSNAP_NEXT_OP();
+    op_kDup: {
+      const Value v = top();
+      if (v.is(Tag::kObject)) store_.object(v).shared = true;
+      push(v);
+      MEMSNAP_NEXT_OP();
+    }
+    op_kNone: push(Value::make(Tag::kNone)); MEMSNAP_NEXT_OP();
+    op_kNewTrue: push(Value::make(Tag::kTrue)); MEMSNAP_NEXT_OP();
+    op_kNewFalse: push(Value::make(Tag::kFalse)); MEMSNAP_NEXT_OP();
+    op_kBinInt: push(store_.integer(static_cast<int32_t>(read_le(4)))); MEMSNAP_NEXT_OP();
+    op_kBinInt1: push(store_.integer(static_cast<int64_t>(read_le(1)))); MEMSNAP_NEXT_OP();
+    op_kBinInt2: push(store_.integer(static_cast<int64_t>(read_le(2)))); MEMSNAP_NEXT_OP();
+    op_kLong1: push(read_long(read_le(1))); MEMSNAP_NEXT_OP();
+    op_kLong4: {
+      const auto length = static_cast<int32_t>(read_le(4));
+      if (length < 0) fail("negative LONG4 length");
+      push(read_long(static_cast<uint64_t>(length)));
+      MEMSNAP_NEXT_OP();
+    }
+    op_kInt:
+    op_kLong: {
+      std::string text = read_line();
+      if (op == kInt && text == "00") { push(Value::make(Tag::kFalse)); MEMSNAP_NEXT_OP(); }
+      if (op == kInt && text == "01") { push(Value::make(Tag::kTrue)); MEMSNAP_NEXT_OP(); }
+      if (op == kLong && !text.empty() && text.back() == 'L') text.pop_back();
+      int64_t v = 0;
+      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+      if (ec == std::errc::result_out_of_range) { push(Value::make(Tag::kHugeInt)); MEMSNAP_NEXT_OP(); }
+      if (ec != std::errc() || end != text.data() + text.size() || text.empty()) fail("bad integer text");
+      push(store_.integer(v));
+      MEMSNAP_NEXT_OP();
+    }
+    op_kBinFloat: {
+      const uint64_t be = read_le(8);
+      const uint64_t bits = __builtin_bswap64(be);  // BINFLOAT is big-endian
+      double d;
+      std::memcpy(&d, &bits, sizeof d);
+      push(store_.floating(d));
+      MEMSNAP_NEXT_OP();
+    }
+    op_kFloat: {
+      const std::string text = read_line();
+      char* end = nullptr;
+      const double d = std::strtod(text.c_str(), &end);
+      if (text.empty() || end != text.c_str() + text.size()) fail("bad float text");
+      push(store_.floating(d));
+      MEMSNAP_NEXT_OP();
+    }
+    op_kShortBinUnicode: push(store_.string(read_bytes(read_le(1)))); MEMSNAP_NEXT_OP();
+    op_kBinUnicode: push(store_.string(read_bytes(read_le(4)))); MEMSNAP_NEXT_OP();
+    op_kBinUnicode8: push(store_.string(read_bytes(read_le(8)))); MEMSNAP_NEXT_OP();
+    op_kShortBinString: push(store_.string(read_bytes(read_le(1)))); MEMSNAP_NEXT_OP();  // py2 str
+    op_kBinString: {
+      const auto length = static_cast<int32_t>(read_le(4));
+      if (length < 0) fail("negative BINSTRING length");
+      push(store_.string(read_bytes(static_cast<uint64_t>(length))));
+      MEMSNAP_NEXT_OP();
+    }
+    op_kShortBinBytes: push(store_.string(read_bytes(read_le(1)), Tag::kBytes)); MEMSNAP_NEXT_OP();
+    op_kBinBytes: push(store_.string(read_bytes(read_le(4)), Tag::kBytes)); MEMSNAP_NEXT_OP();
+    op_kBinBytes8:
+    op_kByteArray8: push(store_.string(read_bytes(read_le(8)), Tag::kBytes)); MEMSNAP_NEXT_OP();
+    op_kEmptyList: push(store_.new_object(ObjectKind::kList)); MEMSNAP_NEXT_OP();
+    op_kEmptyDict: push(store_.new_object(ObjectKind::kDict)); MEMSNAP_NEXT_OP();
+    op_kEmptyTuple: push(store_.new_object(ObjectKind::kTuple)); MEMSNAP_NEXT_OP();
+    op_kEmptySet: push(store_.new_object(ObjectKind::kSet)); MEMSNAP_NEXT_OP();
+    op_kTuple1:
+    op_kTuple2:
+    op_kTuple3: {
+      const size_t count = op - kTuple1 + 1u;
+      const size_t floor = marks_.empty() ? 0 : marks_.back();
+      if (stack_.size() < floor + count) fail("stack underflow");
+      push(make_sequence(ObjectKind::kTuple, stack_.size() - count));
+      MEMSNAP_NEXT_OP();
+    }
+    op_kTuple: push(make_sequence(ObjectKind::kTuple, pop_mark())); MEMSNAP_NEXT_OP();
+    op_kList: push(make_sequence(ObjectKind::kList, pop_mark())); MEMSNAP_NEXT_OP();
+    op_kFrozenSet: push(make_sequence(ObjectKind::kSet, pop_mark())); MEMSNAP_NEXT_OP();
+    op_kDict: {
+      const size_t first = pop_mark();
+      const Value dict = store_.new_object(ObjectKind::kDict);
+      const size_t pairs = (stack_.size() - first) / 2;
+      set_items(dict, first);
+      push(dict);
+      lower_finished(stack_.size() - 1, pairs);
+      MEMSNAP_NEXT_OP();
+    }
+    op_kAppend: {
+      const Value item = pop();
+      const Value list = top();
+      if (!list.is(Tag::kObject) || store_.object(list).kind != ObjectKind::kList)
+        fail("APPEND to something that is not a list");
+      const Value placed = place(item);
+      store_.object(list).items.push_back(placed);
+      MEMSNAP_NEXT_OP();
+    }
+    op_kAppends:
+    op_kAddItems: {
+      const size_t first = pop_mark();
+      if (first == 0 || first - 1 < (marks_.empty() ? 0 : marks_.back()))
+        fail("APPENDS with no list under its MARK");
+      add_items(stack_[first - 1], first);
+      if (outer_ != nullptr && marks_.empty()) next_batch();
+      MEMSNAP_NEXT_OP();
+    }
+    op_kSetItem: {
+      const size_t floor = marks_.empty() ? 0 : marks_.back();
+      if (stack_.size() < floor + 3) fail("stack underflow");
+      set_items(stack_[stack_.size() - 3], stack_.size() - 2);
+      lower_finished(stack_.size() - 1, 1);
+      MEMSNAP_NEXT_OP();
+    }
+    op_kSetItems: {
+      const size_t first = pop_mark();
+      if (first == 0 || first <= (marks_.empty() ? 0 : marks_.back()))
+        fail("SETITEMS with no dict under its MARK");
+      const size_t pairs = (stack_.size() - first) / 2;
+      set_items(stack_[first - 1], first);
+      lower_finished(first - 1, pairs);
+      MEMSNAP_NEXT_OP();
+    }
+    op_kMemoize: memo_put(memo_base_ + memo_.size(), top()); MEMSNAP_NEXT_OP();
+    op_kBinPut: memo_put(read_le(1), top()); MEMSNAP_NEXT_OP();
+    op_kLongBinPut: memo_put(read_le(4), top()); MEMSNAP_NEXT_OP();
+    op_kPut:
+    op_kGet: {
+      const std::string text = read_line();
+      uint64_t index = 0;
+      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), index);
+      if (ec != std::errc() || end != text.data() + text.size() || text.empty()) fail("bad memo index text");
+      if (op == kPut) memo_put(index, top());
+      else push(memo_get(index));
+      MEMSNAP_NEXT_OP();
+    }
+    op_kBinGet: push(memo_get(read_le(1))); MEMSNAP_NEXT_OP();
+    op_kLongBinGet: push(memo_get(read_le(4))); MEMSNAP_NEXT_OP();
+    op_default: {
+      if (const char* name = refused_opcode_name(op))
+        fail(std::string("opcode ") + name + " is not supported (a snapshot holds only plain data)");
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02x", op);
+      fail(std::string("unknown opcode ") + hex + " (not a pickle, or damaged)");
+    }
+
+#undef MEMSNAP_NEXT_OP
 }
+#pragma GCC diagnostic pop
 
 }  // namespace memsnap::pickle
