@@ -2,11 +2,7 @@
 // refused with a clear error, never a crash or a huge allocation.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdio>
-#include <fstream>
 #include <random>
 #include <string>
 #include <utility>
@@ -16,6 +12,7 @@
 #include "snapshot/msgpack_reader.h"
 #include "snapshot/msgpack_writer.h"
 #include "snapshot/snapshot_loader.h"
+#include "tests/snapshot/cut_short_file.h"
 #include "snapshot_test_support.h"
 
 namespace snapshot_test {
@@ -111,28 +108,11 @@ TEST(MsgpackFormat, BytesBehindTheReaderAreLetGo) {
   EXPECT_GT(behind, bytes.size() / 2);
 }
 
-// A file cut short after it was opened (a program rewriting its snapshot in place): the read
-// fails with one line that says so, never a crash.
+// A file cut short after it was opened: the read fails with one line that says so.
 TEST(MsgpackFormat, AFileCutShortWhileReadFailsWithOneLine) {
-  const std::string bytes = memsnap::to_msgpack(long_snapshot(200000));
-  const std::string path = testing::TempDir() + "memsnap_cut_short.msgpack";
-  const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  for (const size_t cut : {bytes.size() / 3, bytes.size() / 3 / page * page, bytes.size() - page}) {
-    {
-      std::ofstream out(path, std::ios::binary | std::ios::trunc);
-      out << bytes;
-    }
-    auto source = memsnap::ByteSource::open_file(path, 64 << 20);
-    ASSERT_TRUE(source.ok()) << source.error();
-    ASSERT_EQ(truncate(path.c_str(), static_cast<off_t>(cut)), 0);
-    const auto read = memsnap::load_snapshot_from(*source.value(), path);
-    ASSERT_FALSE(read.ok()) << "cut at " << cut;
-    EXPECT_NE(read.error().find("cut short while it was read"), std::string::npos) << read.error();
-    EXPECT_EQ(read.error().find('\n'), std::string::npos);
-  }
-  const auto whole = memsnap::load_snapshot(path);  // the file as it is now: damaged
-  EXPECT_FALSE(whole.ok());
-  std::remove(path.c_str());
+  memsnap::testing_support::expect_reads_of_a_file_cut_short_fail(
+      memsnap::to_msgpack(long_snapshot(200000)), testing::TempDir() + "memsnap_cut_short.msgpack",
+      [](memsnap::ByteSource& source) { return memsnap::load_snapshot_from(source, "cut.msgpack"); });
 }
 
 TEST(MsgpackFormat, RejectsWhatIsNotASnapshot) {

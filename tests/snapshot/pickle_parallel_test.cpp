@@ -4,10 +4,6 @@
 // scan on its own, and frames that one stack names twice.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
-#include <cstdio>
-#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -16,6 +12,7 @@
 #include "snapshot/file_contents.h"
 #include "snapshot/pickle_layout.h"
 #include "snapshot/pytorch_snapshot_reader.h"
+#include "tests/snapshot/cut_short_file.h"
 #include "tests/test_scale.h"
 
 namespace {
@@ -126,28 +123,11 @@ TEST(PickleParallel, DamagedSnapshotsGiveWhatOneThreadGives) {
   EXPECT_GT(loaded, 10 / memsnap::testing::kWorkDivisor);
 }
 
-// A file cut short after it was opened (torch's _dump_snapshot rewrites a file in place):
-// the mapped pages past its new end read as zeros (a page wholly past it would otherwise
-// raise SIGBUS), and the read fails with one line that says what happened; the process
-// lives on.
+// A file cut short after it was opened, read in parts: one line that says so.
 TEST(PickleParallel, AFileCutShortWhileReadFailsWithOneLine) {
-  const std::string bytes = pickle_file("pytorch-2.11-h100/transformer_s0.pickle.gz");
-  const std::string path = testing::TempDir() + "memsnap_cut_short.pickle";
-  const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  for (const size_t cut : {bytes.size() / 3, bytes.size() / 3 / page * page, bytes.size() - page}) {
-    {
-      std::ofstream out(path, std::ios::binary | std::ios::trunc);
-      out << bytes;
-    }
-    auto source = memsnap::ByteSource::open_file(path, 64 << 20);
-    ASSERT_TRUE(source.ok()) << source.error();
-    ASSERT_EQ(truncate(path.c_str(), static_cast<off_t>(cut)), 0);
-    auto read = memsnap::snapshot_from_pickle(*source.value(), in_parts(3, 64 << 10, nullptr));
-    ASSERT_FALSE(read.ok()) << "cut at " << cut;
-    EXPECT_NE(read.error().find("cut short while it was read"), std::string::npos) << read.error();
-    EXPECT_EQ(read.error().find('\n'), std::string::npos);
-  }
-  std::remove(path.c_str());
+  memsnap::testing_support::expect_reads_of_a_file_cut_short_fail(
+      pickle_file("pytorch-2.11-h100/transformer_s0.pickle.gz"), testing::TempDir() + "memsnap_cut_short.pickle",
+      [](memsnap::ByteSource& source) { return memsnap::snapshot_from_pickle(source, in_parts(3, 64 << 10, nullptr)); });
 }
 
 TEST(PickleLayout, PartsAreWholeBatchesInFileOrder) {
