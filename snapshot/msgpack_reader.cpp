@@ -10,9 +10,9 @@
 namespace memsnap {
 namespace {
 
-// Reads the document straight from its bytes (msgpack_cursor.h): the top-level map is walked
-// once to find where each field's value lies, then the tables (frames, stacks) are read before
-// what refers to them, each value where it lies.
+// Reads the document straight from its bytes (msgpack_cursor.h), each top-level field where it
+// lies, in file order (memsnap writes the tables, frames and stacks, before what refers to
+// them); a field met before the table it refers to is read after the walk, tables first.
 class Reader {
  public:
   Reader(std::string_view bytes, const ReleaseBytes& release) : bytes_(bytes), release_(release) {}
