@@ -14,14 +14,14 @@ if [[ -z $file ]]; then
   "$build/demo/memsnap-demo" --steps 40000 --max-entries 3000000 --out "$file" >/dev/null
 fi
 bytes=$(stat -c %s "$file")
-printf '%s: %.1f MiB\n\n' "$file" "$(echo "$bytes / 1048576" | bc -l)"
+awk -v f="$file" -v b="$bytes" 'BEGIN {printf "%s: %.1f MiB\n\n", f, b / 1048576}' 
 printf '%-34s %8s %10s %8s\n' command seconds "peak MiB" "/ file"
 run() {
   local name=$1
   shift
   /usr/bin/time -f '%e %M' -o "$work/time" "$@" >/dev/null 2>"$work/err" || { echo "$name failed: $(tail -1 "$work/err")"; return; }
   read -r seconds kib <"$work/time"
-  printf '%-34s %8s %10.1f %7.2fx\n' "$name" "$seconds" "$(echo "$kib / 1024" | bc -l)" "$(echo "$kib * 1024 / $bytes" | bc -l)"
+  awk -v n="$name" -v s="$seconds" -v k="$kib" -v b="$bytes" 'BEGIN {printf "%-34s %8s %10.1f %7.2fx\n", n, s, k / 1024, k * 1024 / b}' 
 }
 m=$build/cli/memsnap
 run stats "$m" stats "$file"
