@@ -60,7 +60,7 @@ class AnnotationList {
 
 class AnnotationList::const_iterator {
  public:
-  using iterator_category = std::random_access_iterator_tag;
+  using iterator_category = std::forward_iterator_tag;
   using value_type = SnapshotAnnotation;
   using difference_type = std::ptrdiff_t;
   using reference = SnapshotAnnotation;
@@ -71,9 +71,6 @@ class AnnotationList::const_iterator {
   SnapshotAnnotation operator*() const { return (*list_)[index_]; }
   const_iterator& operator++() { ++index_; return *this; }
   const_iterator operator++(int) { const_iterator was = *this; ++index_; return was; }
-  friend difference_type operator-(const const_iterator& a, const const_iterator& b) {
-    return static_cast<difference_type>(a.index_) - static_cast<difference_type>(b.index_);
-  }
   friend bool operator==(const const_iterator& a, const const_iterator& b) { return a.index_ == b.index_; }
 
  private:
