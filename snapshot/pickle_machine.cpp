@@ -329,7 +329,9 @@ void Machine::next_batch() {
 
 // Threaded dispatch: each opcode's code ends with its own fetch and jump to the next one's,
 // so the processor predicts each jump from the opcode before it (PyTorch's snapshots repeat
-// a few opcode sequences millions of times); one shared switch jump mispredicted often.
+// a few opcode sequences millions of times); one shared switch jump mispredicted often. A
+// computed goto runs no destructors: no handler jumps from inside the scope of an object
+// that has one (clang refuses such a jump; gcc would leak the object).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpedantic"
 #if defined(__clang__)
@@ -439,15 +441,22 @@ Value Machine::loop() {
     }
     op_kInt:
     op_kLong: {
-      std::string text = read_line();
-      if (op == kInt && text == "00") { push(Value::make(Tag::kFalse)); MEMSNAP_NEXT_OP(); }
-      if (op == kInt && text == "01") { push(Value::make(Tag::kTrue)); MEMSNAP_NEXT_OP(); }
-      if (op == kLong && !text.empty() && text.back() == 'L') text.pop_back();
-      int64_t v = 0;
-      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-      if (ec == std::errc::result_out_of_range) { push(Value::make(Tag::kHugeInt)); MEMSNAP_NEXT_OP(); }
-      if (ec != std::errc() || end != text.data() + text.size() || text.empty()) fail("bad integer text");
-      push(store_.integer(v));
+      {  // the text's scope ends before the jump: a computed goto runs no destructors
+        std::string text = read_line();
+        if (op == kInt && (text == "00" || text == "01")) {
+          push(Value::make(text == "01" ? Tag::kTrue : Tag::kFalse));
+        } else {
+          if (op == kLong && !text.empty() && text.back() == 'L') text.pop_back();
+          int64_t v = 0;
+          auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+          if (ec == std::errc::result_out_of_range) {
+            push(Value::make(Tag::kHugeInt));
+          } else {
+            if (ec != std::errc() || end != text.data() + text.size() || text.empty()) fail("bad integer text");
+            push(store_.integer(v));
+          }
+        }
+      }
       MEMSNAP_NEXT_OP();
     }
     op_kBinFloat: {
@@ -459,11 +468,13 @@ Value Machine::loop() {
       MEMSNAP_NEXT_OP();
     }
     op_kFloat: {
-      const std::string text = read_line();
-      char* end = nullptr;
-      const double d = std::strtod(text.c_str(), &end);
-      if (text.empty() || end != text.c_str() + text.size()) fail("bad float text");
-      push(store_.floating(d));
+      {
+        const std::string text = read_line();
+        char* end = nullptr;
+        const double d = std::strtod(text.c_str(), &end);
+        if (text.empty() || end != text.c_str() + text.size()) fail("bad float text");
+        push(store_.floating(d));
+      }
       MEMSNAP_NEXT_OP();
     }
     op_kShortBinUnicode: push(store_.string(read_bytes(read_le(1)))); MEMSNAP_NEXT_OP();
@@ -544,12 +555,14 @@ Value Machine::loop() {
     op_kLongBinPut: memo_put(read_le(4), top()); MEMSNAP_NEXT_OP();
     op_kPut:
     op_kGet: {
-      const std::string text = read_line();
-      uint64_t index = 0;
-      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), index);
-      if (ec != std::errc() || end != text.data() + text.size() || text.empty()) fail("bad memo index text");
-      if (op == kPut) memo_put(index, top());
-      else push(memo_get(index));
+      {
+        const std::string text = read_line();
+        uint64_t index = 0;
+        auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), index);
+        if (ec != std::errc() || end != text.data() + text.size() || text.empty()) fail("bad memo index text");
+        if (op == kPut) memo_put(index, top());
+        else push(memo_get(index));
+      }
       MEMSNAP_NEXT_OP();
     }
     op_kBinGet: push(memo_get(read_le(1))); MEMSNAP_NEXT_OP();

@@ -258,6 +258,34 @@ TEST(PickleReader, BoundsNestingAndMemo) {
   EXPECT_TRUE(sparse->snapshot.segments.empty());
 }
 
+// The text opcodes of pickle protocols 0 and 1 (INT, LONG, FLOAT, PUT, GET), as older
+// picklers write them, among binary ones: each read as Python reads it.
+TEST(PickleReader, TextOpcodesReadAsPythonReadsThem) {
+  const auto text = [](const std::string& s) { return "\x8c" + std::string(1, static_cast<char>(s.size())) + s; };
+  const auto entry = [&](const std::string& action, const std::string& time, const std::string& frames) {
+    return "}(" + text("action") + text(action) + text("addr") + "I4096\n" + text("size") + "L512L\n" + text("stream") +
+           "I0\n" + text("time_us") + "I" + time + "\n" + text("frames") + frames + "u";
+  };
+  const std::string bytes = "\x80\x02}(" + text("segments") + "]" + text("device_traces") + "](](" +
+                            entry("alloc", "1000", "]p7\n") + entry("free_completed", "1001", "g7\n") + "ee" +
+                            text("allocator_settings") + "}(" + text("x") + "F1.5\n" + text("flag") + "I01\n" +
+                            text("off") + "I00\n" + "u" + "u.";
+  const auto loaded = load_snapshot_from_memory(bytes);
+  ASSERT_TRUE(loaded.ok()) << loaded.error();
+  const memsnap::Snapshot& s = loaded->snapshot;
+  ASSERT_EQ(s.device_traces.size(), 1u);
+  ASSERT_EQ(s.device_traces[0].size(), 2u);
+  EXPECT_EQ(s.device_traces[0][0].address, 4096u);
+  EXPECT_EQ(s.device_traces[0][0].size, 512u);
+  EXPECT_EQ(s.device_traces[0][1].time_us, 1001);
+  EXPECT_EQ(s.device_traces[0][1].action, memsnap::TraceAction::kFreeCompleted);
+  const std::vector<std::pair<std::string, std::string>> settings = {{"x", "1.5"}, {"flag", "true"}, {"off", "false"}};
+  EXPECT_EQ(s.allocator_settings, settings);
+  EXPECT_NE(load_error("\x80\x02I12x\n.").find("bad integer text"), std::string::npos);
+  EXPECT_NE(load_error("\x80\x02" "F1.5x\n.").find("bad float text"), std::string::npos);
+  EXPECT_NE(load_error("\x80\x02]pX\n.").find("bad memo index text"), std::string::npos);
+}
+
 TEST(PickleReader, NamesTheFieldThatIsWrong) {
   // {"segments": [{"address": "x"}]}
   // (The length is counted from the literal: a hand count once read past its end.)
