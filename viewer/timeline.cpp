@@ -150,6 +150,10 @@ class AllocationWalk {
   uint64_t events_ = 0;
 };
 
+// A wrapping sum of sizes read as signed; a negative one (a trace that frees more than it
+// allocated) counts as nothing in use.
+uint64_t bytes_in_use(uint64_t sum) { return static_cast<uint64_t>(std::max<int64_t>(static_cast<int64_t>(sum), 0)); }
+
 // A marker before it is kept: an out-of-memory entry of the trace, or an annotation.
 struct MarkerSource {
   uint64_t event;
@@ -226,13 +230,15 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
   // starts and ends, summed).
   std::vector<int64_t> times;
   times.reserve(out.events);
-  std::vector<int64_t> in_use(out.events + 1, 0);
+  // Sums in unsigned arithmetic, which wraps: a hostile file's sizes cannot overflow them, and
+  // read as signed they are what signed sums would be.
+  std::vector<uint64_t> in_use(out.events + 1, 0);
   std::vector<MarkerSource> markers;
   walk.run(
       [&](const Allocation& a) {
         ++out.allocations;
-        in_use[a.start] += static_cast<int64_t>(a.size);
-        if (a.end < out.events) in_use[a.end] -= static_cast<int64_t>(a.size);
+        in_use[a.start] += a.size;
+        if (a.end < out.events) in_use[a.end] -= a.size;
       },
       [&](int64_t time_us) { times.push_back(time_us); },
       [&](uint64_t index, uint64_t entry) { markers.push_back({index, entry, true}); });
@@ -256,11 +262,11 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
 
   // The exact peak of the window, from every event (the samples below are a subset of them
   // and could miss it); its event is sampled too, so the picture shows it.
-  out.peak_bytes = static_cast<uint64_t>(std::max<int64_t>(in_use[lo], 0));
+  out.peak_bytes = bytes_in_use(in_use[lo]);
   out.peak_event = lo;
   for (uint64_t event = lo + 1; event <= hi; ++event)
-    if (in_use[event] > 0 && static_cast<uint64_t>(in_use[event]) > out.peak_bytes) {
-      out.peak_bytes = static_cast<uint64_t>(in_use[event]);
+    if (bytes_in_use(in_use[event]) > out.peak_bytes) {
+      out.peak_bytes = bytes_in_use(in_use[event]);
       out.peak_event = event;
     }
 
@@ -320,10 +326,10 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
 
   // At each sample: the merged (small) allocations are what is in use less the bands alive.
   for (uint64_t sample : samples) {
-    int64_t other = in_use[sample];
+    uint64_t other = in_use[sample];
     for (const TimelineBand& b : out.bands)
-      if (b.start <= sample && (b.end > sample || b.end == out.events)) other -= static_cast<int64_t>(b.size);
-    uint64_t offset = static_cast<uint64_t>(std::max<int64_t>(other, 0));
+      if (b.start <= sample && (b.end > sample || b.end == out.events)) other -= b.size;
+    uint64_t offset = bytes_in_use(other);
     out.other_bytes.push_back(offset);
     for (TimelineBand& b : out.bands) {
       if (b.start > sample || (b.end <= sample && !(b.end == out.events && sample == out.events))) continue;
@@ -337,7 +343,7 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
     out.total_bytes.push_back(offset);
     out.event_time_us.push_back(sample < times.size() ? times[sample] : (times.empty() ? 0 : times.back()));
   }
-  std::vector<int64_t>().swap(in_use);
+  std::vector<uint64_t>().swap(in_use);
   std::vector<int64_t>().swap(times);
 
   // Third walk, when asked: the bytes of each memory role and of each pool at each sample.
@@ -354,27 +360,27 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
       }
     }
     // Per group, the bytes that begin (and end) at each sample: summed in order, the bytes live.
-    std::vector<std::vector<int64_t>> by_role(options.roles ? kMemoryRoles : 0, std::vector<int64_t>(samples.size() + 1));
-    std::vector<std::vector<int64_t>> by_pool(out.pools.size(), std::vector<int64_t>(samples.size() + 1));
+    std::vector<std::vector<uint64_t>> by_role(options.roles ? kMemoryRoles : 0, std::vector<uint64_t>(samples.size() + 1));
+    std::vector<std::vector<uint64_t>> by_pool(out.pools.size(), std::vector<uint64_t>(samples.size() + 1));
     walk.run(
         [&](const Allocation& a) {
           const auto first = static_cast<size_t>(std::lower_bound(samples.begin(), samples.end(), a.start) - samples.begin());
           const size_t stop = a.end < out.events
               ? static_cast<size_t>(std::lower_bound(samples.begin(), samples.end(), a.end) - samples.begin())
               : samples.size();
-          const auto add = [&](std::vector<int64_t>& deltas) {
-            deltas[first] += static_cast<int64_t>(a.size);
-            deltas[stop] -= static_cast<int64_t>(a.size);
+          const auto add = [&](std::vector<uint64_t>& deltas) {
+            deltas[first] += a.size;
+            deltas[stop] -= a.size;
           };
           if (options.roles) add(by_role[static_cast<size_t>(roles.of(a.stack))]);
           if (options.pools) add(by_pool[index_of.at(pools.at(a.address))]);
         },
         [](int64_t) {}, [](uint64_t, uint64_t) {});
-    const auto live_bytes = [&](std::vector<std::vector<int64_t>>& deltas, size_t sample) {
+    const auto live_bytes = [&](std::vector<std::vector<uint64_t>>& deltas, size_t sample) {
       std::vector<uint64_t> row(deltas.size());
       for (size_t g = 0; g < deltas.size(); ++g) {
         if (sample > 0) deltas[g][sample] += deltas[g][sample - 1];
-        row[g] = static_cast<uint64_t>(std::max<int64_t>(deltas[g][sample], 0));
+        row[g] = bytes_in_use(deltas[g][sample]);
       }
       return row;
     };
