@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <string_view>
 
 #include "snapshot/msgpack_writer.h"
 #include "snapshot/pytorch_pickle_writer.h"
@@ -25,42 +27,50 @@ void replace_all(std::string& text, const std::string& from, const std::string& 
 
 }  // namespace
 
-std::optional<std::string> write_file_atomically(const std::string& path, const std::string& bytes) {
+std::optional<std::string> write_file_atomically(const std::string& path,
+                                                 const std::function<void(const ByteSink&)>& write) {
   // Unique per call, so threads dumping to the same path never share a temporary file.
   static std::atomic<uint64_t> writes{0};
   const std::string temporary =
       path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(++writes);
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return system_error("cannot create", temporary);
-  size_t written = 0;
-  while (written < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      std::string error = system_error("cannot write", temporary);
-      ::close(fd);
-      ::unlink(temporary.c_str());
-      return error;
+  std::optional<std::string> error;  // the first failed write; later pieces are dropped
+  write([&](std::string_view piece) {
+    size_t written = 0;
+    while (!error && written < piece.size()) {
+      const ssize_t n = ::write(fd, piece.data() + written, piece.size() - written);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) error = system_error("cannot write", temporary);
+      else written += static_cast<size_t>(n);
     }
-    written += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    std::string error = system_error("cannot flush", temporary);
-    ::unlink(temporary.c_str());
-    return error;
-  }
-  if (::rename(temporary.c_str(), path.c_str()) != 0) {
-    std::string error = system_error("cannot rename to", path);
-    ::unlink(temporary.c_str());
-    return error;
-  }
-  return std::nullopt;
+  });
+  if (!error && (::fsync(fd) != 0)) error = system_error("cannot flush", temporary);
+  if (::close(fd) != 0 && !error) error = system_error("cannot flush", temporary);
+  if (!error && ::rename(temporary.c_str(), path.c_str()) != 0) error = system_error("cannot rename to", path);
+  if (error) ::unlink(temporary.c_str());
+  return error;
 }
+
+std::optional<std::string> write_file_atomically(const std::string& path, const std::string& bytes) {
+  return write_file_atomically(path, [&](const ByteSink& sink) { sink(bytes); });
+}
+
+namespace {
+
+// Writes the snapshot's file a piece at a time: the file is never held whole.
+std::optional<std::string> write_as(const Snapshot& snapshot, const std::string& path, bool pickle) {
+  return write_file_atomically(path, [&](const ByteSink& sink) {
+    if (pickle) write_pytorch_pickle(snapshot, sink);
+    else write_msgpack(snapshot, sink);
+  });
+}
+
+}  // namespace
 
 std::optional<std::string> write_snapshot_file(const Snapshot& snapshot, const std::string& path) {
   try {
-    return write_file_atomically(path, path.ends_with(".pickle") ? to_pytorch_pickle(snapshot)
-                                                                 : to_msgpack(snapshot));
+    return write_as(snapshot, path, path.ends_with(".pickle"));
   } catch (const std::exception& error) {
     return "cannot write a snapshot to " + path + ": " + error.what();
   }
@@ -72,7 +82,7 @@ std::optional<std::string> dump_as(CachingAllocator& allocator, HistoryRecorder*
                                    const std::string& path, const SnapshotOptions& options, bool pickle) {
   try {
     const Snapshot snapshot = take_snapshot(allocator, recorder, options);
-    return write_file_atomically(path, pickle ? to_pytorch_pickle(snapshot) : to_msgpack(snapshot));
+    return write_as(snapshot, path, pickle);
   } catch (const std::exception& error) {
     return "cannot take a snapshot for " + path + ": " + error.what();
   }

@@ -3,11 +3,13 @@
 // And the one-call hook that writes a snapshot whenever the allocator runs out of memory.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 
 #include "allocator/caching_allocator.h"
 #include "history/history_recorder.h"
+#include "snapshot/byte_sink.h"
 #include "snapshot/snapshot.h"
 #include "snapshot/snapshot_builder.h"
 
@@ -15,6 +17,10 @@ namespace memsnap {
 
 // Writes `bytes` to `path` atomically; returns a one-line error on failure.
 std::optional<std::string> write_file_atomically(const std::string& path, const std::string& bytes);
+// The same for a file written a piece at a time: `write` hands its pieces to the sink it is
+// given (after a failed write the rest are dropped, and the error is returned).
+std::optional<std::string> write_file_atomically(const std::string& path,
+                                                 const std::function<void(const ByteSink&)>& write);
 
 // Writes `snapshot` to `path` (atomically): as PyTorch's snapshot pickle when the path ends in
 // ".pickle" (snapshot/pytorch_pickle_writer.h), else as memsnap's msgpack. Returns a one-line
