@@ -8,9 +8,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <iterator>
 #include <unordered_map>
 #include <vector>
+
+#include "snapshot/indexed_iterator.h"
 
 namespace memsnap {
 
@@ -24,7 +25,7 @@ struct SnapshotAnnotation {
 
 class AnnotationList {
  public:
-  class const_iterator;
+  using const_iterator = IndexedIterator<AnnotationList, SnapshotAnnotation>;
   using value_type = SnapshotAnnotation;
 
   size_t size() const { return rows_.size(); }
@@ -56,26 +57,6 @@ class AnnotationList {
   std::vector<Row> rows_;
   std::vector<std::string> texts_;
   std::unordered_map<std::string, uint32_t> text_ids_;
-};
-
-class AnnotationList::const_iterator {
- public:
-  using iterator_category = std::forward_iterator_tag;
-  using value_type = SnapshotAnnotation;
-  using difference_type = std::ptrdiff_t;
-  using reference = SnapshotAnnotation;
-  using pointer = void;
-
-  const_iterator() = default;
-  const_iterator(const AnnotationList* list, size_t index) : list_(list), index_(index) {}
-  SnapshotAnnotation operator*() const { return (*list_)[index_]; }
-  const_iterator& operator++() { ++index_; return *this; }
-  const_iterator operator++(int) { const_iterator was = *this; ++index_; return was; }
-  friend bool operator==(const const_iterator& a, const const_iterator& b) { return a.index_ == b.index_; }
-
- private:
-  const AnnotationList* list_ = nullptr;
-  size_t index_ = 0;
 };
 
 inline AnnotationList::const_iterator AnnotationList::begin() const { return {this, 0}; }

@@ -42,9 +42,7 @@ DeviceTrace::Row DeviceTrace::encode(size_t i, const TraceEntry& entry) {
     if (slot == stream_count_) streams_[stream_count_++] = entry.stream;
     last_slot_ = static_cast<uint8_t>(slot);
   }
-  return Row{entry.address,
-             entry.size | uint64_t{last_slot_} << kStreamShift | uint64_t{action} << kActionShift,
-             static_cast<int32_t>(offset), entry.stack};
+  return row_of(entry, last_slot_, offset);
 }
 
 void DeviceTrace::push_back_slow(const TraceEntry& entry) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "history/trace_action.h"
+#include "snapshot/indexed_iterator.h"
 
 namespace memsnap {
 
@@ -41,7 +42,7 @@ struct TraceEntry {
 
 class DeviceTrace {
  public:
-  class const_iterator;
+  using const_iterator = IndexedIterator<DeviceTrace, TraceEntry>;
   using value_type = TraceEntry;
   using size_type = size_t;
 
@@ -58,10 +59,7 @@ class DeviceTrace {
     if ((i & kRunMask) != 0 && stream_count_ != 0 && streams_[last_slot_] == entry.stream &&
         entry.size <= kSizeMask && static_cast<uint8_t>(entry.action) != kWhole &&
         !__builtin_sub_overflow(entry.time_us, run_times_.back(), &offset) && offset == static_cast<int32_t>(offset)) {
-      rows_.push_back(Row{entry.address,
-                          entry.size | uint64_t{last_slot_} << kStreamShift |
-                              uint64_t{static_cast<uint8_t>(entry.action)} << kActionShift,
-                          static_cast<int32_t>(offset), entry.stack});
+      rows_.push_back(row_of(entry, last_slot_, offset));
       return;
     }
     push_back_slow(entry);
@@ -109,6 +107,12 @@ class DeviceTrace {
   static constexpr int kRunShift = 12;     // 4,096 events a run
   static constexpr size_t kRunMask = (size_t{1} << kRunShift) - 1;
 
+  // The row of an event that fits one: its stream at `slot`, its time `offset` from its run's.
+  static Row row_of(const TraceEntry& entry, uint8_t slot, int64_t offset) {
+    return Row{entry.address,
+               entry.size | uint64_t{slot} << kStreamShift | uint64_t{static_cast<uint8_t>(entry.action)} << kActionShift,
+               static_cast<int32_t>(offset), entry.stack};
+  }
   Row encode(size_t i, const TraceEntry& entry);
   void push_back_slow(const TraceEntry& entry);
   TraceEntry whole(size_t i) const;
@@ -120,42 +124,6 @@ class DeviceTrace {
   size_t stream_count_ = 0;
   uint8_t last_slot_ = 0;
   std::vector<std::pair<size_t, TraceEntry>> wholes_;  // events that did not fit a row, by index
-};
-
-class DeviceTrace::const_iterator {
- public:
-  using iterator_category = std::random_access_iterator_tag;
-  using value_type = TraceEntry;
-  using difference_type = std::ptrdiff_t;
-  using reference = TraceEntry;
-  struct pointer {
-    TraceEntry entry;
-    const TraceEntry* operator->() const { return &entry; }
-  };
-
-  const_iterator() = default;
-  const_iterator(const DeviceTrace* trace, size_t index) : trace_(trace), index_(index) {}
-  TraceEntry operator*() const { return (*trace_)[index_]; }
-  pointer operator->() const { return {**this}; }
-  TraceEntry operator[](difference_type n) const { return (*trace_)[index_ + static_cast<size_t>(n)]; }
-  const_iterator& operator++() { ++index_; return *this; }
-  const_iterator operator++(int) { const_iterator was = *this; ++index_; return was; }
-  const_iterator& operator--() { --index_; return *this; }
-  const_iterator operator--(int) { const_iterator was = *this; --index_; return was; }
-  const_iterator& operator+=(difference_type n) { index_ += static_cast<size_t>(n); return *this; }
-  const_iterator& operator-=(difference_type n) { index_ -= static_cast<size_t>(n); return *this; }
-  friend const_iterator operator+(const_iterator it, difference_type n) { return it += n; }
-  friend const_iterator operator+(difference_type n, const_iterator it) { return it += n; }
-  friend const_iterator operator-(const_iterator it, difference_type n) { return it -= n; }
-  friend difference_type operator-(const const_iterator& a, const const_iterator& b) {
-    return static_cast<difference_type>(a.index_) - static_cast<difference_type>(b.index_);
-  }
-  friend bool operator==(const const_iterator& a, const const_iterator& b) { return a.index_ == b.index_; }
-  friend auto operator<=>(const const_iterator& a, const const_iterator& b) { return a.index_ <=> b.index_; }
-
- private:
-  const DeviceTrace* trace_ = nullptr;
-  size_t index_ = 0;
 };
 
 inline DeviceTrace::const_iterator DeviceTrace::begin() const { return {this, 0}; }
