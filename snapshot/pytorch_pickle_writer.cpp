@@ -1,7 +1,9 @@
 #include "snapshot/pytorch_pickle_writer.h"
 
+#include <array>
 #include <bit>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -21,35 +23,37 @@ enum Op : char {
   kFloat = 'G', kTuple2 = '\x86', kMemoize = '\x94', kGet = 'h', kLongGet = 'j',
 };
 
+// Writes opcodes into a buffer of its own and hands it to the sink whenever a MiB is full
+// (a piece may end inside a value: the sink takes a byte stream). Every opcode but a string's
+// text fits in the room kept past the MiB, so each write checks the room once.
 class PickleOut {
  public:
-  explicit PickleOut(const ByteSink& sink) : sink_(sink) {
-    out_ += kProto;
-    out_ += '\x04';
+  explicit PickleOut(const ByteSink& sink)
+      : sink_(sink), buffer_(new char[kPiece + kRoom]), at_(buffer_.get()), full_(buffer_.get() + kPiece) {
+    op(kProto);
+    *at_++ = '\x04';
   }
 
   void finish() {
-    out_ += kStop;
+    op(kStop);
     flush();
-  }
-  // Hands what is written so far to the sink once it is a MiB: called between values.
-  void pass_on() {
-    if (out_.size() >= SinkBuffer::kPiece) flush();
   }
 
   // The memo index the object on top of the stack gets.
   uint32_t memoize() {
-    out_ += kMemoize;
+    op(kMemoize);
     return next_memo_++;
   }
 
   void get(uint32_t memo) {
+    char* out = room();
     if (memo < 256) {
-      out_ += kGet;
-      out_ += static_cast<char>(memo);
+      out[0] = kGet;
+      out[1] = static_cast<char>(memo);
+      at_ = out + 2;
     } else {
-      out_ += kLongGet;
-      little_endian(memo, 4);
+      out[0] = kLongGet;
+      at_ = little_endian(out + 1, memo, 4);
     }
   }
 
@@ -60,42 +64,52 @@ class PickleOut {
       get(it->second);
       return it->second;
     }
+    char* out = room();
     if (value.size() < 256) {
-      out_ += kShortUnicode;
-      out_ += static_cast<char>(value.size());
+      out[0] = kShortUnicode;
+      out[1] = static_cast<char>(value.size());
+      at_ = out + 2;
     } else if (value.size() <= 0xFFFFFFFFu) {
-      out_ += kUnicode;
-      little_endian(value.size(), 4);
+      out[0] = kUnicode;
+      at_ = little_endian(out + 1, value.size(), 4);
     } else {
-      out_ += kUnicode8;
-      little_endian(value.size(), 8);
+      out[0] = kUnicode8;
+      at_ = little_endian(out + 1, value.size(), 8);
     }
-    out_ += value;
+    bytes(value);
     it->second = memoize();
     return it->second;
   }
 
   // A string of static storage (a literal, an action's name): remembered by its address, so a
-  // key written for every entry costs one pointer lookup.
+  // key written for every entry costs a look at one slot.
   void literal(std::string_view value) {
-    auto [it, fresh] = literals_.try_emplace(value.data(), 0);
-    if (fresh) {
-      it->second = text(value);
-    } else {
-      get(it->second);
+    const auto address = reinterpret_cast<uintptr_t>(value.data());
+    LiteralSlot& slot = literal_slots_[(address * 0x9E3779B97F4A7C15ull) >> (64 - kLiteralSlotBits)];
+    if (slot.data != value.data() || slot.size != value.size()) {
+      auto [it, fresh] = literals_.try_emplace(value, 0);
+      if (fresh) {
+        it->second = text(value);
+        slot = {value.data(), value.size(), it->second};
+        return;
+      }
+      slot = {value.data(), value.size(), it->second};
     }
+    get(slot.memo);
   }
 
   void integer(int64_t value) {
+    char* out = room();
     if (value >= 0 && value < 256) {
-      out_ += kInt1;
-      out_ += static_cast<char>(value);
+      out[0] = kInt1;
+      out[1] = static_cast<char>(value);
+      at_ = out + 2;
     } else if (value >= 0 && value < 65536) {
-      out_ += kInt2;
-      little_endian(static_cast<uint64_t>(value), 2);
+      out[0] = kInt2;
+      at_ = little_endian(out + 1, static_cast<uint64_t>(value), 2);
     } else if (value >= INT32_MIN && value <= INT32_MAX) {
-      out_ += kInt4;
-      little_endian(static_cast<uint64_t>(static_cast<uint32_t>(static_cast<int32_t>(value))), 4);
+      out[0] = kInt4;
+      at_ = little_endian(out + 1, static_cast<uint32_t>(static_cast<int32_t>(value)), 4);
     } else {
       long1(static_cast<uint64_t>(value), value < 0);
     }
@@ -106,50 +120,93 @@ class PickleOut {
     long1(value, false);
   }
 
-  void boolean(bool value) { out_ += value ? kTrue : kFalse; }
-  void none() { out_ += kNone; }
+  void boolean(bool value) { op(value ? kTrue : kFalse); }
+  void none() { op(kNone); }
 
   void real(double value) {
-    out_ += kFloat;
+    char* out = room();
+    out[0] = kFloat;
     const uint64_t bits = std::bit_cast<uint64_t>(value);
-    for (int shift = 56; shift >= 0; shift -= 8) out_ += static_cast<char>(bits >> shift);
+    for (int i = 0; i < 8; ++i) out[1 + i] = static_cast<char>(bits >> (56 - 8 * i));  // big-endian
+    at_ = out + 9;
   }
 
-  void op(Op code) { out_ += code; }
+  void op(Op code) {
+    *room() = code;
+    ++at_;
+  }
 
  private:
-  void little_endian(uint64_t value, int bytes) {
-    for (int i = 0; i < bytes; ++i) out_ += static_cast<char>(value >> (8 * i));
+  static constexpr size_t kPiece = SinkBuffer::kPiece;
+  static constexpr size_t kRoom = 16;  // the longest opcode with its argument: LONG1's 11 bytes
+  static constexpr unsigned kLiteralSlotBits = 6;
+
+  struct LiteralSlot {
+    const char* data = nullptr;
+    size_t size = 0;
+    uint32_t memo = 0;
+  };
+
+  // Where the next opcode goes, with at least kRoom bytes free there.
+  char* room() {
+    if (at_ >= full_) flush();
+    return at_;
+  }
+
+  static char* little_endian(char* out, uint64_t value, int count) {
+    for (int i = 0; i < count; ++i) out[i] = static_cast<char>(value >> (8 * i));
+    return out + count;
+  }
+
+  // A string's text, of any length.
+  void bytes(std::string_view value) {
+    const size_t free = static_cast<size_t>(full_ + kRoom - at_);
+    if (value.size() <= free) {
+      std::memcpy(at_, value.data(), value.size());
+      at_ += value.size();
+      return;
+    }
+    flush();
+    if (value.size() >= kPiece) {
+      sink_(value);
+    } else {
+      std::memcpy(at_, value.data(), value.size());
+      at_ += value.size();
+    }
   }
 
   // Two's complement, little-endian, in as few bytes as keep the sign; a uint64 past INT64_MAX
   // gets a ninth, zero byte.
   void long1(uint64_t bits, bool negative) {
-    unsigned char bytes[9];
-    int count = 0;
-    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<unsigned char>(bits >> (8 * i));
-    count = 8;
+    unsigned char le[9];
+    for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(bits >> (8 * i));
+    int count = 8;
     if (negative) {
-      while (count > 1 && bytes[count - 1] == 0xFF && (bytes[count - 2] & 0x80)) --count;
+      while (count > 1 && le[count - 1] == 0xFF && (le[count - 2] & 0x80)) --count;
     } else {
-      while (count > 1 && bytes[count - 1] == 0 && !(bytes[count - 2] & 0x80)) --count;
-      if (bytes[count - 1] & 0x80) bytes[count++] = 0;
+      while (count > 1 && le[count - 1] == 0 && !(le[count - 2] & 0x80)) --count;
+      if (le[count - 1] & 0x80) le[count++] = 0;
     }
-    out_ += kLong1;
-    out_ += static_cast<char>(count);
-    out_.append(reinterpret_cast<const char*>(bytes), static_cast<size_t>(count));
+    char* out = room();
+    out[0] = kLong1;
+    out[1] = static_cast<char>(count);
+    std::memcpy(out + 2, le, static_cast<size_t>(count));
+    at_ = out + 2 + count;
   }
 
   void flush() {
-    sink_(out_);
-    out_.clear();
+    if (at_ != buffer_.get()) sink_(std::string_view(buffer_.get(), static_cast<size_t>(at_ - buffer_.get())));
+    at_ = buffer_.get();
   }
 
   const ByteSink& sink_;
-  std::string out_;
+  std::unique_ptr<char[]> buffer_;
+  char* at_;
+  char* const full_;  // past this, the buffer is handed on before the next opcode
   uint32_t next_memo_ = 0;
   std::unordered_map<std::string, uint32_t> strings_;
-  std::unordered_map<const char*, uint32_t> literals_;
+  std::unordered_map<std::string_view, uint32_t> literals_;  // (the texts live as long as the program)
+  std::array<LiteralSlot, size_t{1} << kLiteralSlotBits> literal_slots_{};
 };
 
 class SnapshotPickler {
@@ -240,7 +297,6 @@ class SnapshotPickler {
     if (s_.segments.empty()) return;
     p_.op(kMark);
     for (const SnapshotSegment& segment : s_.segments) {
-      p_.pass_on();
       p_.op(kEmptyDict);
       p_.op(kMark);
       p_.literal("device");
@@ -304,8 +360,7 @@ class SnapshotPickler {
         p_.op(kMark);
         for (size_t i = start; i < std::min(trace.size(), start + 1000); ++i) entry(trace[i], to_unix_us);
         p_.op(kAppends);
-        p_.pass_on();
-      }
+        }
     }
     p_.op(kAppends);
   }
@@ -423,7 +478,6 @@ class SnapshotPickler {
     if (s_.external_annotations.empty()) return;
     p_.op(kMark);
     for (const SnapshotAnnotation& a : s_.external_annotations) {
-      p_.pass_on();
       p_.op(kEmptyDict);
       p_.op(kMark);
       p_.literal("device");

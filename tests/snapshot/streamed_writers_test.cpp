@@ -72,4 +72,44 @@ TEST(StreamedWriters, MsgpackAndPickleInPiecesThatReadBack) {
   EXPECT_EQ(from_pickle.value().snapshot.device_traces.at(0).size(), kEvents);
 }
 
+// Names of every length the pickle's string opcodes distinguish, one longer than a piece:
+// they cross the pieces' ends and read back whole.
+TEST(StreamedWriters, PickleStringsOfAnyLengthReadBackWhole) {
+  memsnap::Snapshot snapshot = long_recording(20000);
+  const std::vector<size_t> lengths = {0, 255, 256, 70000, (size_t{1} << 20) - 3, (size_t{3} << 20) / 2};
+  std::vector<uint32_t> stack;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    stack.push_back(static_cast<uint32_t>(snapshot.frames.size()));
+    snapshot.frames.push_back({std::string(lengths[i], static_cast<char>('a' + i)), "long.py", static_cast<int64_t>(i)});
+  }
+  snapshot.stacks.push_back(stack);
+  auto& trace = snapshot.device_traces.at(0);
+  for (size_t i = 0; i < 3000; i += 7) {  // spread over the trace: the names come at several offsets
+    memsnap::TraceEntry entry = trace[i];
+    entry.stack = static_cast<int32_t>(snapshot.stacks.size() - 1);
+    trace.set(i, entry);
+  }
+  std::vector<size_t> pieces;
+  std::string pickle;
+  memsnap::write_pytorch_pickle(snapshot, [&](std::string_view piece) {
+    pieces.push_back(piece.size());
+    pickle += piece;
+  });
+  EXPECT_GT(pieces.size(), 2u);
+  EXPECT_EQ(pickle, memsnap::to_pytorch_pickle(snapshot));
+  const auto read = memsnap::load_snapshot_from_memory(pickle);
+  ASSERT_TRUE(read.ok()) << read.error();
+  const memsnap::Snapshot& back = read.value().snapshot;
+  const memsnap::TraceEntry first = back.device_traces.at(0)[0];
+  ASSERT_GE(first.stack, 0);
+  const std::vector<uint32_t>& frames = back.stacks.at(static_cast<size_t>(first.stack));
+  ASSERT_EQ(frames.size(), lengths.size());
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    const memsnap::Frame& frame = back.frames.at(frames[i]);
+    EXPECT_EQ(frame.function.size(), lengths[i]);
+    EXPECT_EQ(frame.function, std::string(lengths[i], static_cast<char>('a' + i)));
+    EXPECT_EQ(frame.line, static_cast<int64_t>(i));
+  }
+}
+
 }  // namespace snapshot_test
