@@ -117,6 +117,9 @@ def worker(args):
     # instead, never inside a timed one.
     gc.collect()
     gc.disable()
+    if args.only == "dumps":  # the dumps alone, for a profiler
+        print(json.dumps({"dumps": timed_dumps(args, torch, step)}))
+        return
     if args.only:  # one mode alone, for a profiler: nothing else runs after the warmup
         set_history(torch, args.only, args.max_entries)
         timed_steps(args.steps * args.cycles)
@@ -141,6 +144,15 @@ def worker(args):
     set_history(torch, "off", args.max_entries)
     times["after"] += timed_steps(args.steps * 2)
 
+    dumps = timed_dumps(args, torch, step)
+    print(json.dumps({"times": times, "differences": differences, "events_per_step": events_per_step,
+                      "dumps": dumps}))
+
+
+def timed_dumps(args, torch, step):
+    """Records --dump-steps steps from a cleared history with each stack choice, then times
+    `_dump_snapshot` --dump-repeats times (the first one pays for what a process does once, such
+    as reading symbol tables) and memsnap's msgpack dump once."""
     dumps = {}
     with tempfile.TemporaryDirectory() as folder:
         for stacks in ("python", "all"):
@@ -149,13 +161,17 @@ def worker(args):
                 step()
             torch.cuda.synchronize()
             path = os.path.join(folder, f"{stacks}.pickle")
-            start = time.perf_counter()
-            torch.cuda.memory._dump_snapshot(path)
-            seconds = time.perf_counter() - start
+            repeats = []
+            for _ in range(args.dump_repeats):
+                start = time.perf_counter()
+                torch.cuda.memory._dump_snapshot(path)
+                repeats.append(time.perf_counter() - start)
             with open(path, "rb") as file:
                 entries = sum(len(trace) for trace in pickle.load(file)["device_traces"])
-            dump = {"seconds": seconds, "bytes": os.path.getsize(path), "entries": entries}
+            dump = {"seconds": repeats[0], "again": repeats[1:], "bytes": os.path.getsize(path),
+                    "entries": entries}
             if args.worker == "memsnap":
+                import memsnap.torch
                 msgpack = os.path.join(folder, f"{stacks}.msgpack")
                 start = time.perf_counter()
                 memsnap.torch.dump_snapshot(msgpack)
@@ -163,14 +179,14 @@ def worker(args):
                 dump["msgpack_bytes"] = os.path.getsize(msgpack)
             dumps[stacks] = dump
             set_history(torch, "off", args.max_entries)
-    print(json.dumps({"times": times, "differences": differences, "events_per_step": events_per_step,
-                      "dumps": dumps}))
+    return dumps
 
 
 def run(args, kind):
     command = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--model", args.model,
                "--steps", str(args.steps), "--cycles", str(args.cycles), "--warmup", str(args.warmup),
-               "--dump-steps", str(args.dump_steps), "--max-entries", str(args.max_entries)]
+               "--dump-steps", str(args.dump_steps), "--dump-repeats", str(args.dump_repeats),
+               "--max-entries", str(args.max_entries)]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"{kind} run failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
@@ -185,11 +201,14 @@ def main():
     parser.add_argument("--cycles", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=15)
     parser.add_argument("--dump-steps", type=int, default=60)
+    parser.add_argument("--dump-repeats", type=int, default=1,
+                        help="dumps timed one after another (the first is the one compared)")
     parser.add_argument("--max-entries", type=int, default=1_000_000)
     parser.add_argument("--worker", choices=["pytorch", "memsnap"])
-    parser.add_argument("--only", choices=MODES + MEMSNAP_MODES,
+    parser.add_argument("--only", choices=MODES + MEMSNAP_MODES + ("dumps",),
                         help="with --worker: record in this mode alone for --steps x --cycles steps "
-                             "after the warmup (to run under a profiler: bench/gpu/profile.sh)")
+                             "after the warmup, or ('dumps') only record and time the dumps (to run "
+                             "under a profiler: bench/gpu/profile.sh)")
     args = parser.parse_args()
     if args.worker:
         return worker(args)
@@ -241,6 +260,10 @@ def main():
             cells.append(f"{statistics.median(d['seconds'] for d in dumps):.3f} s "
                          f"{dumps[0]['bytes'] / 1e6:.1f} MB {dumps[0]['entries']}")
         print(f"{'_dump_snapshot, ' + stacks + ' stacks':<34}{cells[0]:>22}{cells[1]:>22}")
+        if args.dump_repeats > 1:
+            cells = [f"{statistics.median(t for r in runs[kind] for t in r['dumps'][stacks]['again']):.3f} s"
+                     for kind in kinds]
+            print(f"{'  again, same history':<34}{cells[0]:>22}{cells[1]:>22}")
         dumps = [r["dumps"][stacks] for r in runs["memsnap"]]
         cell = (f"{statistics.median(d['msgpack_seconds'] for d in dumps):.3f} s "
                 f"{dumps[0]['msgpack_bytes'] / 1e6:.1f} MB")
