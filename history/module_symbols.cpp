@@ -3,6 +3,8 @@
 #include <elfutils/libdwfl.h>
 
 #include <algorithm>
+#include <array>
+#include <utility>
 
 namespace memsnap {
 namespace {
@@ -10,51 +12,114 @@ namespace {
 // Symbols at the same start (aliases) or nested: how many a lookup steps back over at most.
 constexpr size_t kMaxStepsBack = 256;
 
+// A symbol's sort key: its start's offset from the module's lowest symbol, its rank and its
+// place in the table, packed so that the keys sort as the symbols should.
+constexpr unsigned kIndexBits = 24;
+constexpr unsigned kRankBits = 2;
+constexpr unsigned kOffsetBits = 64 - kIndexBits - kRankBits;  // 38: modules under 256 GiB
+
+// Sorts `keys` a byte at a time, least significant first, passing over the bytes in which all
+// keys agree.
+void radix_sort(std::vector<uint64_t>& keys) {
+  std::vector<uint64_t> other(keys.size());
+  for (unsigned shift = 0; shift < 64; shift += 8) {
+    std::array<size_t, 256> counts{};
+    for (const uint64_t key : keys) ++counts[(key >> shift) & 0xFF];
+    if (std::find(counts.begin(), counts.end(), keys.size()) != counts.end()) continue;
+    size_t sum = 0;
+    for (size_t& count : counts) sum += std::exchange(count, sum);
+    for (const uint64_t key : keys) other[counts[(key >> shift) & 0xFF]++] = key;
+    keys.swap(other);
+  }
+}
+
 }  // namespace
 
 ModuleSymbols::ModuleSymbols(Dwfl_Module* module) {
   const int count = dwfl_module_getsymtab(module);
   if (count <= 0) return;
-  symbols_.reserve(static_cast<size_t>(count));
+  struct Symbol {
+    uint64_t start;
+    uint64_t size;
+    const char* name;
+    uint8_t rank;
+  };
+  std::vector<Symbol> symbols;
+  symbols.reserve(static_cast<size_t>(count));
+  uint64_t lowest = UINT64_MAX;
   for (int i = 1; i < count; ++i) {  // index 0 is the null symbol
     GElf_Sym symbol;
     GElf_Addr address = 0;
     const char* name = dwfl_module_getsym_info(module, i, &symbol, &address, nullptr, nullptr, nullptr);
-    if (name == nullptr || *name == '\0' || symbol.st_shndx == SHN_UNDEF) continue;
+    // (The name is not read here: the names of a large library's symbols fill hundreds of MiB
+    // of its file, which reading every one would page in. A nameless one is passed over when
+    // looked up.)
+    if (name == nullptr || symbol.st_shndx == SHN_UNDEF) continue;
     const int type = GELF_ST_TYPE(symbol.st_info);
     if (type != STT_FUNC && type != STT_GNU_IFUNC && type != STT_NOTYPE) continue;
     const int binding = GELF_ST_BIND(symbol.st_info);
-    const int rank = binding == STB_GLOBAL ? 0 : binding == STB_WEAK ? 1 : 2;
-    symbols_.push_back({address, symbol.st_size, name, rank});
+    const uint8_t rank = binding == STB_GLOBAL ? 0 : binding == STB_WEAK ? 1 : 2;
+    symbols.push_back({address, symbol.st_size, name, rank});
     largest_ = std::max<uint64_t>(largest_, symbol.st_size);
+    lowest = std::min<uint64_t>(lowest, address);
   }
-  std::sort(symbols_.begin(), symbols_.end(), [](const Symbol& a, const Symbol& b) {
-    return a.start != b.start ? a.start < b.start : a.rank < b.rank;
-  });
+
+  // The order: packed keys radix-sorted, or (a module too large to pack) a comparison sort.
+  std::vector<uint32_t> order(symbols.size());
+  const bool packs = symbols.size() < (size_t{1} << kIndexBits) &&
+                     std::all_of(symbols.begin(), symbols.end(), [&](const Symbol& s) {
+                       return s.start - lowest < (uint64_t{1} << kOffsetBits);
+                     });
+  if (packs) {
+    std::vector<uint64_t> keys(symbols.size());
+    for (size_t i = 0; i < symbols.size(); ++i)
+      keys[i] = (symbols[i].start - lowest) << (kRankBits + kIndexBits) | uint64_t{symbols[i].rank} << kIndexBits | i;
+    radix_sort(keys);
+    for (size_t i = 0; i < keys.size(); ++i) order[i] = static_cast<uint32_t>(keys[i] & ((uint64_t{1} << kIndexBits) - 1));
+  } else {
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<uint32_t>(i);
+    std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+      const Symbol& x = symbols[a];
+      const Symbol& y = symbols[b];
+      return x.start != y.start ? x.start < y.start : x.rank != y.rank ? x.rank < y.rank : a < b;
+    });
+  }
+  starts_.resize(order.size());
+  sizes_.resize(order.size());
+  names_.resize(order.size());
+  ranks_.resize(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Symbol& symbol = symbols[order[i]];
+    starts_[i] = symbol.start;
+    sizes_[i] = symbol.size;
+    names_[i] = symbol.name;
+    ranks_[i] = symbol.rank;
+  }
 }
 
 ModuleSymbols::Found ModuleSymbols::at(uint64_t address) const {
-  auto after = std::upper_bound(symbols_.begin(), symbols_.end(), address,
-                                [](uint64_t a, const Symbol& s) { return a < s.start; });
-  const Symbol* best = nullptr;
-  const Symbol* sizeless = nullptr;
+  const size_t after = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), address) - starts_.begin());
+  size_t best = SIZE_MAX;
+  size_t sizeless = SIZE_MAX;
   size_t steps = 0;
-  for (auto it = after; it != symbols_.begin() && steps < kMaxStepsBack; ++steps) {
-    --it;
-    if (address - it->start > largest_ && sizeless != nullptr) break;
-    if (it->size == 0) {
-      if (sizeless == nullptr) sizeless = &*it;
+  for (size_t i = after; i > 0 && steps < kMaxStepsBack; ++steps) {
+    --i;
+    if (*names_[i] == '\0') continue;
+    const uint64_t into = address - starts_[i];
+    if (into > largest_ && sizeless != SIZE_MAX) break;
+    if (sizes_[i] == 0) {
+      if (sizeless == SIZE_MAX) sizeless = i;
       continue;
     }
-    if (address - it->start >= it->size) {
-      if (address - it->start > largest_) break;
+    if (into >= sizes_[i]) {
+      if (into > largest_) break;
       continue;
     }
-    if (best == nullptr || it->rank < best->rank) best = &*it;
+    if (best == SIZE_MAX || ranks_[i] < ranks_[best]) best = i;
   }
-  if (best == nullptr) best = sizeless;
-  if (best == nullptr) return {};
-  return {best->name, address - best->start};
+  if (best == SIZE_MAX) best = sizeless;
+  if (best == SIZE_MAX) return {};
+  return {names_[best], address - starts_[best]};
 }
 
 }  // namespace memsnap
