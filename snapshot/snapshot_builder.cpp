@@ -16,11 +16,13 @@
 namespace memsnap {
 namespace {
 
-// Builds the frame and stack tables, symbolizing each interned stack once.
+// Builds the frame and stack tables, symbolizing each interned stack once, and each return
+// address and interpreter frame once: a model's stacks share most of their frames.
 class StackTables {
  public:
   StackTables(Snapshot& snapshot, const HistoryRecorder* recorder)
-      : tables_(snapshot), recorder_(recorder) {}
+      : tables_(snapshot), recorder_(recorder),
+        interpreter_(recorder != nullptr ? recorder->interpreter_frames() : nullptr) {}
 
   // Stack ids are per device (each device interns its own).
   StackIndex index_of(int device, StackId id) {
@@ -28,12 +30,19 @@ class StackTables {
     const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(device)) << 32) | id;
     auto found = by_id_.find(key);
     if (found != by_id_.end()) return found->second;
-    const StackIndex index = intern_stack(symbolize(recorder_->stack_frames(device, id)));
+    const StackIndex index = tables_.intern_stack(symbolize(recorder_->stack_frames(device, id)));
     by_id_.emplace(key, index);
     return index;
   }
 
  private:
+  // A frame a return address gave, with what symbolize() asks of its function's name.
+  struct AddressFrame {
+    uint32_t index;
+    bool in_memsnap;       // the allocator's and recorder's own frames, innermost
+    bool evaluation_loop;  // the interpreter's loop, in whose place its frames go
+  };
+
   // C++ frames with the interpreter's frames in call order: each run of the interpreter's
   // evaluation loop takes the place of the C++ frame of that loop (the i-th such frame,
   // innermost first, holds the i-th run). Runs the C++ walk did not reach (it stops at
@@ -51,38 +60,55 @@ class StackTables {
       }
     }
     if (!run.empty()) runs.push_back(std::move(run));
-    InterpreterFrames* interpreter = recorder_->interpreter_frames();
-    if (interpreter == nullptr) runs.clear();
+    if (interpreter_ == nullptr) runs.clear();
 
     std::vector<uint32_t> frames;
     size_t next_run = 0;
     const auto emit_run = [&] {
-      for (uintptr_t token : runs[next_run]) frames.push_back(intern_frame(interpreter->resolve(token)));
+      for (uintptr_t token : runs[next_run]) frames.push_back(interpreter_frame(token));
       ++next_run;
     };
     bool in_memsnap = true;  // innermost frames belong to the allocator and recorder
     for (uintptr_t address : words) {
       if (is_interpreter_token(address)) continue;
-      for (SourceFrame& frame : process_symbolizer().frames_at(address)) {
-        if (in_memsnap && frame.function.rfind("memsnap::", 0) == 0) continue;
+      for (const AddressFrame& frame : frames_at(address)) {
+        if (in_memsnap && frame.in_memsnap) continue;
         in_memsnap = false;
-        if (next_run < runs.size() && interpreter->is_evaluation_loop(frame.function)) {
+        if (next_run < runs.size() && frame.evaluation_loop) {
           emit_run();
           continue;
         }
-        frames.push_back(intern_frame(std::move(frame)));
+        frames.push_back(frame.index);
       }
     }
     while (next_run < runs.size()) emit_run();
     return frames;
   }
 
-  uint32_t intern_frame(SourceFrame frame) { return tables_.intern_frame(std::move(frame)); }
-  StackIndex intern_stack(std::vector<uint32_t> frames) { return tables_.intern_stack(std::move(frames)); }
+  const std::vector<AddressFrame>& frames_at(uintptr_t address) {
+    auto [it, fresh] = address_frames_.try_emplace(address);
+    if (fresh) {
+      for (SourceFrame& frame : process_symbolizer().frames_at(address)) {
+        const bool memsnap = frame.function.rfind("memsnap::", 0) == 0;
+        const bool loop = interpreter_ != nullptr && interpreter_->is_evaluation_loop(frame.function);
+        it->second.push_back({tables_.intern_frame(std::move(frame)), memsnap, loop});
+      }
+    }
+    return it->second;
+  }
+
+  uint32_t interpreter_frame(uintptr_t token) {
+    auto [it, fresh] = token_frames_.try_emplace(token, 0);
+    if (fresh) it->second = tables_.intern_frame(interpreter_->resolve(token));
+    return it->second;
+  }
 
   SnapshotStackTables tables_;
   const HistoryRecorder* recorder_;
+  InterpreterFrames* interpreter_;
   std::unordered_map<uint64_t, StackIndex> by_id_;
+  std::unordered_map<uintptr_t, std::vector<AddressFrame>> address_frames_;
+  std::unordered_map<uintptr_t, uint32_t> token_frames_;
 };
 
 // Whether the trace already holds this error (history at level "all" records it before the

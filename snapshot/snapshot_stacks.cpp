@@ -18,6 +18,12 @@ uint32_t SnapshotStackTables::intern_frame(SourceFrame frame) {
   return it->second;
 }
 
+size_t SnapshotStackTables::FramesHash::operator()(const std::vector<uint32_t>& frames) const {
+  uint64_t hash = frames.size();
+  for (const uint32_t frame : frames) hash = (hash ^ frame) * 0x9E3779B97F4A7C15ull;
+  return static_cast<size_t>(hash ^ (hash >> 29));
+}
+
 StackIndex SnapshotStackTables::intern_stack(std::vector<uint32_t> frames) {
   auto [it, fresh] = stack_index_.try_emplace(frames, 0);
   if (fresh) {

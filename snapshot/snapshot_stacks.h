@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -23,9 +22,12 @@ class SnapshotStackTables {
   StackIndex intern_stack(std::vector<uint32_t> frames);  // frame indices, innermost first
 
  private:
+  struct FramesHash {
+    size_t operator()(const std::vector<uint32_t>& frames) const;
+  };
   Snapshot& snapshot_;
   std::unordered_map<std::string, uint32_t> frame_index_;
-  std::map<std::vector<uint32_t>, StackIndex> stack_index_;
+  std::unordered_map<std::vector<uint32_t>, StackIndex, FramesHash> stack_index_;
 };
 
 }  // namespace memsnap
