@@ -36,11 +36,14 @@ class StackTables {
   }
 
  private:
-  // A frame a return address gave, with what symbolize() asks of its function's name.
+  // A frame a return address gave, with what symbolize() asks of its function's name. It
+  // enters the snapshot's frame table when a stack first holds it.
   struct AddressFrame {
-    uint32_t index;
-    bool in_memsnap;       // the allocator's and recorder's own frames, innermost
-    bool evaluation_loop;  // the interpreter's loop, in whose place its frames go
+    static constexpr uint32_t kNotInTable = ~uint32_t{0};
+    SourceFrame frame;
+    uint32_t index = kNotInTable;
+    bool in_memsnap = false;       // the allocator's and recorder's own frames, innermost
+    bool evaluation_loop = false;  // the interpreter's loop, in whose place its frames go
   };
 
   // C++ frames with the interpreter's frames in call order: each run of the interpreter's
@@ -71,13 +74,14 @@ class StackTables {
     bool in_memsnap = true;  // innermost frames belong to the allocator and recorder
     for (uintptr_t address : words) {
       if (is_interpreter_token(address)) continue;
-      for (const AddressFrame& frame : frames_at(address)) {
+      for (AddressFrame& frame : frames_at(address)) {
         if (in_memsnap && frame.in_memsnap) continue;
         in_memsnap = false;
         if (next_run < runs.size() && frame.evaluation_loop) {
           emit_run();
           continue;
         }
+        if (frame.index == AddressFrame::kNotInTable) frame.index = tables_.intern_frame(frame.frame);
         frames.push_back(frame.index);
       }
     }
@@ -85,13 +89,14 @@ class StackTables {
     return frames;
   }
 
-  const std::vector<AddressFrame>& frames_at(uintptr_t address) {
+  std::vector<AddressFrame>& frames_at(uintptr_t address) {
     auto [it, fresh] = address_frames_.try_emplace(address);
     if (fresh) {
       for (SourceFrame& frame : process_symbolizer().frames_at(address)) {
-        const bool memsnap = frame.function.rfind("memsnap::", 0) == 0;
-        const bool loop = interpreter_ != nullptr && interpreter_->is_evaluation_loop(frame.function);
-        it->second.push_back({tables_.intern_frame(std::move(frame)), memsnap, loop});
+        AddressFrame& kept = it->second.emplace_back();
+        kept.in_memsnap = frame.function.rfind("memsnap::", 0) == 0;
+        kept.evaluation_loop = interpreter_ != nullptr && interpreter_->is_evaluation_loop(frame.function);
+        kept.frame = std::move(frame);
       }
     }
     return it->second;

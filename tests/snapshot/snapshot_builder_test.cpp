@@ -72,6 +72,24 @@ TEST(SnapshotBuilder, StacksStartAtTheUsersCode) {
   EXPECT_EQ(s.external_annotations[0].name, "step 1");
 }
 
+// Each frame of the table is held by some stack, once: the recorder's own frames, which
+// stacks leave out, are not in it.
+TEST(SnapshotBuilder, TheFrameTableHoldsTheStacksFramesOnly) {
+  RecordedProgram program;
+  run_training_step(program);
+  run_training_step(program);
+  const Snapshot s = memsnap::take_snapshot(program.allocator, &program.recorder);
+  ASSERT_FALSE(s.frames.empty());
+  std::vector<int> uses(s.frames.size(), 0);
+  for (const std::vector<uint32_t>& stack : s.stacks)
+    for (const uint32_t frame : stack) ++uses.at(frame);
+  for (size_t i = 0; i < s.frames.size(); ++i) {
+    EXPECT_GT(uses[i], 0) << s.frames[i].function;
+    EXPECT_EQ(s.frames[i].function.rfind("memsnap::", 0), std::string::npos) << s.frames[i].function;
+    for (size_t j = 0; j < i; ++j) EXPECT_FALSE(s.frames[j] == s.frames[i]) << s.frames[i].function;
+  }
+}
+
 TEST(SnapshotBuilder, WithoutARecorderStillDescribesMemory) {
   RecordedProgram program;
   run_training_step(program);
