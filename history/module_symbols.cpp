@@ -18,17 +18,26 @@ constexpr unsigned kIndexBits = 24;
 constexpr unsigned kRankBits = 2;
 constexpr unsigned kOffsetBits = 64 - kIndexBits - kRankBits;  // 38: modules under 256 GiB
 
-// Sorts `keys` a byte at a time, least significant first, passing over the bytes in which all
-// keys agree.
+// Sorts `keys`, made in index order, by their bits above the index: ten bits at a time, least
+// significant first, each pass stable (so keys that agree there stay in index order), the
+// counts of every pass taken in one read, and a pass in which all keys agree left out.
 void radix_sort(std::vector<uint64_t>& keys) {
+  constexpr unsigned kDigitBits = 10;
+  constexpr unsigned kPasses = (64 - kIndexBits + kDigitBits - 1) / kDigitBits;
+  constexpr size_t kDigits = size_t{1} << kDigitBits;
+  const auto digit = [](uint64_t key, unsigned pass) {
+    return static_cast<size_t>((key >> (kIndexBits + pass * kDigitBits)) & (kDigits - 1));
+  };
+  std::vector<std::array<size_t, kDigits>> counts(kPasses);
+  for (const uint64_t key : keys)
+    for (unsigned pass = 0; pass < kPasses; ++pass) ++counts[pass][digit(key, pass)];
   std::vector<uint64_t> other(keys.size());
-  for (unsigned shift = 0; shift < 64; shift += 8) {
-    std::array<size_t, 256> counts{};
-    for (const uint64_t key : keys) ++counts[(key >> shift) & 0xFF];
-    if (std::find(counts.begin(), counts.end(), keys.size()) != counts.end()) continue;
+  for (unsigned pass = 0; pass < kPasses; ++pass) {
+    std::array<size_t, kDigits>& at = counts[pass];
+    if (std::find(at.begin(), at.end(), keys.size()) != at.end()) continue;
     size_t sum = 0;
-    for (size_t& count : counts) sum += std::exchange(count, sum);
-    for (const uint64_t key : keys) other[counts[(key >> shift) & 0xFF]++] = key;
+    for (size_t& count : at) sum += std::exchange(count, sum);
+    for (const uint64_t key : keys) other[at[digit(key, pass)]++] = key;
     keys.swap(other);
   }
 }
