@@ -45,7 +45,6 @@ std::optional<std::string> write_file_atomically(const std::string& path,
       else written += static_cast<size_t>(n);
     }
   });
-  if (!error && (::fsync(fd) != 0)) error = system_error("cannot flush", temporary);
   if (::close(fd) != 0 && !error) error = system_error("cannot flush", temporary);
   if (!error && ::rename(temporary.c_str(), path.c_str()) != 0) error = system_error("cannot rename to", path);
   if (error) ::unlink(temporary.c_str());

@@ -15,7 +15,11 @@
 
 namespace memsnap {
 
-// Writes `bytes` to `path` atomically; returns a one-line error on failure.
+// Writes `bytes` to `path` atomically (a temporary file renamed into place: a reader never
+// sees part of a file); returns a one-line error on failure. The file is not forced to disk
+// (no fsync), as PyTorch's _dump_snapshot and torch.save do not: on a cluster's network
+// file system that wait can take seconds, and a snapshot is read back, not kept safe
+// through a power cut.
 std::optional<std::string> write_file_atomically(const std::string& path, const std::string& bytes);
 // The same for a file written a piece at a time: `write` hands its pieces to the sink it is
 // given (after a failed write the rest are dropped, and the error is returned).
