@@ -252,22 +252,22 @@ def main():
         print(f"{kind}: history off, after recording / before any: "
               f"{median[kind]['after'] / median[kind]['fresh']:.4f} (last {args.steps * 2} steps / first "
               f"{args.steps * 2}), in the cycles / before any: {median[kind]['off'] / median[kind]['fresh']:.4f}")
-    print(f"{'dump (median s, MB, entries)':<34}{'pytorch':>22}{'memsnap':>22}")
+    print(f"{'dump (median s, MB, entries)':<34}{'pytorch':>26} {'memsnap':>26}")
     for stacks in ("python", "all"):
         cells = []
         for kind in kinds:
             dumps = [r["dumps"][stacks] for r in runs[kind]]
             cells.append(f"{statistics.median(d['seconds'] for d in dumps):.3f} s "
                          f"{dumps[0]['bytes'] / 1e6:.1f} MB {dumps[0]['entries']}")
-        print(f"{'_dump_snapshot, ' + stacks + ' stacks':<34}{cells[0]:>22}{cells[1]:>22}")
+        print(f"{'_dump_snapshot, ' + stacks + ' stacks':<34}{cells[0]:>26} {cells[1]:>26}")
         if args.dump_repeats > 1:
             cells = [f"{statistics.median(t for r in runs[kind] for t in r['dumps'][stacks]['again']):.3f} s"
                      for kind in kinds]
-            print(f"{'  again, same history':<34}{cells[0]:>22}{cells[1]:>22}")
+            print(f"{'  again, same history':<34}{cells[0]:>26} {cells[1]:>26}")
         dumps = [r["dumps"][stacks] for r in runs["memsnap"]]
         cell = (f"{statistics.median(d['msgpack_seconds'] for d in dumps):.3f} s "
                 f"{dumps[0]['msgpack_bytes'] / 1e6:.1f} MB")
-        print(f"{'memsnap msgpack, ' + stacks + ' stacks':<34}{'':>22}{cell:>22}")
+        print(f"{'memsnap msgpack, ' + stacks + ' stacks':<34}{'':>26} {cell:>26}")
 
 
 if __name__ == "__main__":
