@@ -24,14 +24,14 @@ class StackTables {
       : tables_(snapshot), recorder_(recorder),
         interpreter_(recorder != nullptr ? recorder->interpreter_frames() : nullptr) {}
 
-  // Stack ids are per device (each device interns its own).
+  // Stack ids are per device (each device interns its own), and dense: the table's index.
   StackIndex index_of(int device, StackId id) {
-    if (id == kNoStack || recorder_ == nullptr) return kNoStackIndex;
-    const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(device)) << 32) | id;
-    auto found = by_id_.find(key);
-    if (found != by_id_.end()) return found->second;
-    const StackIndex index = tables_.intern_stack(symbolize(recorder_->stack_frames(device, id)));
-    by_id_.emplace(key, index);
+    if (id == kNoStack || recorder_ == nullptr || device < 0) return kNoStackIndex;
+    if (by_id_.size() <= static_cast<size_t>(device)) by_id_.resize(static_cast<size_t>(device) + 1);
+    std::vector<StackIndex>& indices = by_id_[static_cast<size_t>(device)];
+    if (indices.size() <= id) indices.resize(std::max<size_t>(size_t{id} + 1, indices.size() * 2), kUnseen);
+    StackIndex& index = indices[id];
+    if (index == kUnseen) index = tables_.intern_stack(symbolize(recorder_->stack_frames(device, id)));
     return index;
   }
 
@@ -111,7 +111,8 @@ class StackTables {
   SnapshotStackTables tables_;
   const HistoryRecorder* recorder_;
   InterpreterFrames* interpreter_;
-  std::unordered_map<uint64_t, StackIndex> by_id_;
+  static constexpr StackIndex kUnseen = -2;
+  std::vector<std::vector<StackIndex>> by_id_;  // by device, then the recorder's stack id
   std::unordered_map<uintptr_t, std::vector<AddressFrame>> address_frames_;
   std::unordered_map<uintptr_t, uint32_t> token_frames_;
 };
