@@ -82,20 +82,23 @@ class PickleOut {
   }
 
   // A string of static storage (a literal, an action's name): remembered by its address, so a
-  // key written for every entry costs a look at one slot.
+  // key written for every entry costs a probe or two of a small table.
   void literal(std::string_view value) {
     const auto address = reinterpret_cast<uintptr_t>(value.data());
-    LiteralSlot& slot = literal_slots_[(address * 0x9E3779B97F4A7C15ull) >> (64 - kLiteralSlotBits)];
-    if (slot.data != value.data() || slot.size != value.size()) {
-      auto [it, fresh] = literals_.try_emplace(value, 0);
-      if (fresh) {
-        it->second = text(value);
-        slot = {value.data(), value.size(), it->second};
-        return;
-      }
-      slot = {value.data(), value.size(), it->second};
+    size_t slot = (address * 0x9E3779B97F4A7C15ull) >> (64 - kLiteralSlotBits);
+    for (;; slot = (slot + 1) % literal_slots_.size()) {
+      LiteralSlot& at = literal_slots_[slot];
+      if (at.data == value.data() && at.size == value.size()) return get(at.memo);
+      if (at.data == nullptr) break;
     }
-    get(slot.memo);
+    auto [it, fresh] = literals_.try_emplace(value, 0);
+    if (fresh) it->second = text(value);
+    else get(it->second);
+    // Kept while the table is at most half full; past that, the map answers.
+    if (literals_kept_ < literal_slots_.size() / 2) {
+      literal_slots_[slot] = {value.data(), value.size(), it->second};
+      ++literals_kept_;
+    }
   }
 
   void integer(int64_t value) {
@@ -139,7 +142,7 @@ class PickleOut {
  private:
   static constexpr size_t kPiece = SinkBuffer::kPiece;
   static constexpr size_t kRoom = 16;  // the longest opcode with its argument: LONG1's 11 bytes
-  static constexpr unsigned kLiteralSlotBits = 6;
+  static constexpr unsigned kLiteralSlotBits = 8;
 
   struct LiteralSlot {
     const char* data = nullptr;
@@ -178,19 +181,13 @@ class PickleOut {
   // Two's complement, little-endian, in as few bytes as keep the sign; a uint64 past INT64_MAX
   // gets a ninth, zero byte.
   void long1(uint64_t bits, bool negative) {
-    unsigned char le[9];
-    for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(bits >> (8 * i));
-    int count = 8;
-    if (negative) {
-      while (count > 1 && le[count - 1] == 0xFF && (le[count - 2] & 0x80)) --count;
-    } else {
-      while (count > 1 && le[count - 1] == 0 && !(le[count - 2] & 0x80)) --count;
-      if (le[count - 1] & 0x80) le[count++] = 0;
-    }
+    // The bits that differ from the sign, and one byte more than they fill for the sign.
+    const uint64_t magnitude = negative ? ~bits : bits;
+    const int count = std::bit_width(magnitude) / 8 + 1;  // 1 .. 9
     char* out = room();
     out[0] = kLong1;
     out[1] = static_cast<char>(count);
-    std::memcpy(out + 2, le, static_cast<size_t>(count));
+    for (int i = 0; i < count; ++i) out[2 + i] = static_cast<char>(i < 8 ? bits >> (8 * i) : 0);
     at_ = out + 2 + count;
   }
 
@@ -206,7 +203,8 @@ class PickleOut {
   uint32_t next_memo_ = 0;
   std::unordered_map<std::string, uint32_t> strings_;
   std::unordered_map<std::string_view, uint32_t> literals_;  // (the texts live as long as the program)
-  std::array<LiteralSlot, size_t{1} << kLiteralSlotBits> literal_slots_{};
+  std::array<LiteralSlot, size_t{1} << kLiteralSlotBits> literal_slots_{};  // open addressing
+  size_t literals_kept_ = 0;
 };
 
 class SnapshotPickler {

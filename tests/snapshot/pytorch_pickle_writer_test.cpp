@@ -43,6 +43,16 @@ memsnap::Snapshot joined_snapshot() {
     s.device_traces[0].push_back({memsnap::TraceAction::kAlloc, block.address + static_cast<uint64_t>(i), 512,
                                   segment.stream, -5 + i, i % 3});
   s.device_traces[0].push_back({memsnap::TraceAction::kOom, 123456789, uint64_t{1} << 40, 0, 2000, 2});
+  // Integers in LONG1 at each of its lengths, both signs: times before the epoch down to
+  // INT64_MIN, sizes up to UINT64_MAX (nine bytes).
+  for (int bits = 31; bits < 63; ++bits) {
+    const int64_t magnitude = int64_t{1} << bits;
+    s.device_traces[0].push_back({memsnap::TraceAction::kFreeRequested, uint64_t{1} << bits,
+                                  ~uint64_t{0} >> (63 - bits), 0, -magnitude - 1, 0});
+    s.device_traces[0].push_back({memsnap::TraceAction::kFreeCompleted, (uint64_t{1} << bits) - 1,
+                                  uint64_t{1} << bits, 0, -magnitude, 0});
+  }
+  s.device_traces[0].push_back({memsnap::TraceAction::kFreeCompleted, uint64_t{1} << 63, UINT64_MAX, 0, INT64_MIN, 0});
   s.allocator_settings = {{"config", "\"max_split_size_mb:64\""}, {"max_split_size", "67108864"},
                           {"garbage_collection_threshold", "0.5"}, {"roundup_power2_divisions", "[0,4,0]"}};
   return s;
