@@ -196,10 +196,13 @@ Snapshot take_snapshot(CachingAllocator& allocator, HistoryRecorder* recorder,
     const DeviceMemoryInfo memory = allocator.backend().memory_info(d);
     snapshot.devices.push_back({d, allocator.backend().device_name(d), memory.total_bytes});
     DeviceTrace& trace = snapshot.device_traces.emplace_back();
-    if (recorder != nullptr && options.include_traces)
-      for (const HistoryEvent& event : recorder->trace(d))
+    if (recorder != nullptr && options.include_traces) {
+      const std::vector<HistoryEvent> events = recorder->trace(d);
+      trace.reserve(events.size() + 1);  // (and an out-of-memory entry)
+      for (const HistoryEvent& event : events)
         trace.push_back({event.action, event.address, event.size, event.stream, event.time_us,
                          stacks.index_of(d, event.stack)});
+    }
     if (options.oom && options.oom->device == d && !has_recent_oom(trace, *options.oom))
       trace.push_back({TraceAction::kOom, options.oom->device_free_bytes, options.oom->requested_bytes,
                        options.oom->stream, steady_time_us(), kNoStackIndex});
