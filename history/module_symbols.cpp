@@ -42,35 +42,103 @@ void radix_sort(std::vector<uint64_t>& keys) {
   }
 }
 
+struct Symbol {
+  uint64_t start;
+  uint64_t size;
+  const char* name;
+  uint8_t rank;  // 0 global, 1 weak, 2 local
+};
+
+// Whether a symbol can hold a return address: a function, or a label without a type.
+bool is_code(unsigned char info) {
+  const int type = GELF_ST_TYPE(info);
+  return type == STT_FUNC || type == STT_GNU_IFUNC || type == STT_NOTYPE;
+}
+
+uint8_t rank_of(unsigned char info) {
+  const int binding = GELF_ST_BIND(info);
+  return binding == STB_GLOBAL ? 0 : binding == STB_WEAK ? 1 : 2;
+}
+
+// The section of `elf` of `type` (the first), or null.
+Elf_Scn* section_of_type(Elf* elf, GElf_Word type, GElf_Shdr& header) {
+  for (Elf_Scn* section = elf_nextscn(elf, nullptr); section != nullptr; section = elf_nextscn(elf, section))
+    if (gelf_getshdr(section, &header) != nullptr && header.sh_type == type) return section;
+  return nullptr;
+}
+
+// The module's own 64-bit symbol table, read where it lies, when it is the table libdwfl
+// indexes (the module's .symtab, else its .dynsym, with `count` entries: no separate debug
+// file's table, no MiniDebugInfo's added): each address as libdwfl gives it (the module's
+// bias added for symbols of loaded sections). One dwfl_module_getsym_info per symbol looks
+// up its section and adjusts its value; libtorch's tables hold millions of symbols. False
+// (and `out` left empty) when the table is not one this reads.
+bool read_own_table(Dwfl_Module* module, int count, std::vector<Symbol>& out) {
+  GElf_Addr bias = 0;
+  Elf* elf = dwfl_module_getelf(module, &bias);
+  GElf_Ehdr file;
+  size_t sections = 0;
+  if (elf == nullptr || gelf_getclass(elf) != ELFCLASS64 || gelf_getehdr(elf, &file) == nullptr ||
+      file.e_type == ET_REL || elf_getshdrnum(elf, &sections) != 0)
+    return false;
+  GElf_Shdr header;
+  Elf_Scn* table = section_of_type(elf, SHT_SYMTAB, header);
+  if (table == nullptr) table = section_of_type(elf, SHT_DYNSYM, header);
+  if (table == nullptr || header.sh_entsize != sizeof(Elf64_Sym)) return false;
+  Elf_Data* data = elf_getdata(table, nullptr);
+  Elf_Data* names = elf_getdata(elf_getscn(elf, header.sh_link), nullptr);
+  if (data == nullptr || names == nullptr || data->d_type != ELF_T_SYM ||
+      data->d_size / sizeof(Elf64_Sym) != static_cast<size_t>(count))
+    return false;
+  std::vector<bool> loaded(sections, false);
+  for (size_t i = 0; i < sections; ++i) {
+    GElf_Shdr section;
+    if (Elf_Scn* at = elf_getscn(elf, i); at != nullptr && gelf_getshdr(at, &section) != nullptr)
+      loaded[i] = (section.sh_flags & SHF_ALLOC) != 0;
+  }
+  const auto* symbols = static_cast<const Elf64_Sym*>(data->d_buf);
+  const char* text = static_cast<const char*>(names->d_buf);
+  for (size_t i = 1; i < static_cast<size_t>(count); ++i) {  // index 0 is the null symbol
+    const Elf64_Sym& symbol = symbols[i];
+    if (symbol.st_shndx == SHN_XINDEX) {  // its section in another table: libdwfl's way
+      out.clear();
+      return false;
+    }
+    if (symbol.st_shndx == SHN_UNDEF || !is_code(symbol.st_info) || symbol.st_name >= names->d_size) continue;
+    uint64_t address = symbol.st_value;
+    if (symbol.st_shndx < SHN_LORESERVE ? symbol.st_shndx < sections && loaded[symbol.st_shndx]
+                                        : symbol.st_shndx != SHN_ABS && symbol.st_shndx != SHN_COMMON)
+      address += bias;
+    out.push_back({address, symbol.st_size, text + symbol.st_name, rank_of(symbol.st_info)});
+  }
+  return true;
+}
+
+// The same through libdwfl, one symbol at a time.
+void read_through_libdwfl(Dwfl_Module* module, int count, std::vector<Symbol>& out) {
+  for (int i = 1; i < count; ++i) {  // index 0 is the null symbol
+    GElf_Sym symbol;
+    GElf_Addr address = 0;
+    const char* name = dwfl_module_getsym_info(module, i, &symbol, &address, nullptr, nullptr, nullptr);
+    if (name == nullptr || symbol.st_shndx == SHN_UNDEF || !is_code(symbol.st_info)) continue;
+    out.push_back({address, symbol.st_size, name, rank_of(symbol.st_info)});
+  }
+}
+
 }  // namespace
 
 ModuleSymbols::ModuleSymbols(Dwfl_Module* module) {
   const int count = dwfl_module_getsymtab(module);
   if (count <= 0) return;
-  struct Symbol {
-    uint64_t start;
-    uint64_t size;
-    const char* name;
-    uint8_t rank;
-  };
+  // (The names are not read here: a large library's fill hundreds of MiB of its file, which
+  // reading every one would page in. A nameless symbol is passed over when looked up.)
   std::vector<Symbol> symbols;
   symbols.reserve(static_cast<size_t>(count));
+  if (!read_own_table(module, count, symbols)) read_through_libdwfl(module, count, symbols);
   uint64_t lowest = UINT64_MAX;
-  for (int i = 1; i < count; ++i) {  // index 0 is the null symbol
-    GElf_Sym symbol;
-    GElf_Addr address = 0;
-    const char* name = dwfl_module_getsym_info(module, i, &symbol, &address, nullptr, nullptr, nullptr);
-    // (The name is not read here: the names of a large library's symbols fill hundreds of MiB
-    // of its file, which reading every one would page in. A nameless one is passed over when
-    // looked up.)
-    if (name == nullptr || symbol.st_shndx == SHN_UNDEF) continue;
-    const int type = GELF_ST_TYPE(symbol.st_info);
-    if (type != STT_FUNC && type != STT_GNU_IFUNC && type != STT_NOTYPE) continue;
-    const int binding = GELF_ST_BIND(symbol.st_info);
-    const uint8_t rank = binding == STB_GLOBAL ? 0 : binding == STB_WEAK ? 1 : 2;
-    symbols.push_back({address, symbol.st_size, name, rank});
-    largest_ = std::max<uint64_t>(largest_, symbol.st_size);
-    lowest = std::min<uint64_t>(lowest, address);
+  for (const Symbol& symbol : symbols) {
+    largest_ = std::max<uint64_t>(largest_, symbol.size);
+    lowest = std::min<uint64_t>(lowest, symbol.start);
   }
 
   // The order: packed keys radix-sorted, or (a module too large to pack) a comparison sort.
