@@ -210,6 +210,8 @@ def main():
                              "after the warmup, or ('dumps') only record and time the dumps (to run "
                              "under a profiler: bench/gpu/profile.sh)")
     args = parser.parse_args()
+    if args.dump_repeats < 1:
+        parser.error(f"--dump-repeats takes 1 or more (given {args.dump_repeats})")
     if args.worker:
         return worker(args)
 
