@@ -106,7 +106,8 @@ bool read_own_table(Dwfl_Module* module, int count, std::vector<Symbol>& out) {
     }
     if (symbol.st_shndx == SHN_UNDEF || !is_code(symbol.st_info) || symbol.st_name >= names->d_size) continue;
     uint64_t address = symbol.st_value;
-    if (symbol.st_shndx < SHN_LORESERVE ? symbol.st_shndx < sections && loaded[symbol.st_shndx]
+    // (A section index past the file's sections counts as loaded, as libdwfl counts it.)
+    if (symbol.st_shndx < SHN_LORESERVE ? symbol.st_shndx >= sections || loaded[symbol.st_shndx]
                                         : symbol.st_shndx != SHN_ABS && symbol.st_shndx != SHN_COMMON)
       address += bias;
     out.push_back({address, symbol.st_size, text + symbol.st_name, rank_of(symbol.st_info)});
