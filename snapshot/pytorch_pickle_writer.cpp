@@ -91,12 +91,11 @@ class PickleOut {
       if (at.data == value.data() && at.size == value.size()) return get(at.memo);
       if (at.data == nullptr) break;
     }
-    auto [it, fresh] = literals_.try_emplace(value, 0);
-    if (fresh) it->second = text(value);
-    else get(it->second);
-    // Kept while the table is at most half full; past that, the map answers.
+    // (text() names a string written before by its memo, so each is written once.)
+    const uint32_t memo = text(value);
+    // Kept while the table is at most half full; past that, text() answers.
     if (literals_kept_ < literal_slots_.size() / 2) {
-      literal_slots_[slot] = {value.data(), value.size(), it->second};
+      literal_slots_[slot] = {value.data(), value.size(), memo};
       ++literals_kept_;
     }
   }
@@ -202,7 +201,6 @@ class PickleOut {
   char* const full_;  // past this, the buffer is handed on before the next opcode
   uint32_t next_memo_ = 0;
   std::unordered_map<std::string, uint32_t> strings_;
-  std::unordered_map<std::string_view, uint32_t> literals_;  // (the texts live as long as the program)
   std::array<LiteralSlot, size_t{1} << kLiteralSlotBits> literal_slots_{};  // open addressing
   size_t literals_kept_ = 0;
 };
