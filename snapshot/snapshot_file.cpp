@@ -36,15 +36,21 @@ std::optional<std::string> write_file_atomically(const std::string& path,
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return system_error("cannot create", temporary);
   std::optional<std::string> error;  // the first failed write; later pieces are dropped
-  write([&](std::string_view piece) {
-    size_t written = 0;
-    while (!error && written < piece.size()) {
-      const ssize_t n = ::write(fd, piece.data() + written, piece.size() - written);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) error = system_error("cannot write", temporary);
-      else written += static_cast<size_t>(n);
-    }
-  });
+  try {
+    write([&](std::string_view piece) {
+      size_t written = 0;
+      while (!error && written < piece.size()) {
+        const ssize_t n = ::write(fd, piece.data() + written, piece.size() - written);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) error = system_error("cannot write", temporary);
+        else written += static_cast<size_t>(n);
+      }
+    });
+  } catch (...) {  // the producer failed (out of memory): no descriptor or half file left behind
+    ::close(fd);
+    ::unlink(temporary.c_str());
+    throw;
+  }
   if (::close(fd) != 0 && !error) error = system_error("cannot flush", temporary);
   if (!error && ::rename(temporary.c_str(), path.c_str()) != 0) error = system_error("cannot rename to", path);
   if (error) ::unlink(temporary.c_str());

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <new>
 #include <filesystem>
 #include <thread>
 
@@ -45,6 +46,20 @@ TEST(SnapshotFile, FailedWriteLeavesNoFileAndSaysWhy) {
   EXPECT_FALSE(memsnap::read_msgpack_snapshot(path).ok());
   EXPECT_NE(memsnap::read_msgpack_snapshot(dir.path.string()).error().find(dir.path.string()),
             std::string::npos);
+}
+
+// A producer that fails half way (out of memory while it writes) leaves no file behind, not
+// even the temporary one, and its error reaches the caller.
+TEST(SnapshotFile, AProducerThatThrowsLeavesNothingBehind) {
+  TempDir dir;
+  const std::string path = (dir.path / "x.pickle").string();
+  EXPECT_THROW(memsnap::write_file_atomically(path,
+                                              [](const memsnap::ByteSink& sink) {
+                                                sink("the first piece");
+                                                throw std::bad_alloc();
+                                              }),
+               std::bad_alloc);
+  EXPECT_TRUE(fs::is_empty(dir.path));
 }
 
 TEST(SnapshotFile, PatternPlaceholdersAreFilledIn) {
