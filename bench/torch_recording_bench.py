@@ -6,8 +6,9 @@ memsnap's (the `memsnap` Python package), side by side on one GPU.
 
 Each run is a fresh process (the allocator is chosen before CUDA starts), PyTorch and memsnap
 alternating for --rounds rounds. A run times every step: history off first, then --cycles
-cycles in which each mode is measured as a pair: --steps steps with history off, then --steps
-steps recording in that mode. Modes: the trace without stacks, Python stacks, all stacks (Python
+cycles in which each mode is measured as a pair: --steps steps with history off and --steps
+steps recording in that mode, in one order in even cycles and the other in odd ones, after a
+collection of Python's garbage and one untimed step. Modes: the trace without stacks, Python stacks, all stacks (Python
 and C++), all set through PyTorch's own `torch.cuda.memory._record_memory_history` (memsnap
 also through memsnap.torch.record_history, to show where its cost goes); then history off
 again. Then it records --dump-steps steps from a cleared history with each stack choice and
@@ -15,7 +16,7 @@ times `torch.cuda.memory._dump_snapshot` (memsnap: also its msgpack `dump_snapsh
 
 Printed, as measured in this one run: median step time per mode; the cost of recording per
 allocator event (allocations and frees): the median over all pairs of a mode's steps less the
-history-off steps just before them, divided by the events of a step (counted from
+history-off steps beside them, divided by the events of a step (counted from
 `memory_stats()`, equal on both allocators), so that the host's drift over a run cancels pair
 by pair; whether turning history off gives the step its speed back; dump times and sizes.
 Workloads: `allocations` (the allocator alone: a tensor made and dropped 1,000 times, 30
@@ -129,15 +130,25 @@ def worker(args):
     before = events_so_far(torch)
     times["fresh"] += timed_steps(args.steps * 2)
     events_per_step = (events_so_far(torch) - before) / (args.steps * 2)
-    # Each recorded stretch against the history-off stretch just before it.
+    # Each recorded stretch against the history-off stretch beside it. A collection leaves
+    # the caches cold for the step after it: one untimed step follows it. Which stretch of a
+    # pair comes first alternates from cycle to cycle, so that what follows a switch (in either
+    # direction) weighs on both sides alike.
     differences = {mode: [] for mode in modes if mode != "off"}
-    for _ in range(args.cycles):
+    for cycle in range(args.cycles):
         for mode in differences:
             gc.collect()
             set_history(torch, "off", args.max_entries)
-            off = timed_steps(args.steps)
-            set_history(torch, mode, args.max_entries)
-            recorded = timed_steps(args.steps)
+            step()
+            if cycle % 2 == 0:
+                off = timed_steps(args.steps)
+                set_history(torch, mode, args.max_entries)
+                recorded = timed_steps(args.steps)
+            else:
+                set_history(torch, mode, args.max_entries)
+                recorded = timed_steps(args.steps)
+                set_history(torch, "off", args.max_entries)
+                off = timed_steps(args.steps)
             times["off"] += off
             times[mode] += recorded
             differences[mode].append(statistics.fmean(recorded) - statistics.fmean(off))
@@ -232,7 +243,7 @@ def main():
     for mode in ("fresh",) + MODES + ("after",):
         p, m = median["pytorch"][mode], median["memsnap"][mode]
         print(f"{LABELS[mode]:<34}{p * 1e3:>10.3f}{m * 1e3:>10.3f}{m / p:>17.4f}")
-    # Each pair's recorded steps less the history-off steps just before them: drift over a run
+    # Each pair's recorded steps less the history-off steps beside them: drift over a run
     # (clocks, caches warming, other tenants of the host) cancels pair by pair.
     def cost(kind, mode):
         return statistics.median(d for r in runs[kind] for d in r["differences"][mode]) / per_step
