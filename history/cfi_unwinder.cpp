@@ -240,17 +240,6 @@ struct JoinHint {
   uintptr_t sp = 0;
   uint16_t memo = 0;
   uint16_t step = 0;
-  uint32_t path = 0;  // path hints: the steps before, hashed (PathHash)
-};
-
-// The return addresses of a walk's first steps, hashed one at a time.
-class PathHash {
- public:
-  void add(uintptr_t return_address) { hash_ = (hash_ ^ return_address) * 0x9E3779B97F4A7C15ull; }
-  uint32_t value() const { return static_cast<uint32_t>(hash_ >> 32); }
-
- private:
-  uint64_t hash_ = 0;
 };
 
 // Memory for memos, mapped at once and paged in as memos are made: a thread that walks a
@@ -300,29 +289,16 @@ struct ThreadWalker {
   uint16_t hand = 0;
   uint8_t taken_over[kMemos + 1] = {};
   uint64_t clock = 0;
-  uint64_t remembered = 0;  // walks kept (cfi_walks_remembered)
   // The walk under way looks up its registers here, one probe every kHintStride steps,
   // instead of searching every memo at every step: most steps of a model's walks were never
   // walked from the same registers, and a search per memo per step cost more than the
   // walking it saved.
   JoinHint hints[size_t{1} << kHintBits];
-  // A hint names the last walk through its registers. Call paths that part below a step and
-  // share the frames above it (two operators' allocations under one Python line, or the
-  // alternating paths of a layer) would each find the other there, and each be remembered
-  // again as a join. Every kPathStride-th step is also looked up by the path that led to it
-  // (the return addresses before it): a path walked before finds its own walk there.
-  static constexpr size_t kPathStride = 8;
-  static constexpr unsigned kPathHintBits = 11;  // 2,048 path hints, 48 KiB
-  JoinHint path_hints[size_t{1} << kPathHintBits];
 
   static size_t hint_slot(uintptr_t pc, uintptr_t sp) {
     return static_cast<size_t>(((pc ^ (sp << 16)) * 0x9E3779B97F4A7C15ull) >> (64 - kHintBits));
   }
   JoinHint& hint(uintptr_t pc, uintptr_t sp) { return hints[hint_slot(pc, sp)]; }
-  JoinHint& path_hint(uintptr_t pc, uintptr_t sp, uint32_t path) {
-    const uint64_t key = (pc ^ (sp << 16) ^ (uint64_t{path} << 32)) * 0x9E3779B97F4A7C15ull;
-    return path_hints[static_cast<size_t>(key >> (64 - kPathHintBits))];
-  }
 
   void mark_taken_over(uint16_t memo) { taken_over[memo] = 1; }
 
@@ -330,17 +306,11 @@ struct ThreadWalker {
   // a hint for each of its steps.
   void keep_scratch() {
     const WalkMemo& kept = storage[scratch];
-    PathHash path;
     for (size_t step = 0; step < kept.steps; ++step) {
       const WalkMemo::Registers& before = kept.record[step].before;
       hint(before.pc, before.sp) = {before.pc, before.sp, scratch, static_cast<uint16_t>(step)};
-      if (step > 0 && step % kPathStride == 0)
-        path_hint(before.pc, before.sp, path.value()) = {before.pc, before.sp, scratch,
-                                                         static_cast<uint16_t>(step), path.value()};
-      path.add(kept.produced[step]);
     }
     taken_over[scratch] = 0;
-    ++remembered;
     // (At most two turns: the first clears every mark it passes.)
     for (;;) {
       hand = static_cast<uint16_t>((hand + 1) % (kMemos + 1));
@@ -419,8 +389,6 @@ class FrameSink {
 
 }  // namespace
 
-uint64_t cfi_walks_remembered() { return thread_walker().remembered; }
-
 __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max_frames,
                                                    size_t skip, StackNote** note,
                                                    const StopCode& stop) {
@@ -460,57 +428,46 @@ __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max
     return sink.count();
   };
 
-  // Whether the walk, now at step `i`, goes on as the remembered one `hint` names: if so it is
-  // taken over and the walk's frame count returned.
-  auto take_over = [&](const JoinHint& hint, size_t i) -> std::optional<size_t> {
-    WalkMemo& earlier = walker.storage[hint.memo];
-    // (Against the rules now: a lookup on the way may have dropped them.)
-    if (earlier.rules_generation != walker.rules.generation() || earlier.stop != stop ||
-        !earlier.continues(hint.step, registers, walk))
-      return std::nullopt;
-    // The rest of this walk is the earlier one's from step `at`, if it knows enough of it.
-    const size_t at = hint.step;
-    const size_t known = earlier.steps - at;
-    if (!earlier.complete && known < step_limit - i) return std::nullopt;
-    const size_t taken = std::min(known, step_limit - i);
-    walker.mark_taken_over(hint.memo);
-    for (size_t j = 0; j < taken; ++j) sink.add(earlier.produced[at + j]);
-    if (at == i && memo.same_start(earlier, i)) {
-      // The same walk again (its first steps walked afresh because the hint for where it
-      // starts named another walk): nothing new to remember.
-      if (note != nullptr) *note = earlier.note_for(skip, max_frames);
-      return sink.count();
-    }
-    // A new walk that joins a known one: remember it whole.
-    const size_t first_word = earlier.record[at].first_word;
-    const size_t word_end = at + taken < earlier.steps ? earlier.record[at + taken].first_word : earlier.word_count;
-    for (size_t j = 0; j < taken; ++j) {
-      WalkMemo::Step& step = memo.record[i + j];
-      step = earlier.record[at + j];
-      step.first_word = static_cast<uint16_t>(word_count + step.first_word - first_word);
-      memo.produced[i + j] = earlier.produced[at + j];
-    }
-    std::copy(earlier.words + first_word, earlier.words + word_end, memo.words + word_count);
-    word_count += word_end - first_word;
-    steps = i + taken;
-    return finish(earlier.complete && taken == known, taken == known && earlier.end_reads_bp);
-  };
-
-  PathHash path;  // the return addresses produced so far
   for (size_t i = 0; i < step_limit; ++i) {
-    if (i > 0 && i % ThreadWalker::kPathStride == 0) {
-      const JoinHint& hint = walker.path_hint(registers.pc, registers.sp, path.value());
-      if (hint.pc == registers.pc && hint.sp == registers.sp && hint.path == path.value() &&
-          hint.memo != walker.scratch)
-        if (const std::optional<size_t> count = take_over(hint, i)) return *count;
-    }
     if (i > ThreadWalker::kHintStride && i % ThreadWalker::kHintStride != 0) {
       // (Every step near the start, where walks from one place part: the step after they
       // part finds the walk that went the same way. Then between probes: once two walks
       // meet they go on together, so a join found a few steps late is found all the same.)
     } else if (const JoinHint& hint = walker.hint(registers.pc, registers.sp);
                hint.pc == registers.pc && hint.sp == registers.sp && hint.memo != walker.scratch) {
-      if (const std::optional<size_t> count = take_over(hint, i)) return *count;
+      WalkMemo& earlier = walker.storage[hint.memo];
+      // (Against the rules now: a lookup on the way may have dropped them.)
+      if (earlier.rules_generation == walker.rules.generation() && earlier.stop == stop &&
+          earlier.continues(hint.step, registers, walk)) {
+        // The rest of this walk is the earlier one's from step `at`, if it knows enough of it.
+        const size_t at = hint.step;
+        const size_t known = earlier.steps - at;
+        if (earlier.complete || known >= step_limit - i) {
+          const size_t taken = std::min(known, step_limit - i);
+          walker.mark_taken_over(hint.memo);
+          for (size_t j = 0; j < taken; ++j) sink.add(earlier.produced[at + j]);
+          if (at == i && memo.same_start(earlier, i)) {
+            // The same walk again (its first steps walked afresh because the hint for where
+            // it starts named another walk): nothing new to remember.
+            if (note != nullptr) *note = earlier.note_for(skip, max_frames);
+            return sink.count();
+          }
+          // A new walk that joins a known one: remember it whole.
+          const size_t first_word = earlier.record[at].first_word;
+          const size_t word_end =
+              at + taken < earlier.steps ? earlier.record[at + taken].first_word : earlier.word_count;
+          for (size_t j = 0; j < taken; ++j) {
+            WalkMemo::Step& step = memo.record[i + j];
+            step = earlier.record[at + j];
+            step.first_word = static_cast<uint16_t>(word_count + step.first_word - first_word);
+            memo.produced[i + j] = earlier.produced[at + j];
+          }
+          std::copy(earlier.words + first_word, earlier.words + word_end, memo.words + word_count);
+          word_count += word_end - first_word;
+          steps = i + taken;
+          return finish(earlier.complete && taken == known, taken == known && earlier.end_reads_bp);
+        }
+      }
     }
     WalkMemo::Step& at = memo.record[i];
     at.before = registers;
@@ -541,7 +498,6 @@ __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max
     registers.pc = return_address;
     if (return_address == 0) return finish(true);
     memo.produced[i] = return_address;
-    path.add(return_address);
     steps = i + 1;
     sink.add(return_address);
     if (stop.holds_return_address(return_address)) return finish(true);

@@ -28,8 +28,4 @@ inline constexpr size_t kUnsupportedStack = std::numeric_limits<size_t>::max();
 size_t capture_stack_cfi(uintptr_t* frames, size_t max_frames, size_t skip = 0,
                          StackNote** note = nullptr, const StopCode& stop = {});
 
-// Walks this thread has remembered so far: each walk of a path not found remembered (walked
-// afresh, or joining a remembered walk part of the way). For tests and benchmarks.
-uint64_t cfi_walks_remembered();
-
 }  // namespace memsnap

@@ -59,26 +59,6 @@ TEST(CfiUnwinder, MoreDistinctWalksThanTheWalkerRemembersAllComeOutRight) {
   }
 }
 
-// Two call paths that part above their innermost frames and meet again at step 8, walked in
-// turn: the hints at the steps where they agree name the other path's walk, and each must
-// still be found remembered whole, not remembered again as a join of the other.
-TEST(CfiUnwinder, PathsThatPartAndMeetAgainAreEachFoundRemembered) {
-  std::vector<uintptr_t> seen[2];
-  uint64_t remembered_before = 0;
-  for (int round = 0; round < 22; ++round) {
-    if (round == 2) remembered_before = memsnap::cfi_walks_remembered();
-    for (int side = 0; side < 2; ++side) {
-      std::vector<uintptr_t> frames = cfi_test_frames::through_one_of_two_middles(side);
-      ASSERT_GE(frames.size(), 10u);
-      frames.resize(10);  // up to the frame that asked for the walk
-      if (round == 0) seen[side] = frames;
-      ASSERT_EQ(frames, seen[side]) << "round " << round << ", side " << side;
-    }
-  }
-  EXPECT_NE(seen[0], seen[1]);
-  EXPECT_EQ(memsnap::cfi_walks_remembered(), remembered_before);
-}
-
 // A walk told where to end stops at the first frame whose return address lies there; the
 // walks remembered for reuse are kept apart by where they were to end, so a whole walk never
 // comes back cut short and a cut walk never comes back long.
