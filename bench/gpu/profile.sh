@@ -9,6 +9,7 @@
 # libraries.txt (self time by library). With PROFILE_CALL_GRAPH=1 the samples carry their
 # stacks (unwound from DWARF, at a fifth of the rate) and OUT_DIR also gets children.txt: the
 # time spent in each function and everything it called, for functions of memsnap and libdw.
+# PROFILE_DELAY_MS=N starts sampling N ms after the command starts (past its start-up).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=${1:?usage: profile.sh OUT_DIR -- COMMAND...}
@@ -23,11 +24,11 @@ perf() { LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu:$prefix/lib/x86_64-li
   PERF_EXEC_PATH="$prefix/usr/lib/perf-core" "$prefix/usr/bin/perf" "$@"; }
 mkdir -p "$out"
 if [[ ${PROFILE_CALL_GRAPH:-0} == 1 ]]; then
-  perf record -F 599 --call-graph dwarf,16384 -o "$out/perf.data" -- "$@"
+  perf record -F 599 --call-graph dwarf,16384 ${PROFILE_DELAY_MS:+-D "$PROFILE_DELAY_MS"} -o "$out/perf.data" -- "$@"
   perf report -i "$out/perf.data" --children --sort sym --stdio -g none 2>"$out/children.err" \
     | grep -E 'memsnap|dwfl|dwarf_|elf_' | head -80 >"$out/children.txt" || true
 else
-  perf record -F 2999 -o "$out/perf.data" -- "$@"
+  perf record -F 2999 ${PROFILE_DELAY_MS:+-D "$PROFILE_DELAY_MS"} -o "$out/perf.data" -- "$@"
 fi
 # (Whole reports first: a pipe into head would end perf with SIGPIPE, failing the script.)
 perf report -i "$out/perf.data" --no-children --sort dso,sym --stdio >"$out/report.full" 2>"$out/report.err"
