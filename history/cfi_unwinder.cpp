@@ -240,6 +240,7 @@ struct JoinHint {
   uintptr_t sp = 0;
   uint16_t memo = 0;
   uint16_t step = 0;
+  uint32_t key = 0;  // keyed hints: part of the caller's key (ThreadWalker::key_check)
 };
 
 // Memory for memos, mapped at once and paged in as memos are made: a thread that walks a
@@ -294,22 +295,52 @@ struct ThreadWalker {
   // walked from the same registers, and a search per memo per step cost more than the
   // walking it saved.
   JoinHint hints[size_t{1} << kHintBits];
+  // The walks last remembered or found under a caller's key (capture_stack's path_key) from
+  // the registers a walk starts with, two to a set: where the key names the call path (the
+  // interpreter's innermost frames do, mostly), a walk is found whole before its first step,
+  // however many other paths share its first frames. A hint that names the wrong walk costs
+  // one check.
+  static constexpr unsigned kKeyBits = 11;  // 2,048 sets, 128 KiB
+  struct alignas(64) KeySet {
+    JoinHint way[2];
+  };
+  KeySet keyed[size_t{1} << kKeyBits];
+  // Walks made and steps walked (not taken over), for cfi_walk_counts.
+  CfiWalkCounts counts;
 
   static size_t hint_slot(uintptr_t pc, uintptr_t sp) {
     return static_cast<size_t>(((pc ^ (sp << 16)) * 0x9E3779B97F4A7C15ull) >> (64 - kHintBits));
   }
   JoinHint& hint(uintptr_t pc, uintptr_t sp) { return hints[hint_slot(pc, sp)]; }
+  static uint32_t key_check(uint64_t key) { return static_cast<uint32_t>(key ^ (key >> 32)) | 1; }
+  KeySet& key_set(uint64_t key, uintptr_t pc, uintptr_t sp) {
+    const uint64_t mixed = (key ^ pc ^ (sp << 16)) * 0x9E3779B97F4A7C15ull;
+    return keyed[static_cast<size_t>(mixed >> (64 - kKeyBits))];
+  }
+  // `memo`, which starts at `start`, is the walk under `key` now.
+  void remember_key(uint64_t key, const WalkMemo::Registers& start, uint16_t memo) {
+    KeySet& set = key_set(key, start.pc, start.sp);
+    const JoinHint entry{start.pc, start.sp, memo, 0, key_check(key)};
+    const auto same = [&](const JoinHint& way) {
+      return way.key == entry.key && way.pc == entry.pc && way.sp == entry.sp && way.memo == entry.memo;
+    };
+    if (same(set.way[0])) return;
+    set.way[1] = set.way[0];  // the older of the two makes room (or trades places)
+    set.way[0] = entry;
+  }
 
   void mark_taken_over(uint16_t memo) { taken_over[memo] = 1; }
 
   // Keeps the finished walk in scratch in place of a memo not taken over lately, and leaves
-  // a hint for each of its steps.
-  void keep_scratch() {
+  // a hint for each of its steps (and under `key`, unless 0).
+  void keep_scratch(uint64_t key) {
     const WalkMemo& kept = storage[scratch];
     for (size_t step = 0; step < kept.steps; ++step) {
       const WalkMemo::Registers& before = kept.record[step].before;
       hint(before.pc, before.sp) = {before.pc, before.sp, scratch, static_cast<uint16_t>(step)};
     }
+    if (key != 0 && kept.steps > 0) remember_key(key, kept.record[0].before, scratch);
+    ++counts.remembered;
     taken_over[scratch] = 0;
     // (At most two turns: the first clears every mark it passes.)
     for (;;) {
@@ -389,9 +420,11 @@ class FrameSink {
 
 }  // namespace
 
+CfiWalkCounts cfi_walk_counts() { return thread_walker().counts; }
+
 __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max_frames,
                                                    size_t skip, StackNote** note,
-                                                   const StopCode& stop) {
+                                                   const StopCode& stop, uint64_t path_key) {
   if (note != nullptr) *note = nullptr;
 #if defined(__x86_64__)
   WalkMemo::Registers registers;
@@ -405,6 +438,8 @@ __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max
   const size_t step_limit = std::min(skip + std::min(max_frames, kMaxStackDepth), WalkMemo::kMaxSteps);
   const uint64_t generation = walker.rules.generation();
   const uint64_t walk = ++walker.clock;
+  ++walker.counts.walks;
+  const WalkMemo::Registers start = registers;
   FrameSink sink(frames, max_frames, skip);
   WalkMemo& memo = walker.storage[walker.scratch];
   memo.note = StackNote{};
@@ -422,12 +457,55 @@ __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max
     memo.rules_generation = generation;
     // (A walk described by rules dropped on the way is not kept: its storage stays scratch.)
     if (walker.rules.generation() == generation) {
-      walker.keep_scratch();  // `memo` stays this walk; the next one gets other storage
+      walker.keep_scratch(path_key);  // `memo` stays this walk; the next one gets other storage
       if (note != nullptr) *note = memo.note_for(skip, max_frames);
     }
     return sink.count();
   };
 
+  // Whether the walk, now at step `i`, goes on as the remembered one `hint` names: if so it is
+  // taken over and the walk's frame count returned.
+  auto take_over = [&](const JoinHint& hint, size_t i) -> std::optional<size_t> {
+    WalkMemo& earlier = walker.storage[hint.memo];
+    // (Against the rules now: a lookup on the way may have dropped them.)
+    if (earlier.rules_generation != walker.rules.generation() || earlier.stop != stop ||
+        !earlier.continues(hint.step, registers, walk))
+      return std::nullopt;
+    // The rest of this walk is the earlier one's from step `at`, if it knows enough of it.
+    const size_t at = hint.step;
+    const size_t known = earlier.steps - at;
+    if (!earlier.complete && known < step_limit - i) return std::nullopt;
+    const size_t taken = std::min(known, step_limit - i);
+    walker.mark_taken_over(hint.memo);
+    for (size_t j = 0; j < taken; ++j) sink.add(earlier.produced[at + j]);
+    if (at == i && memo.same_start(earlier, i)) {
+      // The same walk again (its first steps, if any, walked afresh because the hints for
+      // where it starts named other walks): nothing new to remember, but the key now names it.
+      if (path_key != 0) walker.remember_key(path_key, start, hint.memo);
+      if (note != nullptr) *note = earlier.note_for(skip, max_frames);
+      return sink.count();
+    }
+    // A new walk that joins a known one: remember it whole.
+    const size_t first_word = earlier.record[at].first_word;
+    const size_t word_end = at + taken < earlier.steps ? earlier.record[at + taken].first_word : earlier.word_count;
+    for (size_t j = 0; j < taken; ++j) {
+      WalkMemo::Step& step = memo.record[i + j];
+      step = earlier.record[at + j];
+      step.first_word = static_cast<uint16_t>(word_count + step.first_word - first_word);
+      memo.produced[i + j] = earlier.produced[at + j];
+    }
+    std::copy(earlier.words + first_word, earlier.words + word_end, memo.words + word_count);
+    word_count += word_end - first_word;
+    steps = i + taken;
+    return finish(earlier.complete && taken == known, taken == known && earlier.end_reads_bp);
+  };
+
+  if (path_key != 0) {
+    const uint32_t check = ThreadWalker::key_check(path_key);
+    for (const JoinHint& hint : walker.key_set(path_key, start.pc, start.sp).way)
+      if (hint.key == check && hint.pc == start.pc && hint.sp == start.sp && hint.memo != walker.scratch)
+        if (const std::optional<size_t> count = take_over(hint, 0)) return *count;
+  }
   for (size_t i = 0; i < step_limit; ++i) {
     if (i > ThreadWalker::kHintStride && i % ThreadWalker::kHintStride != 0) {
       // (Every step near the start, where walks from one place part: the step after they
@@ -435,40 +513,9 @@ __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max
       // meet they go on together, so a join found a few steps late is found all the same.)
     } else if (const JoinHint& hint = walker.hint(registers.pc, registers.sp);
                hint.pc == registers.pc && hint.sp == registers.sp && hint.memo != walker.scratch) {
-      WalkMemo& earlier = walker.storage[hint.memo];
-      // (Against the rules now: a lookup on the way may have dropped them.)
-      if (earlier.rules_generation == walker.rules.generation() && earlier.stop == stop &&
-          earlier.continues(hint.step, registers, walk)) {
-        // The rest of this walk is the earlier one's from step `at`, if it knows enough of it.
-        const size_t at = hint.step;
-        const size_t known = earlier.steps - at;
-        if (earlier.complete || known >= step_limit - i) {
-          const size_t taken = std::min(known, step_limit - i);
-          walker.mark_taken_over(hint.memo);
-          for (size_t j = 0; j < taken; ++j) sink.add(earlier.produced[at + j]);
-          if (at == i && memo.same_start(earlier, i)) {
-            // The same walk again (its first steps walked afresh because the hint for where
-            // it starts named another walk): nothing new to remember.
-            if (note != nullptr) *note = earlier.note_for(skip, max_frames);
-            return sink.count();
-          }
-          // A new walk that joins a known one: remember it whole.
-          const size_t first_word = earlier.record[at].first_word;
-          const size_t word_end =
-              at + taken < earlier.steps ? earlier.record[at + taken].first_word : earlier.word_count;
-          for (size_t j = 0; j < taken; ++j) {
-            WalkMemo::Step& step = memo.record[i + j];
-            step = earlier.record[at + j];
-            step.first_word = static_cast<uint16_t>(word_count + step.first_word - first_word);
-            memo.produced[i + j] = earlier.produced[at + j];
-          }
-          std::copy(earlier.words + first_word, earlier.words + word_end, memo.words + word_count);
-          word_count += word_end - first_word;
-          steps = i + taken;
-          return finish(earlier.complete && taken == known, taken == known && earlier.end_reads_bp);
-        }
-      }
+      if (const std::optional<size_t> count = take_over(hint, i)) return *count;
     }
+    ++walker.counts.steps_walked;
     WalkMemo::Step& at = memo.record[i];
     at.before = registers;
     at.first_word = static_cast<uint16_t>(word_count);

@@ -24,8 +24,19 @@ inline constexpr size_t kUnsupportedStack = std::numeric_limits<size_t>::max();
 
 // As capture_stack (stack_capture.h): return addresses innermost first, the first being
 // inside the caller, after leaving out `skip` more. kUnsupportedStack when a frame on the
-// way needs a full unwinder. `note` and `stop` as for capture_stack.
+// way needs a full unwinder. `note`, `stop` and `path_key` as for capture_stack.
 size_t capture_stack_cfi(uintptr_t* frames, size_t max_frames, size_t skip = 0,
-                         StackNote** note = nullptr, const StopCode& stop = {});
+                         StackNote** note = nullptr, const StopCode& stop = {},
+                         uint64_t path_key = 0);
+
+// What the calling thread's walker has done so far, for tests and benchmarks: walks made,
+// steps walked (the rest were taken over from remembered walks), and walks remembered (each
+// walk not found remembered whole).
+struct CfiWalkCounts {
+  uint64_t walks = 0;
+  uint64_t steps_walked = 0;
+  uint64_t remembered = 0;
+};
+CfiWalkCounts cfi_walk_counts();
 
 }  // namespace memsnap

@@ -110,16 +110,25 @@ StackId HistoryRecorder::capture(DeviceRecord& record) const {
 
 // C++ frames up to the innermost run of the interpreter, then the interpreter's tokens: one
 // interned stack. The walker's note (the id of a repeated C++ path) cannot be used here,
-// since the same C++ path runs under many interpreter stacks.
+// since the same C++ path runs under many interpreter stacks. The interpreter's frames are
+// taken first: its two innermost tokens (the line that called into C++, and its caller's)
+// are the key the walker finds this line's C++ path under.
 StackId HistoryRecorder::capture_with_interpreter(DeviceRecord& record) const {
   uintptr_t frames[kMaxStackDepth + kMaxInterpreterTokens];
+  uintptr_t tokens[kMaxInterpreterTokens];
+  const size_t token_count = interpreter_->capture(tokens, kMaxInterpreterTokens);
   size_t count = 0;
-  if (record.settings.cpp_stacks)
-    count = record.settings.unwinder == StackUnwinder::kFramePointers
-                ? capture_stack_frame_pointers(frames, kMaxStackDepth, kCaptureSkip, interpreter_stop_)
-                : capture_stack(frames, kMaxStackDepth, kCaptureSkip, nullptr, interpreter_stop_);
-  count += interpreter_->capture(frames + count, kMaxInterpreterTokens);
-  return record.stacks.intern(frames, count);
+  if (record.settings.cpp_stacks) {
+    if (record.settings.unwinder == StackUnwinder::kFramePointers) {
+      count = capture_stack_frame_pointers(frames, kMaxStackDepth, kCaptureSkip, interpreter_stop_);
+    } else {
+      const uint64_t key = token_count == 0 ? 0
+                           : (tokens[0] * 0x9E3779B97F4A7C15ull) ^ (token_count > 1 ? tokens[1] : 0);
+      count = capture_stack(frames, kMaxStackDepth, kCaptureSkip, nullptr, interpreter_stop_, key);
+    }
+  }
+  std::copy_n(tokens, token_count, frames + count);
+  return record.stacks.intern(frames, count + token_count);
 }
 
 void HistoryRecorder::push(DeviceRecord& record, TraceAction action, uintptr_t address,

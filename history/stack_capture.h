@@ -49,9 +49,13 @@ size_t end_at_stop(const uintptr_t* frames, size_t count, const StopCode& stop);
 // above the caller (the caller's own frame is always left out), ending at `stop`. Returns
 // how many it wrote. With `note`, sets *note to the note kept for exactly these frames, or to
 // nullptr when the walk is not remembered (libunwind's fallback). The note stays valid until
-// the calling thread's next capture.
+// the calling thread's next capture. `path_key`, unless 0, is a value the caller expects to
+// come with the same call path most times (a recorder with interpreter frames gives their
+// innermost ones): the DWARF walker tries the walk it last made or found under that key from
+// the same place first. A key is only a hint: the frames are the same whatever it is.
 size_t capture_stack(uintptr_t* frames, size_t max_frames, size_t skip = 0,
-                     StackNote** note = nullptr, const StopCode& stop = {});
+                     StackNote** note = nullptr, const StopCode& stop = {},
+                     uint64_t path_key = 0);
 size_t capture_stack_frame_pointers(uintptr_t* frames, size_t max_frames, size_t skip = 0,
                                     const StopCode& stop = {});
 // libunwind's walk alone: the fallback of capture_stack, and its reference in tests.

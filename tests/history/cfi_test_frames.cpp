@@ -62,6 +62,47 @@ __attribute__((noinline)) TwoWalks via_second() {
   return walks;
 }
 
+// Two paths that part above their innermost frames and meet again (through_one_of_two_middles).
+// Each function's own constant keeps the compiler from folding the two sides into one.
+uint64_t g_path_key = 0;
+
+__attribute__((noinline)) std::vector<uintptr_t> walk_cfi() {
+  std::vector<uintptr_t> frames(memsnap::kMaxStackDepth);
+  const size_t count =
+      memsnap::capture_stack_cfi(frames.data(), frames.size(), 0, nullptr, g_stop, g_path_key);
+  frames.resize(count == memsnap::kUnsupportedStack ? 0 : count);
+  g_sink = g_sink + 1;
+  return frames;
+}
+
+template <int Level>
+__attribute__((noinline)) std::vector<uintptr_t> shared_level() {
+  std::vector<uintptr_t> frames;
+  if constexpr (Level == 1)
+    frames = walk_cfi();
+  else
+    frames = shared_level<Level - 1>();
+  g_sink = g_sink + Level;
+  return frames;
+}
+
+template <int Side, int Level>
+__attribute__((noinline)) std::vector<uintptr_t> middle_level() {
+  std::vector<uintptr_t> frames;
+  if constexpr (Level == 1)
+    frames = shared_level<3>();
+  else
+    frames = middle_level<Side, Level - 1>();
+  g_sink = g_sink + 10 * (Side + 1) + Level;
+  return frames;
+}
+
+__attribute__((noinline)) std::vector<uintptr_t> meet(std::vector<uintptr_t> (*middle)()) {
+  std::vector<uintptr_t> frames = middle();  // one call site for both sides
+  g_sink = g_sink + 1;
+  return frames;
+}
+
 TwoWalks g_from_handler;
 
 // Calls fn with %rbp holding `value`; its CFA is %rsp-based and %rbp is saved at CFA - 16
@@ -117,6 +158,11 @@ TwoWalks through_one_of_several_callers(int which) {
   TwoWalks walks = which % 3 == 0 ? via_first() : which % 3 == 1 ? via_second() : recurse(which % 5);
   g_sink = g_sink + 1;
   return walks;
+}
+
+std::vector<uintptr_t> through_one_of_two_middles(int side, uint64_t path_key) {
+  g_path_key = path_key;
+  return meet(side == 0 ? &middle_level<0, 3> : &middle_level<1, 3>);
 }
 
 TwoWalks walk_from_caller() {

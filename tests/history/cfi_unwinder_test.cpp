@@ -59,6 +59,40 @@ TEST(CfiUnwinder, MoreDistinctWalksThanTheWalkerRemembersAllComeOutRight) {
   }
 }
 
+// Two call paths that share their first frames, part, and meet again, walked in turn: the
+// hints at the steps where they agree name the other path's walk, so each walks its first
+// steps again and is remembered again as a join of the other. Given a key per path (as the
+// recorder gives the interpreter's innermost frames), each is found whole before its first
+// step. The frames are the same either way.
+TEST(CfiUnwinder, AWalkGivenItsPathsKeyIsFoundBeforeItsFirstStep) {
+  for (const bool keyed : {false, true}) {
+    SCOPED_TRACE(keyed ? "keyed" : "not keyed");
+    std::vector<uintptr_t> seen[2];
+    memsnap::CfiWalkCounts before;
+    for (int round = 0; round < 22; ++round) {
+      if (round == 2) before = memsnap::cfi_walk_counts();
+      for (int side = 0; side < 2; ++side) {
+        std::vector<uintptr_t> frames =
+            cfi_test_frames::through_one_of_two_middles(side, keyed ? 100 + side : 0);
+        ASSERT_GE(frames.size(), 10u);
+        frames.resize(10);  // up to the frame that asked for the walk
+        if (round == 0) seen[side] = frames;
+        ASSERT_EQ(frames, seen[side]) << "round " << round << ", side " << side;
+      }
+    }
+    EXPECT_NE(seen[0], seen[1]);
+    const memsnap::CfiWalkCounts after = memsnap::cfi_walk_counts();
+    EXPECT_EQ(after.walks - before.walks, 40u);
+    if (keyed) {
+      EXPECT_EQ(after.steps_walked, before.steps_walked);
+      EXPECT_EQ(after.remembered, before.remembered);
+    } else {
+      EXPECT_GE(after.steps_walked - before.steps_walked, 40u * 5);
+      EXPECT_GT(after.remembered, before.remembered);
+    }
+  }
+}
+
 // A walk told where to end stops at the first frame whose return address lies there; the
 // walks remembered for reuse are kept apart by where they were to end, so a whole walk never
 // comes back cut short and a cut walk never comes back long.
