@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstring>
 #include <stdexcept>
 
 #include "allocator/caching_allocator.h"
@@ -115,19 +116,20 @@ StackId HistoryRecorder::capture(DeviceRecord& record) const {
 // are the key the walker finds this line's C++ path under.
 StackId HistoryRecorder::capture_with_interpreter(DeviceRecord& record) const {
   uintptr_t frames[kMaxStackDepth + kMaxInterpreterTokens];
-  uintptr_t tokens[kMaxInterpreterTokens];
+  if (!record.settings.cpp_stacks)
+    return record.stacks.intern(frames, interpreter_->capture(frames, kMaxInterpreterTokens));
+  // The tokens go behind the room for C++ frames, and move down to follow them.
+  uintptr_t* const tokens = frames + kMaxStackDepth;
   const size_t token_count = interpreter_->capture(tokens, kMaxInterpreterTokens);
   size_t count = 0;
-  if (record.settings.cpp_stacks) {
-    if (record.settings.unwinder == StackUnwinder::kFramePointers) {
-      count = capture_stack_frame_pointers(frames, kMaxStackDepth, kCaptureSkip, interpreter_stop_);
-    } else {
-      const uint64_t key = token_count == 0 ? 0
-                           : (tokens[0] * 0x9E3779B97F4A7C15ull) ^ (token_count > 1 ? tokens[1] : 0);
-      count = capture_stack(frames, kMaxStackDepth, kCaptureSkip, nullptr, interpreter_stop_, key);
-    }
+  if (record.settings.unwinder == StackUnwinder::kFramePointers) {
+    count = capture_stack_frame_pointers(frames, kMaxStackDepth, kCaptureSkip, interpreter_stop_);
+  } else {
+    const uint64_t key = token_count == 0 ? 0
+                         : (tokens[0] * 0x9E3779B97F4A7C15ull) ^ (token_count > 1 ? tokens[1] : 0);
+    count = capture_stack(frames, kMaxStackDepth, kCaptureSkip, nullptr, interpreter_stop_, key);
   }
-  std::copy_n(tokens, token_count, frames + count);
+  std::memmove(frames + count, tokens, token_count * sizeof(uintptr_t));  // (down, or in place)
   return record.stacks.intern(frames, count + token_count);
 }
 
