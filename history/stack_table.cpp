@@ -76,6 +76,14 @@ std::vector<uintptr_t> StackTable::frames(StackId id) const {
   return {begin, begin + span.count};
 }
 
+size_t StackTable::copy_frames(StackId id, uintptr_t* out, size_t max) const {
+  if (id >= spans_.size()) return 0;
+  const Span& span = spans_[id];
+  const size_t count = std::min<size_t>(span.count, max);
+  std::copy_n(frames_.begin() + static_cast<std::ptrdiff_t>(span.offset), count, out);
+  return count;
+}
+
 size_t StackTable::size() const {
   return spans_.size();
 }

@@ -31,6 +31,8 @@ class StackTable {
   StackId intern(const uintptr_t* frames, size_t count);
   // The frames of a stack, innermost first (empty for kNoStack or an unknown id).
   std::vector<uintptr_t> frames(StackId id) const;
+  // Copies the first `max` frames of a stack into `out`; returns how many (0 for an unknown id).
+  size_t copy_frames(StackId id, uintptr_t* out, size_t max) const;
   size_t size() const;
   void clear();
   uint64_t key() const { return key_; }

@@ -4,12 +4,11 @@
 #include <ATen/record_function.h>
 #include <torch/csrc/autograd/function.h>
 
-#include <algorithm>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "history/stack_table.h"
 #include "snapshot/snapshot.h"
 
 namespace memsnap::pytorch {
@@ -21,14 +20,13 @@ constexpr uintptr_t kBackwardToken = kInterpreterTokenBit | kInterpreterFrameBit
 // Nodes remembered at once (the newest win a slot): a forward pass of this many operations
 // still finds every node's frames in its backward pass. 24 bytes each.
 constexpr size_t kSlots = size_t{1} << 18;
-// Distinct forward stacks kept; past this, new nodes are not linked.
-constexpr size_t kMaxStacks = size_t{1} << 18;
-constexpr uint32_t kNoStack = ~uint32_t{0};
+// Tokens of the distinct forward stacks kept (8 bytes each); past this, new nodes are not linked.
+constexpr size_t kMaxStackTokens = size_t{1} << 22;
 
 struct Slot {
   uint64_t thread = 0;
   uint64_t node = ~uint64_t{0};
-  uint32_t stack = kNoStack;
+  StackId stack = kNoStack;
 };
 
 size_t slot_of(uint64_t thread, uint64_t node) {
@@ -40,8 +38,7 @@ size_t slot_of(uint64_t thread, uint64_t node) {
 struct AutogradFrames::Links {
   std::mutex mutex;
   std::vector<Slot> slots;  // sized at the first forward allocation
-  std::vector<std::string> stacks;  // token arrays, as bytes
-  std::unordered_map<std::string, uint32_t> stack_ids;
+  StackTable stacks{kMaxStackTokens};
 };
 
 AutogradFrames::AutogradFrames(python::PythonFrames& python)
@@ -70,19 +67,8 @@ void AutogradFrames::remember(const uintptr_t* tokens, size_t count) {
   if (links.slots.empty()) links.slots.resize(kSlots);
   Slot& slot = links.slots[slot_of(thread, node)];
   if (slot.node == node && slot.thread == thread) return;  // the node's first allocation won
-  std::string bytes(reinterpret_cast<const char*>(tokens), count * sizeof(uintptr_t));
-  auto found = links.stack_ids.find(bytes);
-  uint32_t id;
-  if (found != links.stack_ids.end()) {
-    id = found->second;
-  } else if (links.stacks.size() < kMaxStacks) {
-    id = static_cast<uint32_t>(links.stacks.size());
-    links.stacks.push_back(bytes);
-    links.stack_ids.emplace(std::move(bytes), id);
-  } else {
-    return;
-  }
-  slot = {thread, node, id};
+  const StackId id = links.stacks.intern(tokens, count);
+  if (id != kNoStack) slot = {thread, node, id};
 }
 
 size_t AutogradFrames::recall(uint64_t thread, uint64_t node, uintptr_t* tokens, size_t max) {
@@ -91,11 +77,8 @@ size_t AutogradFrames::recall(uint64_t thread, uint64_t node, uintptr_t* tokens,
   if (links.slots.empty()) return 0;
   const Slot& slot = links.slots[slot_of(thread, node)];
   if (slot.node != node || slot.thread != thread || slot.stack == kNoStack) return 0;
-  const std::string& kept = links.stacks[slot.stack];
-  const size_t count = std::min(kept.size() / sizeof(uintptr_t), max - 1);
   tokens[0] = kBackwardToken;
-  std::copy_n(reinterpret_cast<const uintptr_t*>(kept.data()), count, tokens + 1);
-  return count + 1;
+  return links.stacks.copy_frames(slot.stack, tokens + 1, max - 1) + 1;
 }
 
 SourceFrame AutogradFrames::resolve(uintptr_t token) {

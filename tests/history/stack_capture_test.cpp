@@ -124,6 +124,20 @@ TEST(StackTable, InternsEachPathOnceAndStopsAtItsBound) {
   EXPECT_TRUE(table.frames(memsnap::kNoStack).empty());
 }
 
+TEST(StackTable, CopiesAStacksFramesUpToTheRoomGiven) {
+  memsnap::StackTable table;
+  const uintptr_t a[] = {7, 8, 9};
+  const memsnap::StackId id = table.intern(a, 3);
+  uintptr_t out[4] = {0, 0, 0, 0};
+  EXPECT_EQ(table.copy_frames(id, out, 4), 3u);
+  EXPECT_EQ((std::vector<uintptr_t>(out, out + 4)), (std::vector<uintptr_t>{7, 8, 9, 0}));
+  uintptr_t two[2] = {0, 0};
+  EXPECT_EQ(table.copy_frames(id, two, 2), 2u);
+  EXPECT_EQ(two[1], 8u);
+  EXPECT_EQ(table.copy_frames(id + 1, out, 4), 0u);
+  EXPECT_EQ(table.copy_frames(memsnap::kNoStack, out, 4), 0u);
+}
+
 TEST(StackTable, KeyNamesOneTablesContentsUntilCleared) {
   memsnap::StackTable first;
   memsnap::StackTable second;
