@@ -20,10 +20,9 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_recording_bench import build, set_history  # noqa: E402
+from torch_recording_bench import WORKLOADS, build, set_history, time_steps  # noqa: E402
 
 STRETCHES = 4
 MAX_ENTRIES = 1_000_000
@@ -44,14 +43,7 @@ def worker(args):
     def stretch():
         gc.collect()
         step()  # (the step after a collection runs on cold caches)
-        times = []
-        for _ in range(args.steps):
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            step()
-            torch.cuda.synchronize()
-            times.append(time.perf_counter() - start)
-        return statistics.median(times)
+        return statistics.median(time_steps(torch, step, args.steps))
 
     medians = []
     for index in range(STRETCHES):
@@ -66,7 +58,7 @@ def worker(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", choices=["gpt2", "resnet50", "allocations"], default="gpt2")
+    parser.add_argument("--model", choices=WORKLOADS, default="gpt2")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=20, help="timed steps per stretch")
     parser.add_argument("--warmup", type=int, default=15)

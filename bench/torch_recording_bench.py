@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 
+WORKLOADS = ("gpt2", "resnet50", "allocations")
 # One cycle, through PyTorch's API on both allocators ("fresh": history off before any recording
 # comes first). "none" records the trace without stacks.
 MODES = ("none", "python", "all", "off")
@@ -74,6 +75,18 @@ def build(workload, torch):
     return step
 
 
+def time_steps(torch, step, count):
+    """Seconds each of `count` calls of `step` took, the GPU's work included."""
+    times = []
+    for _ in range(count):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return times
+
+
 def set_history(torch, mode, max_entries, clear=False):
     if mode in ("off", "fresh"):
         torch.cuda.memory._record_memory_history(enabled=None)
@@ -102,14 +115,7 @@ def worker(args):
     step = build(args.model, torch)
 
     def timed_steps(count):
-        times = []
-        for _ in range(count):
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            step()
-            torch.cuda.synchronize()
-            times.append(time.perf_counter() - start)
-        return times
+        return time_steps(torch, step, count)
 
     for _ in range(args.warmup):
         step()
@@ -206,7 +212,7 @@ def run(args, kind):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", choices=["gpt2", "resnet50", "allocations"], default="gpt2")
+    parser.add_argument("--model", choices=WORKLOADS, default="gpt2")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=2, help="timed steps per half of a pair")
     parser.add_argument("--cycles", type=int, default=30)
