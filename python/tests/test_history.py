@@ -5,7 +5,9 @@ import os
 import pickle
 import subprocess
 import sys
+import warnings
 
+import pytest
 import torch
 
 from conftest import memsnap_cli, run_python
@@ -109,6 +111,35 @@ def test_history_off_captures_nothing(memsnap_torch):
     before = len(memsnap_torch.snapshot()["device_traces"][0])
     torch.empty(1024, device="cuda")
     assert len(memsnap_torch.snapshot()["device_traces"][0]) == before
+
+
+def test_pytorch_api_tells_of_the_entry_cap_when_recording_starts_not_when_it_stops(memsnap_torch):
+    with pytest.warns(UserWarning, match="trace entries per device"):
+        torch.cuda.memory._record_memory_history()  # max_entries left at PyTorch's sys.maxsize
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch.cuda.memory._record_memory_history(enabled=None)
+    assert memsnap_torch.history_settings()["level"] == "off"
+
+
+def test_turning_history_off_leaves_no_record_function_callback(memsnap_torch):
+    # PyTorch's API records record_function annotations through a RecordFunction callback,
+    # which then runs at every operator: it must go when history does (pytorch/pytorch #153571).
+    from torch.utils.cpp_extension import load_inline
+
+    probe = load_inline(
+        "memsnap_record_function_probe",
+        cpp_sources="#include <ATen/record_function.h>\n"
+        "bool callbacks() { return at::hasCallbacks(); }",
+        functions=["callbacks"],
+    )
+    torch.cuda.memory._record_memory_history(max_entries=1000)
+    assert probe.callbacks()  # (the probe sees the callback)
+    torch.cuda.memory._record_memory_history(enabled=None)
+    assert not probe.callbacks()
+    memsnap_torch.record_history(max_entries=1000)
+    memsnap_torch.record_history("off")
+    assert not probe.callbacks()
 
 
 # A GPT-2 training step recorded with Python stacks; prints, for every allocation of the trace,

@@ -227,7 +227,7 @@ def _patch_torch() -> None:
         global_record_annotations=False,
         skip_actions=(),
     ):
-        entries = _entries_for_pytorch(max_entries)
+        entries = _entries_for_pytorch(max_entries, enabled is not None)
         # PyTorch's own bookkeeping first (record_function annotations); it calls memsnap's
         # recordHistory, then the stack choice is made exact here.
         original_record(enabled, context, stacks, entries, clear_history, compile_context,
@@ -247,7 +247,7 @@ def _patch_torch() -> None:
         global_record_annotations=False,
         skip_actions=(),
     ):
-        entries = _entries_for_pytorch(trace_alloc_max_entries)
+        entries = _entries_for_pytorch(trace_alloc_max_entries, bool(enabled))
         original_legacy(enabled, record_context, entries, trace_alloc_record_context,
                         record_context_cpp, clear_history, compile_context,
                         global_record_annotations, list(skip_actions or ()))
@@ -288,15 +288,18 @@ def _patch_torch() -> None:
     _patched = True
 
 
-def _entries_for_pytorch(max_entries) -> int:
+def _entries_for_pytorch(max_entries, recording: bool) -> int:
+    """PyTorch's max_entries as memsnap keeps them; the cap is told only to a caller who turns
+    recording on (turning it off leaves max_entries at its default)."""
     entries = int(max_entries)
     if entries > PYTORCH_DEFAULT_ENTRY_LIMIT:
-        warnings.warn(
-            f"memsnap keeps at most {PYTORCH_DEFAULT_ENTRY_LIMIT:,} trace entries per device when "
-            f"max_entries is left at PyTorch's unbounded default (asked: {entries:,}); pass "
-            "max_entries to choose",
-            stacklevel=3,
-        )
+        if recording:
+            warnings.warn(
+                f"memsnap keeps at most {PYTORCH_DEFAULT_ENTRY_LIMIT:,} trace entries per device when "
+                f"max_entries is left at PyTorch's unbounded default (asked: {entries:,}); pass "
+                "max_entries to choose",
+                stacklevel=3,
+            )
         entries = PYTORCH_DEFAULT_ENTRY_LIMIT
     return max(entries, 1)
 
