@@ -1,20 +1,32 @@
 // memsnap_bench replay FILE.trace [--backend sim|cuda] [--passes N] [--json]
-//                      [--only off|nostack|cpp_stacks|fp_stacks]
+//                      [--only off|nostack|cpp_stacks|fp_stacks] [--off-after ROUNDS]
 //
 // Replays an allocation trace through memsnap's caching allocator the way
 // ../shared/bench/torch_cca_replay.cpp replays it through PyTorch's: one cold pass that fills
 // the cache (its peaks and device-malloc count are reported), then `passes` timed passes,
 // each freeing what is left at its end. Prints the same keys, so bench/side_by_side.py can
 // put the two next to each other.
+//
+// --off-after ROUNDS: whether turning history off gives the allocator its speed back. The
+// allocator that recorded (the modes above, then a million-entry trace with C++ stacks filled
+// past its end) and two that never recorded replay the trace with history off, one pass
+// each per round, in an order that rotates every round. Printed: the medians over the rounds
+// of the recorded one's pass time over a fresh one's, and of one fresh one's over the other's
+// (what the same allocator state measures as, the noise), with their quartiles.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "allocator/caching_allocator.h"
 #include "allocator/simulated_backend.h"
@@ -79,10 +91,54 @@ double replay_ns_per_event(CachingAllocator& allocator, const AllocationTrace& t
   return std::chrono::duration<double, std::nano>(elapsed).count() / static_cast<double>(n);
 }
 
+struct Spread {
+  double low, median, high;  // quartiles
+};
+
+Spread quartiles(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const auto at = [&](double q) {
+    return values[static_cast<size_t>(q * static_cast<double>(values.size() - 1) + 0.5)];
+  };
+  return {at(0.25), at(0.5), at(0.75)};
+}
+
+// One allocator that never records, with its own backend and (like a PyTorch process's)
+// a history recorder left off.
+struct FreshAllocator {
+  explicit FreshAllocator(std::shared_ptr<memsnap::DeviceBackend> backend)
+      : allocator(std::move(backend), {}), recorder(allocator) {}
+  CachingAllocator allocator;
+  memsnap::HistoryRecorder recorder;
+};
+
+// The --off-after comparison (see the top of this file); `recorded` has recorded and is off.
+using BackendMaker = std::function<std::shared_ptr<memsnap::DeviceBackend>()>;
+
+std::pair<Spread, Spread> off_after_ratios(CachingAllocator& recorded, const BackendMaker& backend,
+                                           const AllocationTrace& trace,
+                                           std::vector<StreamId>& streams, int rounds) {
+  FreshAllocator fresh(backend()), other(backend());
+  CachingAllocator* const allocators[3] = {&recorded, &fresh.allocator, &other.allocator};
+  for (CachingAllocator* allocator : allocators) replay_ns_per_event(*allocator, trace, streams, 1);
+  std::vector<double> recorded_over_fresh, fresh_over_fresh;
+  for (int round = 0; round < rounds; ++round) {
+    double ns[3];
+    for (int k = 0; k < 3; ++k) {
+      const int which = (round + k) % 3;
+      ns[which] = replay_ns_per_event(*allocators[which], trace, streams, 1);
+    }
+    recorded_over_fresh.push_back(ns[0] / ns[1]);
+    fresh_over_fresh.push_back(ns[2] / ns[1]);
+  }
+  return {quartiles(recorded_over_fresh), quartiles(fresh_over_fresh)};
+}
+
 int usage() {
   std::fprintf(stderr,
                "usage: memsnap_bench replay FILE.trace [--backend sim|cuda] [--passes N] [--json]\n"
-               "                            [--only off|nostack|cpp_stacks|fp_stacks]\n");
+               "                            [--only off|nostack|cpp_stacks|fp_stacks]\n"
+               "                            [--off-after ROUNDS]\n");
   return 2;
 }
 
@@ -100,15 +156,18 @@ int main(int argc, char** argv) {
   bool json = false;
   // Times one mode alone (the others print as 0), for a profiler's view of that mode.
   std::string only;
+  int off_after_rounds = 0;
   for (int i = 3; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--backend" && i + 1 < argc) backend_name = argv[++i];
     else if (arg == "--passes" && i + 1 < argc) passes = std::atoi(argv[++i]);
     else if (arg == "--json") json = true;
     else if (arg == "--only" && i + 1 < argc) only = argv[++i];
+    else if (arg == "--off-after" && i + 1 < argc) off_after_rounds = std::atoi(argv[++i]);
     else return usage();
   }
-  if (passes < 1 || passes > 100000) return usage();
+  if (passes < 1 || passes > 100000 || off_after_rounds < 0 || off_after_rounds > 100000)
+    return usage();
   if (!only.empty() && only != "off" && only != "nostack" && only != "cpp_stacks" &&
       only != "fp_stacks")
     return usage();
@@ -119,9 +178,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "memsnap_bench: error: %s\n", trace.error().c_str());
     return 1;
   }
-  std::shared_ptr<memsnap::DeviceBackend> backend;
+  BackendMaker make_backend;
   if (backend_name == "sim") {
-    backend = std::make_shared<memsnap::SimulatedBackend>();
+    make_backend = [] { return std::make_shared<memsnap::SimulatedBackend>(); };
   } else if (backend_name == "cuda") {
 #ifdef MEMSNAP_HAVE_CUDA
     if (!memsnap::CudaBackend::available()) {
@@ -130,7 +189,7 @@ int main(int argc, char** argv) {
     }
     cudaSetDevice(0);
     cudaFree(nullptr);
-    backend = std::make_shared<memsnap::CudaBackend>();
+    make_backend = [] { return std::make_shared<memsnap::CudaBackend>(); };
 #else
     std::fprintf(stderr, "memsnap_bench: error: built without CUDA\n");
     return 1;
@@ -138,6 +197,7 @@ int main(int argc, char** argv) {
   } else {
     return usage();
   }
+  const std::shared_ptr<memsnap::DeviceBackend> backend = make_backend();
 
   CachingAllocator allocator(backend, {});
   StreamTable table(backend_name == "cuda");
@@ -163,6 +223,15 @@ int main(int argc, char** argv) {
   recorder.configure({memsnap::HistoryLevel::kAll, 100000, true,
                       memsnap::StackUnwinder::kFramePointers});
   const double fp_stacks = measure("fp_stacks");
+  std::optional<std::pair<Spread, Spread>> off_after;
+  if (off_after_rounds > 0) {
+    constexpr size_t kEntries = 1000000;
+    recorder.configure({memsnap::HistoryLevel::kAll, kEntries, /*cpp_stacks=*/true});
+    const int fill = static_cast<int>(kEntries / std::max<size_t>(trace->events.size(), 1)) + 1;
+    replay_ns_per_event(allocator, trace.value(), streams, fill);
+    recorder.configure({});
+    off_after = off_after_ratios(allocator, make_backend, trace.value(), streams, off_after_rounds);
+  }
   recorder.configure({});
   if (!allocator.check_invariants().empty()) {
     std::fprintf(stderr, "memsnap_bench: error: allocator invariants violated\n");
@@ -175,11 +244,15 @@ int main(int argc, char** argv) {
         "\"ns_per_event_history_off\":%.1f,\"ns_per_event_history_nostack\":%.1f,"
         "\"ns_per_event_history_cpp_stacks\":%.1f,\"ns_per_event_history_fp_stacks\":%.1f,"
         "\"peak_reserved_bytes\":%lld,"
-        "\"peak_allocated_bytes\":%lld,\"device_mallocs\":%lld}\n",
+        "\"peak_allocated_bytes\":%lld,\"device_mallocs\":%lld",
         backend->name().c_str(), trace->events.size(), off, nostack, cpp_stacks, fp_stacks,
         static_cast<long long>(cold.reserved_bytes[kAggregate].peak),
         static_cast<long long>(cold.allocated_bytes[kAggregate].peak),
         static_cast<long long>(cold.num_device_alloc));
+    if (off_after)
+      std::printf(",\"off_after_recorded_over_fresh\":%.4f,\"off_after_fresh_over_fresh\":%.4f",
+                  off_after->first.median, off_after->second.median);
+    std::printf("}\n");
   } else {
     std::printf("memsnap on %s: %zu events, ns/event: %.1f history off, %.1f without stacks, "
                 "%.1f with C++ stacks (%.1f by frame pointer); peak reserved %s, %lld device "
@@ -187,6 +260,13 @@ int main(int argc, char** argv) {
                 backend->name().c_str(), trace->events.size(), off, nostack, cpp_stacks, fp_stacks,
                 memsnap::format_bytes(cold.reserved_bytes[kAggregate].peak).c_str(),
                 static_cast<long long>(cold.num_device_alloc));
+    if (off_after)
+      std::printf("history off, %d rounds, pass time over a never-recording allocator's "
+                  "(median [quartiles]): after recording %.4f [%.4f, %.4f]; another "
+                  "never-recording one %.4f [%.4f, %.4f]\n",
+                  off_after_rounds, off_after->first.median, off_after->first.low,
+                  off_after->first.high, off_after->second.median, off_after->second.low,
+                  off_after->second.high);
   }
   return 0;
 }
