@@ -83,11 +83,15 @@ def main():
                 medians = json.loads(done.stdout.strip().splitlines()[-1])
                 relative.setdefault((kind, variant), []).append([m / medians[0] for m in medians])
                 print(f"{kind:<8} {variant:<10} history-off stretches (median ms): " +
-                      " ".join(f"{m * 1e3:.2f}" for m in medians), flush=True)
-    print(f"model {args.model}, {args.rounds} rounds, {args.steps} steps a stretch; each stretch's median "
-          "relative to the first, median over the runs:")
+                      " ".join(f"{m * 1e3:.3f}" for m in medians), flush=True)
+    print(f"model {args.model}, {args.rounds} rounds, {args.steps} steps a stretch; each stretch "
+          "relative to the first, median over the runs (quartiles over the runs for stretches 2-4 together):")
     for (kind, variant), rows in sorted(relative.items()):
-        print(f"{kind:<8} {variant:<10} " + " ".join(f"{statistics.median(c):.3f}" for c in zip(*rows)))
+        later = sorted(v for row in rows for v in row[1:])
+        quartiles = [later[int(q * (len(later) - 1) + 0.5)] for q in (0.25, 0.75)]
+        print(f"{kind:<8} {variant:<10} " +
+              " ".join(f"{statistics.median(c):.4f}" for c in zip(*rows)) +
+              f"  [{quartiles[0]:.4f}, {quartiles[1]:.4f}]")
 
 
 if __name__ == "__main__":
