@@ -223,16 +223,16 @@ int main(int argc, char** argv) {
   recorder.configure({memsnap::HistoryLevel::kAll, 100000, true,
                       memsnap::StackUnwinder::kFramePointers});
   const double fp_stacks = measure("fp_stacks");
-  std::optional<std::pair<Spread, Spread>> off_after;
-  if (off_after_rounds > 0) {
+  if (off_after_rounds > 0) {  // a million-entry trace with C++ stacks, filled past its end
     constexpr size_t kEntries = 1000000;
     recorder.configure({memsnap::HistoryLevel::kAll, kEntries, /*cpp_stacks=*/true});
     const int fill = static_cast<int>(kEntries / std::max<size_t>(trace->events.size(), 1)) + 1;
     replay_ns_per_event(allocator, trace.value(), streams, fill);
-    recorder.configure({});
-    off_after = off_after_ratios(allocator, make_backend, trace.value(), streams, off_after_rounds);
   }
   recorder.configure({});
+  std::optional<std::pair<Spread, Spread>> off_after;
+  if (off_after_rounds > 0)
+    off_after = off_after_ratios(allocator, make_backend, trace.value(), streams, off_after_rounds);
   if (!allocator.check_invariants().empty()) {
     std::fprintf(stderr, "memsnap_bench: error: allocator invariants violated\n");
     return 1;

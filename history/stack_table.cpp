@@ -70,10 +70,9 @@ void StackTable::grow_index() {
 }
 
 std::vector<uintptr_t> StackTable::frames(StackId id) const {
-  if (id >= spans_.size()) return {};
-  const Span& span = spans_[id];
-  const auto begin = frames_.begin() + static_cast<std::ptrdiff_t>(span.offset);
-  return {begin, begin + span.count};
+  std::vector<uintptr_t> out(id < spans_.size() ? spans_[id].count : 0);
+  copy_frames(id, out.data(), out.size());
+  return out;
 }
 
 size_t StackTable::copy_frames(StackId id, uintptr_t* out, size_t max) const {
