@@ -145,6 +145,9 @@ bool ByteSource::refill() {
     if (n < memory_.size()) hit_limit_ = true;
     return n > 0;
   }
+  // Bytes in memory read where they lie, or as gzip input, all taken: the end, with no
+  // buffer to allocate (a part of a pickle read by another thread ends here).
+  if (in_memory && memory_offset_ == memory_.size() && (inflater_ == nullptr || inflater_->finished)) return false;
   if (buffer_.empty()) buffer_.resize(kChunkBytes);
   size_t produced = 0;
   if (inflater_ == nullptr) {
