@@ -23,29 +23,34 @@ struct OpenMark {
   uint64_t after_appends;   // the APPENDS it directly follows (another batch), or kNone
 };
 
-// What the scan does with each opcode: most only take argument bytes of a fixed count.
-enum : uint8_t { kSpecial = 0xF0, kUnsupported = 0xFF };
+// What the scan does with each opcode. Below kShortString: the bytes the opcode and its
+// fixed argument take, all the scan needs of most. Then what the quick loop walks too (a
+// one-byte length, MEMOIZE), and what it leaves to the switch.
+enum : uint8_t { kShortString = 0xF0, kShortOther, kMemoize, kSpecial, kUnsupported = 0xFF };
 
 struct OpcodeTable {
-  uint8_t arg[256];
-  constexpr OpcodeTable() : arg() {
-    for (uint8_t& a : arg) a = kUnsupported;
+  uint8_t kind[256];
+  constexpr OpcodeTable() : kind() {
+    for (uint8_t& k : kind) k = kUnsupported;
     // No argument: POP, DUP, NONE, NEWTRUE, NEWFALSE, EMPTY_LIST/DICT/TUPLE/SET,
     // TUPLE1-3, APPEND, SETITEM.
-    for (const int op : std::initializer_list<int>{'0', '2', 'N', 0x88, 0x89, ']', '}', ')', 0x8f, 0x85, 0x86, 0x87, 'a', 's'}) arg[op] = 0;
-    arg[static_cast<uint8_t>('J')] = 4;  // BININT
-    arg[static_cast<uint8_t>('K')] = 1;  // BININT1
-    arg[static_cast<uint8_t>('M')] = 2;  // BININT2
-    arg[static_cast<uint8_t>('G')] = 8;  // BINFLOAT
-    arg[static_cast<uint8_t>('h')] = 1;  // BINGET
-    arg[static_cast<uint8_t>('j')] = 4;  // LONG_BINGET
-    arg[0x80] = 1;                       // PROTO
-    // MARK, STOP, FRAME, MEMOIZE, APPENDS, the other MARK closers (POP_MARK, TUPLE, LIST,
-    // DICT, FROZENSET, SETITEMS, ADDITEMS) and the length-prefixed (LONG1, LONG4, the
-    // strings and bytes).
-    for (const int op : std::initializer_list<int>{'(', '.', 0x95, 0x94, 'e', '1', 't', 'l', 'd', 0x91, 'u', 0x90, 0x8a, 0x8b,
-                             0x8c, 'X', 0x8d, 'U', 'C', 'T', 'B', 0x8e, 0x96})
-      arg[op] = kSpecial;
+    for (const int op : std::initializer_list<int>{'0', '2', 'N', 0x88, 0x89, ']', '}', ')', 0x8f, 0x85, 0x86, 0x87, 'a', 's'}) kind[op] = 1;
+    kind[static_cast<uint8_t>('J')] = 5;  // BININT
+    kind[static_cast<uint8_t>('K')] = 2;  // BININT1
+    kind[static_cast<uint8_t>('M')] = 3;  // BININT2
+    kind[static_cast<uint8_t>('G')] = 9;  // BINFLOAT
+    kind[static_cast<uint8_t>('h')] = 2;  // BINGET
+    kind[static_cast<uint8_t>('j')] = 5;  // LONG_BINGET
+    kind[0x80] = 2;                       // PROTO
+    kind[0x8c] = kShortString;            // SHORT_BINUNICODE
+    for (const int op : std::initializer_list<int>{0x8a, 'U', 'C'}) kind[op] = kShortOther;  // LONG1, SHORT_BIN*
+    kind[0x94] = kMemoize;
+    // MARK, STOP, FRAME, APPENDS, the other MARK closers (POP_MARK, TUPLE, LIST, DICT,
+    // FROZENSET, SETITEMS, ADDITEMS) and the rest of the length-prefixed (LONG4, the strings
+    // and bytes).
+    for (const int op : std::initializer_list<int>{'(', '.', 0x95, 'e', '1', 't', 'l', 'd', 0x91, 'u', 0x90, 0x8b,
+                             'X', 0x8d, 'T', 'B', 0x8e, 0x96})
+      kind[op] = kSpecial;
     // Everything else (text opcodes, explicit memo indices, what the machine refuses, unknown
     // bytes) ends the scan.
   }
@@ -128,21 +133,32 @@ bool LayoutScanner::scan(const std::function<bool(const PicklePart&)>& found,
   };
 
   while (!stopped && pos < size) {
-    // The common case: opcodes with a fixed argument, walked in a loop of their own.
+    // The common case, walked in a loop of its own: opcodes with a fixed argument or a
+    // one-byte length, and MEMOIZE (a string memoized twice is still that string).
     uint8_t op = bytes[pos];
-    uint8_t arg = kOpcodes.arg[op];
-    if (arg < kSpecial) {
+    uint8_t kind = kOpcodes.kind[op];
+    if (kind < kSpecial) {
       do {
-        pos += 1 + arg;
+        if (kind < kShortString) {
+          pos += kind;
+          last_string = kNone;
+        } else if (kind == kMemoize) {
+          if (memo >= memo_capacity_) return false;
+          note_memo(memo++, last_string);
+          pos += 1;
+        } else {
+          if (size - pos < 2) return false;
+          last_string = kind == kShortString ? pos : kNone;
+          pos += 2 + uint64_t{bytes[pos + 1]};
+        }
         if (pos >= size) break;
         op = bytes[pos];
-        arg = kOpcodes.arg[op];
-      } while (arg < kSpecial);
+        kind = kOpcodes.kind[op];
+      } while (kind < kSpecial);
       last_appends = kNone;
-      last_string = kNone;
       continue;
     }
-    if (arg == kUnsupported) return false;
+    if (kind == kUnsupported) return false;
     const uint64_t at = pos;
     ++pos;
     uint64_t length = 0;  // bytes of a length prefix, whose value is then skipped too
@@ -171,17 +187,9 @@ bool LayoutScanner::scan(const std::function<bool(const PicklePart&)>& found,
         last_string = kNone;
         continue;
       }
-      case 0x94:  // MEMOIZE (a string memoized twice is still that string)
-        if (memo >= memo_capacity_) return false;
-        note_memo(memo++, last_string);
-        last_appends = kNone;
-        continue;
-      case 0x8a: length = 1; break;                    // LONG1
       case 0x8b: length = 4; break;                    // LONG4 (a signed length)
-      case 0x8c: length = 1; is_string = true; break;  // SHORT_BINUNICODE
       case 'X': length = 4; is_string = true; break;   // BINUNICODE
       case 0x8d: length = 8; is_string = true; break;  // BINUNICODE8
-      case 'U': case 'C': length = 1; break;           // SHORT_BINSTRING, SHORT_BINBYTES
       case 'T': case 'B': length = 4; break;           // BINSTRING (signed), BINBYTES
       case 0x8e: case 0x96: length = 8; break;         // BINBYTES8, BYTEARRAY8
       default:  // the other MARK closers
