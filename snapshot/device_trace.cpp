@@ -4,14 +4,12 @@
 #include <stdexcept>
 #include <string>
 
-#include "snapshot/huge_pages.h"
 
 namespace memsnap {
 
 void DeviceTrace::reserve(size_t events) {
   rows_.reserve(events);
   run_times_.reserve((events >> kRunShift) + 1);
-  if (events * sizeof(Row) >= (size_t{8} << 20)) advise_huge_pages(rows_.data(), rows_.capacity() * sizeof(Row));
 }
 
 void DeviceTrace::clear() {

@@ -2,20 +2,25 @@
 
 #include <sys/mman.h>
 
-#include <cstdint>
+#include <cstdlib>
 
 namespace memsnap {
 
-void advise_huge_pages(const void* data, size_t bytes) {
+void* allocate_huge_capable(size_t bytes) {
+  if (bytes < kHugePageMinBytes) {
+    if (void* data = std::malloc(bytes == 0 ? 1 : bytes)) return data;
+    throw std::bad_alloc();
+  }
+  const size_t whole = (bytes + kHugePageMinBytes - 1) / kHugePageMinBytes * kHugePageMinBytes;
+  if (whole < bytes) throw std::bad_alloc();
+  void* data = std::aligned_alloc(kHugePageMinBytes, whole);
+  if (data == nullptr) throw std::bad_alloc();
 #ifdef MADV_HUGEPAGE
-  constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
-  const auto begin = (reinterpret_cast<uintptr_t>(data) + kHugePage - 1) & ~(kHugePage - 1);
-  const auto end = (reinterpret_cast<uintptr_t>(data) + bytes) & ~(kHugePage - 1);
-  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-#else
-  (void)data;
-  (void)bytes;
+  ::madvise(data, whole, MADV_HUGEPAGE);
 #endif
+  return data;
 }
+
+void release_huge_capable(void* data) noexcept { std::free(data); }
 
 }  // namespace memsnap

@@ -15,15 +15,16 @@ void PyTorchDocument::set_part(uint64_t bytes) {
 }
 
 void PyTorchDocument::finish_part() {
-  entries_.shrink_to_fit();
+  // (The records stay where they are: a copy to trim them would touch fresh memory, and only
+  // the few parts decoded ahead of the reading thread wait at once.)
   decltype(frame_ids_)().swap(frame_ids_);
   decltype(stack_ids_)().swap(stack_ids_);
   decltype(forward_suffixes_)().swap(forward_suffixes_);
   std::vector<uint32_t>().swap(scratch_frames_);
 }
 
-bool PyTorchDocument::can_adopt(const PyTorchDocument& part, const std::vector<Value>& values,
-                                const std::vector<Value>& memo,
+bool PyTorchDocument::can_adopt(const PyTorchDocument& part, const pickle::ValueVector& values,
+                                const pickle::ValueVector& memo,
                                 const std::vector<std::pair<uint64_t, Value>>& outer_strings) const {
   auto outer_is = [&](uint64_t index, uint32_t kind) {
     return index < memo.size() && memo[index].is(Tag::kLowered) && memo[index].lowered_kind() == kind;
@@ -48,8 +49,8 @@ bool PyTorchDocument::can_adopt(const PyTorchDocument& part, const std::vector<V
   return true;
 }
 
-bool PyTorchDocument::adopt_part(const PyTorchDocument& part, std::vector<Value>& values,
-                                 const std::vector<Value>& memo,
+bool PyTorchDocument::adopt_part(const PyTorchDocument& part, pickle::ValueVector& values,
+                                 const pickle::ValueVector& memo,
                                  const std::vector<std::pair<uint64_t, Value>>& outer_strings) {
   if (!can_adopt(part, values, memo, outer_strings)) return false;
   const pickle::ValueStore& from = part.store_;

@@ -66,7 +66,7 @@ class OuterStrings final : public pickle::OuterMemo {
 struct DecodedPart {
   pickle::ValueStore store;
   PyTorchDocument document{store};
-  std::vector<Value> values;  // the items, then the part's memo entries
+  pickle::ValueVector values;  // the items, then the part's memo entries
   size_t items = 0;
   std::vector<std::pair<uint64_t, Value>> outer_strings;
   bool ok = false;
@@ -81,6 +81,7 @@ std::unique_ptr<DecodedPart> decode(std::string_view pickle, const pickle::Pickl
     out->document.set_part(part.bytes());
     auto input = ByteSource::over_memory(pickle.substr(part.begin(), part.bytes()), UINT64_MAX);
     pickle::Machine machine(*input, out->store, &out->document);
+    machine.expect_memo_entries(std::min(part.memo_count, part.bytes()));  // (a MEMOIZE is a byte)
     OuterStrings outer(pickle, scan);
     out->values = machine.run_part(part.memo_base, outer);
     out->items = out->values.size();
