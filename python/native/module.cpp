@@ -9,6 +9,7 @@
 #include "allocator/device_stats.h"
 #include "history/recording_environment.h"
 #include "python/native/python_frames.h"
+#include "python/native/record_function_annotations.h"
 #include "python/native/torch_allocator.h"
 #include "python/native/torch_snapshot.h"
 #include "snapshot/snapshot_builder.h"
@@ -130,6 +131,7 @@ PYBIND11_MODULE(_native, m) {
   m.def("record_history", &record_history, py::arg("level"), py::arg("stacks"),
         py::arg("max_entries"), py::arg("clear") = false,
         py::arg("skip_actions") = std::vector<std::string>{});
+  m.def("follow_record_functions", &follow_record_functions, py::arg("on"));
   m.def("history_settings", &history_settings);
   m.def("dump_snapshot", [](const std::string& path) { dump(path, false); }, py::arg("path"));
   m.def("dump_pickle", [](const std::string& path) { dump(path, true); }, py::arg("path"));

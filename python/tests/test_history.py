@@ -5,6 +5,7 @@ import os
 import pickle
 import subprocess
 import sys
+import threading
 import warnings
 
 import pytest
@@ -138,8 +139,43 @@ def test_turning_history_off_leaves_no_record_function_callback(memsnap_torch):
     torch.cuda.memory._record_memory_history(enabled=None)
     assert not probe.callbacks()
     memsnap_torch.record_history(max_entries=1000)
+    assert probe.callbacks()  # memsnap's own, for record_function ranges
     memsnap_torch.record_history("off")
     assert not probe.callbacks()
+
+
+def test_record_function_ranges_are_annotations_once_through_either_api(memsnap_torch):
+    apis = {
+        "memsnap": (lambda: memsnap_torch.record_history("all", "none", 1000, clear=True),
+                    lambda: memsnap_torch.record_history("off", "none", 1)),
+        "pytorch": (lambda: torch.cuda.memory._record_memory_history(max_entries=1000, clear_history=True),
+                    lambda: torch.cuda.memory._record_memory_history(enabled=None)),
+    }
+    for api, (start, stop) in apis.items():
+        start()
+        try:
+            with torch.profiler.record_function("phase two"):
+                x = torch.empty(1024, device="cuda")
+            worker = threading.Thread(target=in_worker_range)
+            worker.start()
+            worker.join()
+            snapshot = memsnap_torch.snapshot()
+        finally:
+            stop()
+        assert annotation_stages(snapshot, "phase two") == ["START", "END"], api
+        # PyTorch's callback is the calling thread's; memsnap's takes every thread's ranges.
+        expected = ["START", "END"] if api == "memsnap" else []
+        assert annotation_stages(snapshot, "worker range") == expected, api
+        del x
+
+
+def annotation_stages(snapshot, name):
+    return [a["stage"] for a in snapshot["external_annotations"] if a["name"] == name]
+
+
+def in_worker_range():
+    with torch.profiler.record_function("worker range"):
+        torch.empty(2048, device="cuda")
 
 
 # A GPT-2 training step recorded with Python stacks; prints, for every allocation of the trace,

@@ -119,13 +119,18 @@ def record_history(
     allocator up to the innermost Python frame, the Python frames above it; a thread running
     no Python, such as autograd's, gets its whole C++ stack), ``"python"``, ``"cpp"`` or
     ``"none"``. ``max_entries``: trace entries kept per device (the newest). ``skip_actions``:
-    trace actions not to record, as PyTorch's (``"free_requested"``, ...).
+    trace actions not to record, as PyTorch's (``"free_requested"``, ...). While recording,
+    ``torch.profiler.record_function`` ranges (on any thread) are annotations, as through
+    PyTorch's API.
     """
     _require_installed()
     _check_int("max_entries", max_entries, 1, MAX_ENTRIES)
     if not isinstance(level, str) or not isinstance(stacks, str):
         raise TypeError("level and stacks are strings")
     _native.record_history(level, stacks, max_entries, bool(clear), [str(a) for a in skip_actions])
+    # torch.profiler.record_function ranges become annotations while recording, as through
+    # PyTorch's API (which adds its own callback for them).
+    _native.follow_record_functions(level != "off")
 
 
 def history_settings() -> dict:
@@ -235,6 +240,7 @@ def _patch_torch() -> None:
         level = "off" if enabled is None else str(enabled)
         kind = "none" if context is None else ("all" if stacks == "all" else "python")
         _native.record_history(level, kind, entries, False, [str(a) for a in (skip_actions or ())])
+        _native.follow_record_functions(False)  # (PyTorch's callback takes the ranges here)
 
     def record_memory_history_legacy(
         enabled,
@@ -257,6 +263,7 @@ def _patch_torch() -> None:
             level = "all" if entries > 1 else "state"
         kind = "none" if not record_context else ("all" if record_context_cpp else "python")
         _native.record_history(level, kind, max(entries, 1), False, [str(a) for a in (skip_actions or ())])
+        _native.follow_record_functions(False)  # (PyTorch's callback takes the ranges here)
 
     def memory_snapshot(mempool_id=None):
         snapshot = _native.torch_snapshot()
