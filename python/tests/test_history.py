@@ -169,6 +169,32 @@ def test_record_function_ranges_are_annotations_once_through_either_api(memsnap_
         del x
 
 
+def test_growth_takes_profiler_steps_recorded_through_memsnaps_api(memsnap_torch, tmp_path):
+    # torch.profiler's steps (ProfilerStep#N ranges) are what `memsnap growth` counts steps by.
+    cli = memsnap_cli()
+    kept = []
+    memsnap_torch.record_history("all", "python", 100000, clear=True)
+    try:
+        # (Only a profiler with a schedule names its steps.)
+        schedule = torch.profiler.schedule(wait=1, warmup=1, active=2)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=schedule) as profiler:
+            for _ in range(6):
+                kept.append(torch.empty(1 << 20, dtype=torch.uint8, device="cuda"))  # 1 MiB a step, kept
+                scratch = torch.empty(4 << 20, dtype=torch.uint8, device="cuda")
+                del scratch
+                profiler.step()
+        path = str(tmp_path / "steps.msgpack")
+        memsnap_torch.dump_snapshot(path)
+    finally:
+        memsnap_torch.record_history("off", "none", 1)
+    done = subprocess.run([cli, "growth", path, "--json"], capture_output=True, text=True, check=True)
+    growth = json.loads(done.stdout)
+    assert growth["steps_from"] == "annotation 'ProfilerStep#'", growth
+    assert len(growth["step_events"]) >= 6, growth
+    leak = growth["sites"][0]
+    assert "test_history.py" in leak["label"] and leak["bytes_per_step"] == 1 << 20, growth
+
+
 def annotation_stages(snapshot, name):
     return [a["stage"] for a in snapshot["external_annotations"] if a["name"] == name]
 
