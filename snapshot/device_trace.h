@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "history/trace_action.h"
-#include "snapshot/huge_pages.h"
 #include "snapshot/indexed_iterator.h"
 
 namespace memsnap {
@@ -119,7 +118,7 @@ class DeviceTrace {
   TraceEntry whole(size_t i) const;
   void forget_whole(size_t i);
 
-  std::vector<Row, HugePageAllocator<Row>> rows_;
+  std::vector<Row> rows_;
   std::vector<int64_t> run_times_;                      // the time of each run's first event
   std::array<uint64_t, 256> streams_{};                 // by slot
   size_t stream_count_ = 0;

@@ -62,7 +62,7 @@ Machine::Machine(ByteSource& input, ValueStore& store, Lowering* lowering, Machi
     : input_(input), store_(store), lowering_(lowering), limits_(limits) {}
 
 void Machine::expect_input_bytes(uint64_t bytes) {
-  expect_memo_entries(std::min<uint64_t>(bytes / 30, uint64_t{1} << 26));
+  memo_.reserve(static_cast<size_t>(std::min<uint64_t>(bytes / 30, uint64_t{1} << 26)));
 }
 
 void Machine::fail(const std::string& what) const {
@@ -239,7 +239,7 @@ Value Machine::read_long(uint64_t length) {
 
 Value Machine::make_sequence(ObjectKind kind, size_t first) {
   const Value object = store_.new_object(kind);
-  ValueVector& items = store_.object(object).items;
+  std::vector<Value>& items = store_.object(object).items;
   items.reserve(stack_.size() - first);
   for (size_t i = first; i < stack_.size(); ++i) {
     const Value placed = place(stack_[i]);
@@ -254,7 +254,7 @@ void Machine::add_items(Value container, size_t first) {
   const ObjectKind kind = store_.object(container).kind;
   if (kind != ObjectKind::kList && kind != ObjectKind::kSet)
     fail("APPENDS/ADDITEMS to something that is not a list or set");
-  ValueVector& items = store_.object(container).items;  // `place` creates no objects
+  std::vector<Value>& items = store_.object(container).items;  // `place` creates no objects
   for (size_t i = first; i < stack_.size(); ++i) items.push_back(place(stack_[i]));
   stack_.resize(first);
 }
@@ -264,7 +264,7 @@ void Machine::set_items(Value dict, size_t first) {
     fail("SETITEMS to something that is not a dict");
   if ((stack_.size() - first) % 2 != 0) fail("SETITEMS with a key but no value");
   // `place` never creates objects, so the dict's storage stays where it is.
-  ValueVector& items = store_.object(dict).items;
+  std::vector<Value>& items = store_.object(dict).items;
   const size_t old = items.size();
   items.resize(old + (stack_.size() - first));
   Value* out = items.data() + old;
@@ -280,7 +280,7 @@ Value Machine::run() {
   return loop();
 }
 
-ValueVector Machine::run_part(uint64_t memo_base, OuterMemo& outer) {
+std::vector<Value> Machine::run_part(uint64_t memo_base, OuterMemo& outer) {
   outer_ = &outer;
   memo_base_ = memo_base;
   outer_seen_.assign(kOuterSlots, OuterSeen{});

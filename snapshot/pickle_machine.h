@@ -91,9 +91,9 @@ class Machine {
   // one list (in one or more APPENDS batches), whose memo entries are numbered from
   // `memo_base`. Returns the items, each lowered as in the list; the part's memo entries are
   // then memo(). Throws PickleError.
-  ValueVector run_part(uint64_t memo_base, OuterMemo& outer);
+  std::vector<Value> run_part(uint64_t memo_base, OuterMemo& outer);
   // The memo entries made so far (from memo_base in a part), densely numbered.
-  const ValueVector& memo() const { return memo_; }
+  const std::vector<Value>& memo() const { return memo_; }
   bool memo_is_dense() const { return sparse_memo_.empty(); }
   // Room for the memo entries an input of this size is likely to hold (PyTorch snapshots
   // memoize about one value per 30 bytes).
@@ -172,9 +172,9 @@ class Machine {
   ValueStore& store_;
   Lowering* lowering_;
   MachineLimits limits_;
-  ValueVector stack_;
+  std::vector<Value> stack_;
   std::vector<size_t> marks_;
-  ValueVector memo_;                      // the common case: dense indices
+  std::vector<Value> memo_;                      // the common case: dense indices
   std::unordered_map<uint64_t, Value> sparse_memo_;  // indices beyond the dense end
   std::string scratch_;
   uint64_t opcode_offset_ = 0;

@@ -111,7 +111,7 @@ void ValueStore::release(Value object) {
   // Keep the capacity for the next object built here: a streamed snapshot builds and
   // releases one dict per trace entry, and reusing its storage keeps malloc out of the loop.
   // Only unusually large item lists are given back.
-  if (o.items.capacity() > 4096) ValueVector().swap(o.items);
+  if (o.items.capacity() > 4096) std::vector<Value>().swap(o.items);
   else o.items.clear();
   free_objects_.push_back(object.payload());
 }

@@ -12,8 +12,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "snapshot/huge_pages.h"
-
 namespace memsnap::pickle {
 
 enum class Tag : uint8_t {
@@ -61,9 +59,6 @@ class Value {
 
 enum class ObjectKind : uint8_t { kList, kDict, kTuple, kSet };
 
-// Values in a row: a list's items, the memo, the stack (the longest run to megabytes).
-using ValueVector = std::vector<Value, HugePageAllocator<Value>>;
-
 struct Object {
   ObjectKind kind = ObjectKind::kList;
   // Referred to from more than one place (a memo get or DUP): never lowered or released.
@@ -71,7 +66,7 @@ struct Object {
   int64_t memo_slot = -1;     // where the memo keeps it, updated when it is lowered
   // Lowered when the memo handed it out again (it stays, for the references made before).
   Value lowered_as;           // kNone when not
-  ValueVector items;  // a dict's keys and values alternate
+  std::vector<Value> items;   // a dict's keys and values alternate
 };
 
 class ValueStore {

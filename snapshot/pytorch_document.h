@@ -35,8 +35,8 @@ class PyTorchDocument final : public pickle::Lowering {
   // document's store. `memo`: the memo entries before the part, as this document's machine
   // holds them; `outer_strings`: the ones the part read as strings, which must hold the same
   // text here. False, with nothing added, when a value is one this document cannot take.
-  bool adopt_part(const PyTorchDocument& part, pickle::ValueVector& values,
-                  const pickle::ValueVector& memo,
+  bool adopt_part(const PyTorchDocument& part, std::vector<pickle::Value>& values,
+                  const std::vector<pickle::Value>& memo,
                   const std::vector<std::pair<uint64_t, pickle::Value>>& outer_strings);
 
  private:
@@ -115,8 +115,8 @@ class PyTorchDocument final : public pickle::Lowering {
   std::vector<int8_t> action_by_string_;
   std::optional<TraceAction> action_named(pickle::Value name);
   bool part_ = false;
-  bool can_adopt(const PyTorchDocument& part, const pickle::ValueVector& values,
-                 const pickle::ValueVector& memo,
+  bool can_adopt(const PyTorchDocument& part, const std::vector<pickle::Value>& values,
+                 const std::vector<pickle::Value>& memo,
                  const std::vector<std::pair<uint64_t, pickle::Value>>& outer_strings) const;
 };
 

@@ -23,8 +23,8 @@ void PyTorchDocument::finish_part() {
   std::vector<uint32_t>().swap(scratch_frames_);
 }
 
-bool PyTorchDocument::can_adopt(const PyTorchDocument& part, const pickle::ValueVector& values,
-                                const pickle::ValueVector& memo,
+bool PyTorchDocument::can_adopt(const PyTorchDocument& part, const std::vector<Value>& values,
+                                const std::vector<Value>& memo,
                                 const std::vector<std::pair<uint64_t, Value>>& outer_strings) const {
   auto outer_is = [&](uint64_t index, uint32_t kind) {
     return index < memo.size() && memo[index].is(Tag::kLowered) && memo[index].lowered_kind() == kind;
@@ -49,8 +49,8 @@ bool PyTorchDocument::can_adopt(const PyTorchDocument& part, const pickle::Value
   return true;
 }
 
-bool PyTorchDocument::adopt_part(const PyTorchDocument& part, pickle::ValueVector& values,
-                                 const pickle::ValueVector& memo,
+bool PyTorchDocument::adopt_part(const PyTorchDocument& part, std::vector<Value>& values,
+                                 const std::vector<Value>& memo,
                                  const std::vector<std::pair<uint64_t, Value>>& outer_strings) {
   if (!can_adopt(part, values, memo, outer_strings)) return false;
   const pickle::ValueStore& from = part.store_;

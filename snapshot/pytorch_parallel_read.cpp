@@ -66,7 +66,7 @@ class OuterStrings final : public pickle::OuterMemo {
 struct DecodedPart {
   pickle::ValueStore store;
   PyTorchDocument document{store};
-  pickle::ValueVector values;  // the items, then the part's memo entries
+  std::vector<Value> values;  // the items, then the part's memo entries
   size_t items = 0;
   std::vector<std::pair<uint64_t, Value>> outer_strings;
   bool ok = false;
