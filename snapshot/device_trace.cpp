@@ -4,7 +4,6 @@
 #include <stdexcept>
 #include <string>
 
-
 namespace memsnap {
 
 void DeviceTrace::reserve(size_t events) {

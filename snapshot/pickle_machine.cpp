@@ -1,6 +1,5 @@
 #include "snapshot/pickle_machine.h"
 
-
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
