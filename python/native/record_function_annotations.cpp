@@ -6,6 +6,7 @@
 #include <mutex>
 #include <optional>
 
+#include "history/history_recorder.h"
 #include "python/native/torch_allocator.h"
 
 namespace memsnap::pytorch {
@@ -14,10 +15,11 @@ namespace {
 std::mutex mutex;
 std::optional<at::CallbackHandle> callback;  // guarded by mutex
 
-// As PyTorch's own callback tells its allocator.
+// Straight to the recorder, as recordAnnotation would after unpacking PyTorch's name/stage
+// pairs (history is on only once the allocator is initialized).
 void annotate(const at::RecordFunction& range, bool start) {
-  if (TorchAllocator* allocator = installed_allocator())
-    allocator->recordAnnotation({{"name", range.name()}, {"stage", start ? "START" : "END"}});
+  TorchAllocator* allocator = installed_allocator();
+  if (allocator != nullptr && allocator->initialized()) allocator->recorder().annotate(range.name(), start);
 }
 
 }  // namespace
