@@ -41,32 +41,20 @@ BlockPool::StreamBlocks& BlockPool::stream_blocks(StreamId stream) {
   return *last_stream_;
 }
 
-void BlockPool::insert(Block* block) {
-  block->gc_count_base = free_block_searches_;
+void BlockPool::insert_in_order(Block* block, size_t bin_index) {
   StreamBlocks& blocks = stream_blocks(block->stream);
-  const size_t bin_index = size_bin(block->size);
   if (bin_index >= blocks.bins.size()) blocks.bins.resize(bin_index + 1);
   Bin& bin = blocks.bins[bin_index];
-  const Entry entry{block->size, block->address, block};
-  if (bin.empty())
-    bin.push_back(entry);  // the common case: bins are fine enough to hold one block
-  else
-    bin.insert(position_of(bin, block->size, block->address), entry);
+  bin.insert(position_of(bin, block->size, block->address),
+             Entry{block->size, block->address, block});
   blocks.non_empty.set(bin_index);
   ++size_;
 }
 
-void BlockPool::erase(Block* block) {
+void BlockPool::erase_in_order(Block* block, size_t bin_index) {
   StreamBlocks* blocks = find_stream(block->stream);
-  const size_t bin_index = size_bin(block->size);
   if (blocks != nullptr && bin_index < blocks->bins.size()) {
     Bin& bin = blocks->bins[bin_index];
-    if (bin.size() == 1 && bin.front().block == block) {
-      bin.clear();
-      blocks->non_empty.clear(bin_index);
-      --size_;
-      return;
-    }
     const auto it = position_of(bin, block->size, block->address);
     if (it != bin.end() && it->block == block) {
       bin.erase(it);
@@ -78,16 +66,13 @@ void BlockPool::erase(Block* block) {
   throw std::logic_error("block pool: erasing a block the pool does not hold");
 }
 
-Block* BlockPool::lower_bound(StreamId stream, size_t size) {
-  StreamBlocks* blocks = find_stream(stream);
-  if (blocks == nullptr) return nullptr;
-  const size_t bin_index = size_bin(size);
-  if (bin_index >= blocks->bins.size()) return nullptr;  // no bin this high is in use
-  const Bin& bin = blocks->bins[bin_index];
+Block* BlockPool::lower_bound_in_bin(const StreamBlocks& blocks, size_t bin_index,
+                                     size_t size) const {
+  const Bin& bin = blocks.bins[bin_index];
   const auto fit = position_of(bin, size, 0);
   if (fit != bin.end()) return fit->block;
-  const size_t next = blocks->non_empty.next_set(bin_index + 1);
-  return next == kNoSizeBin ? nullptr : blocks->bins[next].front().block;
+  const size_t next = blocks.non_empty.next_set(bin_index + 1);
+  return next == kNoSizeBin ? nullptr : blocks.bins[next].front().block;
 }
 
 Block* BlockPool::next_in_order(const Block* block) const {

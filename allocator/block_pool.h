@@ -45,7 +45,7 @@ class BlockPool {
 
   // The first block in order at or after (stream, size, 0) when it is on `stream`: the best
   // fit for a request of `size` bytes (before the max_split_size rules), or nullptr.
-  Block* lower_bound(StreamId stream, size_t size);
+  Block* lower_bound(StreamId stream, size_t size) const;
 
   // The block after `block` (which the pool holds) in pool order on its stream, or nullptr.
   Block* next_in_order(const Block* block) const;
@@ -93,6 +93,11 @@ class BlockPool {
   }
   StreamBlocks* find_other_stream(StreamId stream) const;
   StreamBlocks& stream_blocks(StreamId stream);
+  // The rest of insert, erase and lower_bound, past the common case of a bin with at most one
+  // block (kept out of line so that the common case inlines into the allocator).
+  void insert_in_order(Block* block, size_t bin_index);
+  void erase_in_order(Block* block, size_t bin_index);
+  Block* lower_bound_in_bin(const StreamBlocks& blocks, size_t bin_index, size_t size) const;
   static void append_in_order(const StreamBlocks& blocks, std::vector<Block*>& out);
 
   bool is_small_;
@@ -103,5 +108,43 @@ class BlockPool {
   uint64_t free_block_searches_ = 0;
   std::map<std::pair<StreamId, uintptr_t>, Block*> unmapped_;
 };
+
+inline void BlockPool::insert(Block* block) {
+  block->gc_count_base = free_block_searches_;
+  const size_t bin_index = size_bin(block->size);
+  StreamBlocks* blocks = find_stream(block->stream);
+  if (blocks != nullptr && bin_index < blocks->bins.size() && blocks->bins[bin_index].empty()) {
+    blocks->bins[bin_index].push_back({block->size, block->address, block});
+    blocks->non_empty.set(bin_index);
+    ++size_;
+    return;
+  }
+  insert_in_order(block, bin_index);
+}
+
+inline void BlockPool::erase(Block* block) {
+  const size_t bin_index = size_bin(block->size);
+  StreamBlocks* blocks = find_stream(block->stream);
+  if (blocks != nullptr && bin_index < blocks->bins.size()) {
+    Bin& bin = blocks->bins[bin_index];
+    if (bin.size() == 1 && bin.front().block == block) {
+      bin.clear();
+      blocks->non_empty.clear(bin_index);
+      --size_;
+      return;
+    }
+  }
+  erase_in_order(block, bin_index);
+}
+
+inline Block* BlockPool::lower_bound(StreamId stream, size_t size) const {
+  const StreamBlocks* blocks = find_stream(stream);
+  if (blocks == nullptr) return nullptr;
+  const size_t bin_index = size_bin(size);
+  if (bin_index >= blocks->bins.size()) return nullptr;  // no bin this high is in use
+  const Bin& bin = blocks->bins[bin_index];
+  if (bin.size() == 1 && bin.front().size >= size) return bin.front().block;
+  return lower_bound_in_bin(*blocks, bin_index, size);
+}
 
 }  // namespace memsnap

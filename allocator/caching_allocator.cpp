@@ -1,6 +1,5 @@
 #include "allocator/caching_allocator.h"
 
-#include <optional>
 #include <stdexcept>
 
 #include "allocator/invariant_checker.h"
@@ -8,6 +7,16 @@
 namespace memsnap {
 namespace {
 std::string hex(uintptr_t address) { return format_hex(address); }
+
+// The errors of the fast paths, out of line so that those paths stay short.
+[[noreturn, gnu::cold, gnu::noinline]] void throw_no_device(int index, int count) {
+  throw std::out_of_range("no device " + std::to_string(index) + " (the backend has " +
+                          std::to_string(count) + ")");
+}
+[[noreturn, gnu::cold, gnu::noinline]] void throw_not_allocated(uintptr_t address) {
+  throw std::invalid_argument("deallocate: " + hex(address) +
+                              " was not allocated by this allocator or was already freed");
+}
 }  // namespace
 
 CachingAllocator::CachingAllocator(std::shared_ptr<DeviceBackend> backend, AllocatorConfig config)
@@ -27,9 +36,7 @@ CachingAllocator::CachingAllocator(std::shared_ptr<DeviceBackend> backend, Alloc
 CachingAllocator::~CachingAllocator() = default;
 
 DeviceCachingAllocator& CachingAllocator::device(int index) const {
-  if (index < 0 || index >= device_count())
-    throw std::out_of_range("no device " + std::to_string(index) + " (the backend has " +
-                            std::to_string(device_count()) + ")");
+  if (index < 0 || index >= device_count()) throw_no_device(index, device_count());
   return *devices_[static_cast<size_t>(index)];
 }
 
@@ -74,12 +81,13 @@ DeviceCachingAllocator* CachingAllocator::owner_of(uintptr_t address, bool forge
 void CachingAllocator::deallocate(void* ptr) {
   if (ptr == nullptr) return;
   const auto address = reinterpret_cast<uintptr_t>(ptr);
-  std::optional<DirectoryOperation> counted;
-  if (uses_directory()) counted.emplace(*this);
+  if (!uses_directory()) {
+    if (devices_.empty() || !devices_.front()->deallocate(address)) throw_not_allocated(address);
+    return;
+  }
+  DirectoryOperation counted(*this);
   DeviceCachingAllocator* owner = owner_of(address, /*forget=*/true);
-  if (owner == nullptr || !owner->deallocate(address))
-    throw std::invalid_argument("deallocate: " + hex(address) +
-                                " was not allocated by this allocator or was already freed");
+  if (owner == nullptr || !owner->deallocate(address)) throw_not_allocated(address);
 }
 
 void CachingAllocator::record_stream(void* ptr, StreamId stream) {
