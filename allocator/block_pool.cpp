@@ -45,8 +45,16 @@ void BlockPool::insert_in_order(Block* block, size_t bin_index) {
   StreamBlocks& blocks = stream_blocks(block->stream);
   if (bin_index >= blocks.bins.size()) blocks.bins.resize(bin_index + 1);
   Bin& bin = blocks.bins[bin_index];
-  bin.insert(position_of(bin, block->size, block->address),
-             Entry{block->size, block->address, block});
+  if (bin.empty()) {
+    bin.single = block;
+  } else {
+    if (bin.single != nullptr) {
+      bin.many.push_back({bin.single->size, bin.single->address, bin.single});
+      bin.single = nullptr;
+    }
+    bin.many.insert(position_of(bin.many, block->size, block->address),
+                    Entry{block->size, block->address, block});
+  }
   blocks.non_empty.set(bin_index);
   ++size_;
 }
@@ -55,10 +63,13 @@ void BlockPool::erase_in_order(Block* block, size_t bin_index) {
   StreamBlocks* blocks = find_stream(block->stream);
   if (blocks != nullptr && bin_index < blocks->bins.size()) {
     Bin& bin = blocks->bins[bin_index];
-    const auto it = position_of(bin, block->size, block->address);
-    if (it != bin.end() && it->block == block) {
-      bin.erase(it);
-      if (bin.empty()) blocks->non_empty.clear(bin_index);
+    const auto it = position_of(bin.many, block->size, block->address);
+    if (it != bin.many.end() && it->block == block) {
+      bin.many.erase(it);
+      if (bin.many.size() == 1) {
+        bin.single = bin.many.front().block;
+        bin.many.clear();
+      }
       --size_;
       return;
     }
@@ -69,10 +80,10 @@ void BlockPool::erase_in_order(Block* block, size_t bin_index) {
 Block* BlockPool::lower_bound_in_bin(const StreamBlocks& blocks, size_t bin_index,
                                      size_t size) const {
   const Bin& bin = blocks.bins[bin_index];
-  const auto fit = position_of(bin, size, 0);
-  if (fit != bin.end()) return fit->block;
+  const auto fit = position_of(bin.many, size, 0);
+  if (fit != bin.many.end()) return fit->block;
   const size_t next = blocks.non_empty.next_set(bin_index + 1);
-  return next == kNoSizeBin ? nullptr : blocks.bins[next].front().block;
+  return next == kNoSizeBin ? nullptr : blocks.bins[next].first();
 }
 
 Block* BlockPool::next_in_order(const Block* block) const {
@@ -81,12 +92,14 @@ Block* BlockPool::next_in_order(const Block* block) const {
   if (blocks == nullptr || bin_index >= blocks->bins.size())
     throw std::logic_error("block pool: next_in_order of a block the pool does not hold");
   const Bin& bin = blocks->bins[bin_index];
-  auto it = position_of(bin, block->size, block->address);
-  if (it == bin.end() || it->block != block)
-    throw std::logic_error("block pool: next_in_order of a block the pool does not hold");
-  if (++it != bin.end()) return it->block;
+  if (bin.single != block) {
+    auto it = position_of(bin.many, block->size, block->address);
+    if (it == bin.many.end() || it->block != block)
+      throw std::logic_error("block pool: next_in_order of a block the pool does not hold");
+    if (++it != bin.many.end()) return it->block;
+  }
   const size_t next = blocks->non_empty.next_set(bin_index + 1);
-  return next == kNoSizeBin ? nullptr : blocks->bins[next].front().block;
+  return next == kNoSizeBin ? nullptr : blocks->bins[next].first();
 }
 
 void BlockPool::insert_unmapped(Block* block) {
@@ -114,7 +127,10 @@ bool BlockPool::holds_unmapped(const Block* block) const {
 void BlockPool::append_in_order(const StreamBlocks& blocks, std::vector<Block*>& out) {
   for (size_t bin = blocks.non_empty.next_set(0); bin != kNoSizeBin;
        bin = blocks.non_empty.next_set(bin + 1))
-    for (const Entry& entry : blocks.bins[bin]) out.push_back(entry.block);
+    if (const Bin& in_bin = blocks.bins[bin]; in_bin.single != nullptr)
+      out.push_back(in_bin.single);
+    else
+      for (const Entry& entry : in_bin.many) out.push_back(entry.block);
 }
 
 std::vector<Block*> BlockPool::ordered_blocks() const {
@@ -135,8 +151,9 @@ bool BlockPool::contains(const Block* block) const {
   const size_t bin_index = size_bin(block->size);
   if (blocks == nullptr || bin_index >= blocks->bins.size()) return false;
   const Bin& bin = blocks->bins[bin_index];
-  const auto it = position_of(bin, block->size, block->address);
-  return it != bin.end() && it->block == block;
+  if (bin.single != nullptr) return bin.single == block;
+  const auto it = position_of(bin.many, block->size, block->address);
+  return it != bin.many.end() && it->block == block;
 }
 
 std::vector<std::string> BlockPool::structure_problems() const {
@@ -155,15 +172,27 @@ std::vector<std::string> BlockPool::structure_problems() const {
         problems.push_back(name + ": bitmap disagrees with bin " + std::to_string(b));
       if (!in_use) continue;
       const Bin& bin = blocks.bins[b];
-      counted += bin.size();
-      for (size_t e = 0; e < bin.size(); ++e) {
-        const Entry& entry = bin[e];
+      if (bin.single != nullptr) {
+        ++counted;
+        if (size_bin(bin.single->size) != b || bin.single->stream != blocks.stream)
+          problems.push_back(name + ": block " + std::to_string(bin.single->address) +
+                             " is in the wrong bin");
+        if (!bin.many.empty())
+          problems.push_back(name + ": bin " + std::to_string(b) + " holds a block both ways");
+        continue;
+      }
+      if (bin.many.size() == 1)
+        problems.push_back(name + ": bin " + std::to_string(b) + " keeps one block out of line");
+      counted += bin.many.size();
+      for (size_t e = 0; e < bin.many.size(); ++e) {
+        const Entry& entry = bin.many[e];
         if (size_bin(entry.size) != b || entry.size != entry.block->size ||
             entry.address != entry.block->address || entry.block->stream != blocks.stream)
           problems.push_back(name + ": entry for block " + std::to_string(entry.address) +
                              " is stale or in the wrong bin");
-        if (e > 0 && !(bin[e - 1].size < entry.size ||
-                       (bin[e - 1].size == entry.size && bin[e - 1].address < entry.address)))
+        const Entry* before = e > 0 ? &bin.many[e - 1] : nullptr;
+        if (before != nullptr && !(before->size < entry.size ||
+                                   (before->size == entry.size && before->address < entry.address)))
           problems.push_back(name + ": bin " + std::to_string(b) + " out of order");
       }
     }

@@ -79,7 +79,15 @@ class BlockPool {
     uintptr_t address;
     Block* block;
   };
-  using Bin = std::vector<Entry>;
+  // A bin keeps its block inline while it holds one (the common case: bins are fine), so
+  // that finding or dropping it reads one line besides the block's; with two or more it keeps
+  // them in a vector sorted by (size, address).
+  struct Bin {
+    Block* single = nullptr;
+    std::vector<Entry> many;  // empty unless the bin holds two or more
+    bool empty() const { return single == nullptr && many.empty(); }
+    Block* first() const { return single != nullptr ? single : many.front().block; }
+  };
   struct StreamBlocks {
     explicit StreamBlocks(StreamId id) : stream(id) {}
     StreamId stream;
@@ -114,7 +122,7 @@ inline void BlockPool::insert(Block* block) {
   const size_t bin_index = size_bin(block->size);
   StreamBlocks* blocks = find_stream(block->stream);
   if (blocks != nullptr && bin_index < blocks->bins.size() && blocks->bins[bin_index].empty()) {
-    blocks->bins[bin_index].push_back({block->size, block->address, block});
+    blocks->bins[bin_index].single = block;
     blocks->non_empty.set(bin_index);
     ++size_;
     return;
@@ -127,8 +135,8 @@ inline void BlockPool::erase(Block* block) {
   StreamBlocks* blocks = find_stream(block->stream);
   if (blocks != nullptr && bin_index < blocks->bins.size()) {
     Bin& bin = blocks->bins[bin_index];
-    if (bin.size() == 1 && bin.front().block == block) {
-      bin.clear();
+    if (bin.single == block) {
+      bin.single = nullptr;
       blocks->non_empty.clear(bin_index);
       --size_;
       return;
@@ -143,7 +151,7 @@ inline Block* BlockPool::lower_bound(StreamId stream, size_t size) const {
   const size_t bin_index = size_bin(size);
   if (bin_index >= blocks->bins.size()) return nullptr;  // no bin this high is in use
   const Bin& bin = blocks->bins[bin_index];
-  if (bin.size() == 1 && bin.front().size >= size) return bin.front().block;
+  if (bin.single != nullptr && bin.single->size >= size) return bin.single;
   return lower_bound_in_bin(*blocks, bin_index, size);
 }
 
