@@ -1,4 +1,4 @@
-// memsnap_paired_bench TRACE [--rounds N] [--passes N] [--json]
+// memsnap_paired_bench TRACE [--rounds N] [--passes N] [--only off|nostack|cpp_stacks] [--json]
 //
 // memsnap's caching allocator and PyTorch's, in one process on one GPU, replaying the same
 // trace in alternating turns: each round times `passes` passes of memsnap and as many of
@@ -12,6 +12,10 @@
 // ../shared/bench/torch_cca_replay.cpp) it prints the median ns per event of each side, the
 // median and quartiles of the rounds' ratios (PyTorch's time over memsnap's), and whether both
 // reserved the same peak with the same number of device mallocs in their cold pass.
+//
+// Both allocators take their settings from PYTORCH_CUDA_ALLOC_CONF (memsnap: the first of
+// MEMSNAP_ALLOC_CONF, PYTORCH_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF), so a trace recorded under a
+// setting is replayed under it on both sides.
 //
 // Built only where PyTorch is (-DMEMSNAP_TORCH_DIR=..., bench/gpu/paired_replay.sh).
 #include <cuda_runtime.h>
@@ -31,6 +35,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <torch/csrc/profiler/combined_traceback.h>
 
+#include "allocator/allocator_config.h"
 #include "allocator/caching_allocator.h"
 #include "allocator/cuda_backend.h"
 #include "history/history_recorder.h"
@@ -133,7 +138,9 @@ std::shared_ptr<c10::GatheredContext> cpp_context() {
 }
 
 int usage() {
-  std::fprintf(stderr, "usage: memsnap_paired_bench TRACE [--rounds N] [--passes N] [--json]\n");
+  std::fprintf(stderr,
+               "usage: memsnap_paired_bench TRACE [--rounds N] [--passes N]\n"
+               "                            [--only off|nostack|cpp_stacks] [--json]\n");
   return 2;
 }
 
@@ -143,14 +150,18 @@ int main(int argc, char** argv) {
   if (argc < 2) return usage();
   int rounds = 21, passes = 3;
   bool json = false;
+  std::string only;  // one mode alone
   for (int i = 2; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--rounds" && i + 1 < argc) rounds = std::atoi(argv[++i]);
     else if (arg == "--passes" && i + 1 < argc) passes = std::atoi(argv[++i]);
+    else if (arg == "--only" && i + 1 < argc) only = argv[++i];
     else if (arg == "--json") json = true;
     else return usage();
   }
   if (rounds < 1 || rounds > 100000 || passes < 1 || passes > 100000) return usage();
+  if (!only.empty() && only != "off" && only != "nostack" && only != "cpp_stacks") return usage();
+  const auto timed = [&](const char* mode) { return only.empty() || only == mode; };
   auto trace = memsnap::read_allocation_trace(argv[1]);
   if (!trace) {
     std::fprintf(stderr, "memsnap_paired_bench: error: %s\n", trace.error().c_str());
@@ -176,7 +187,12 @@ int main(int argc, char** argv) {
   }
   const Replayed replayed{trace.value(), streams};
 
-  memsnap::CachingAllocator allocator(std::make_shared<memsnap::CudaBackend>(), {});
+  auto config = memsnap::allocator_config_from_environment();
+  if (!config) {
+    std::fprintf(stderr, "memsnap_paired_bench: error: %s\n", config.error().c_str());
+    return 1;
+  }
+  memsnap::CachingAllocator allocator(std::make_shared<memsnap::CudaBackend>(), config.value());
   memsnap::HistoryRecorder recorder(allocator);
   const Side side{allocator};
   side.run_memsnap(replayed, 1);  // cold passes fill the caches
@@ -189,14 +205,15 @@ int main(int argc, char** argv) {
       ours.num_device_alloc == theirs.num_device_alloc;
 
   std::vector<ModeResult> results;
-  results.push_back(measure("off", side, replayed, rounds, passes));
+  if (timed("off")) results.push_back(measure("off", side, replayed, rounds, passes));
   // As torch_cca_replay: every event (allocations, frees, segments) in a 100,000-entry trace.
   cca::recordHistory(true, no_context, 100000, cca::RecordContext::ALL, false, {});
   recorder.configure({memsnap::HistoryLevel::kAll, 100000, /*cpp_stacks=*/false});
-  results.push_back(measure("nostack", side, replayed, rounds, passes));
+  if (timed("nostack")) results.push_back(measure("nostack", side, replayed, rounds, passes));
   cca::recordHistory(true, cpp_context, 100000, cca::RecordContext::ALL, true, {});
   recorder.configure({memsnap::HistoryLevel::kAll, 100000, /*cpp_stacks=*/true});
-  results.push_back(measure("cpp_stacks", side, replayed, rounds, passes));
+  if (timed("cpp_stacks"))
+    results.push_back(measure("cpp_stacks", side, replayed, rounds, passes));
   cca::recordHistory(false, nullptr, 0, cca::RecordContext::NEVER, false, {});
   recorder.configure({});
   if (!allocator.check_invariants().empty()) {
@@ -205,8 +222,10 @@ int main(int argc, char** argv) {
   }
 
   if (json) {
-    std::printf("{\"trace\":\"%s\",\"events\":%zu,\"rounds\":%d,\"passes\":%d,\"same_segments\":%s",
-                argv[1], trace->events.size(), rounds, passes, same_segments ? "true" : "false");
+    std::printf("{\"trace\":\"%s\",\"config\":\"%s\",\"events\":%zu,\"rounds\":%d,\"passes\":%d,"
+                "\"same_segments\":%s",
+                argv[1], config->source.c_str(), trace->events.size(), rounds, passes,
+                same_segments ? "true" : "false");
     for (const ModeResult& r : results)
       std::printf(",\"%s\":{\"memsnap_ns\":%.1f,\"pytorch_ns\":%.1f,\"ratio\":%.3f,"
                   "\"ratio_q1\":%.3f,\"ratio_q3\":%.3f}",
@@ -214,9 +233,10 @@ int main(int argc, char** argv) {
     std::printf("}\n");
     return 0;
   }
-  std::printf("%s: %zu events, %d rounds of %d passes a side; peak reserved %s, %lld device "
+  std::printf("%s%s%s: %zu events, %d rounds of %d passes a side; peak reserved %s, %lld device "
               "mallocs%s\n",
-              argv[1], trace->events.size(), rounds, passes,
+              argv[1], config->source.empty() ? "" : " under ", config->source.c_str(),
+              trace->events.size(), rounds, passes,
               memsnap::format_bytes(ours.reserved_bytes[kAggregate].peak).c_str(),
               static_cast<long long>(ours.num_device_alloc),
               same_segments ? " (the same on both)" : " (PyTorch's differ!)");

@@ -2,8 +2,10 @@
 # Run THERE (the GPU machine), from the repository root: builds memsnap_paired_bench (memsnap's
 # allocator and PyTorch's in one process, turn about; bench/paired_replay.cpp) against the
 # machine's torch and runs it on each trace.
-#   bash bench/gpu/paired_replay.sh [--rounds N] [--passes N] [--json] TRACE...
-# Defaults: 21 rounds of 3 passes a side, the H100 transformer trace in tests/data.
+#   bash bench/gpu/paired_replay.sh [--rounds N] [--passes N] [--only MODE] [--json] [TRACE...]
+# Defaults: 21 rounds of 3 passes a side, every trace in tests/data/pytorch-2.11-h100, each
+# under the PYTORCH_CUDA_ALLOC_CONF it was recorded with (expected_segments.json; both
+# allocators read it). A trace named on the command line runs under the caller's environment.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 source "$root/bench/gpu/env.sh"
@@ -13,12 +15,20 @@ build=${MEMSNAP_GPU_BUILD:-"$root/build-gpu"}
 args=() traces=()
 while (($#)); do
   case $1 in
-    --rounds | --passes) args+=("$1" "$2"); shift 2 ;;
+    --rounds | --passes | --only) args+=("$1" "$2"); shift 2 ;;
     --json) args+=("$1"); shift ;;
     *) traces+=("$1"); shift ;;
   esac
 done
-((${#traces[@]})) || traces=("$root"/tests/data/pytorch-2.11-h100/transformer_s0.trace)
-for trace in "${traces[@]}"; do
-  "$build/bench/memsnap_paired_bench" "$trace" "${args[@]}"
+if ((${#traces[@]})); then
+  for trace in "${traces[@]}"; do "$build/bench/memsnap_paired_bench" "$trace" "${args[@]}"; done
+  exit 0
+fi
+data="$root/tests/data/pytorch-2.11-h100"
+for trace in "$data"/*.trace; do
+  name=$(basename "$trace" .trace)
+  conf=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1])).get(sys.argv[2], {}).get('config', ''))" \
+    "$data/expected_segments.json" "$name")
+  env -u MEMSNAP_ALLOC_CONF -u PYTORCH_ALLOC_CONF PYTORCH_CUDA_ALLOC_CONF="$conf" \
+    "$build/bench/memsnap_paired_bench" "$trace" "${args[@]}"
 done
