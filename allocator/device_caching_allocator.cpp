@@ -329,4 +329,9 @@ void DeviceCachingAllocator::set_observer(AllocatorObserver* observer) {
   observer_ = observer;
 }
 
+bool DeviceCachingAllocator::observed() const {
+  AllocatorLockGuard lock(mutex_);
+  return observer_ != nullptr;
+}
+
 }  // namespace memsnap

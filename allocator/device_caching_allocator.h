@@ -118,6 +118,8 @@ class DeviceCachingAllocator {
   void add_oom_observer(OomObserver observer);
   void add_free_memory_callback(FreeMemoryCallback callback);
   void set_observer(AllocatorObserver* observer);
+  // Whether an observer is set (with none, allocate and deallocate take the fastest path).
+  bool observed() const;
   // Runs `fn` holding this device's lock. An observer's hooks run under that same lock, so
   // the observer can guard its own per-device state with it instead of taking a second lock
   // on every event. `fn` must not call back into the allocator.

@@ -40,7 +40,6 @@ int64_t steady_time_us() {
 HistoryRecorder::HistoryRecorder(CachingAllocator& allocator) : allocator_(allocator) {
   for (int d = 0; d < allocator.device_count(); ++d)
     devices_.push_back(std::make_unique<DeviceRecord>());
-  allocator_.set_observer(this);
 }
 
 HistoryRecorder::~HistoryRecorder() { allocator_.set_observer(nullptr); }
@@ -60,10 +59,16 @@ void HistoryRecorder::configure(const HistorySettings& settings, std::optional<i
   if (settings.cpp_stacks) prepare_stack_capture();
   for (int d = 0; d < device_count(); ++d) {
     if (device && *device != d) continue;
+    // The recorder watches only the devices it records: an allocator with no observer runs
+    // its fastest path. It starts watching before recording starts and stops after recording
+    // stops, so no event is seen half-recorded.
+    DeviceCachingAllocator& watched = allocator_.device(d);
+    if (settings.level != HistoryLevel::kOff) watched.set_observer(this);
     locked(d, [&](DeviceRecord& record) {
       record.settings = settings;
       record.trace.set_capacity(settings.level >= HistoryLevel::kAlloc ? settings.max_entries : 0);
     });
+    if (settings.level == HistoryLevel::kOff) watched.set_observer(nullptr);
   }
 }
 

@@ -46,6 +46,35 @@ TEST(HistoryRecorder, OffRecordsNothing) {
   EXPECT_TRUE(s.recorder.history_within(0, 0, ~uintptr_t{0}).empty());
 }
 
+// A device whose history is off is not watched at all, so its allocations take the
+// allocator's fastest path; recording again watches it again and records.
+TEST(HistoryRecorder, WatchesOnlyTheDevicesItRecords) {
+  memsnap::SimulatedBackend::Options options;
+  options.device_count = 2;
+  memsnap::CachingAllocator allocator{std::make_shared<memsnap::SimulatedBackend>(options)};
+  {
+    memsnap::HistoryRecorder recorder{allocator};
+    EXPECT_FALSE(allocator.device(0).observed());
+    EXPECT_FALSE(allocator.device(1).observed());
+    recorder.configure({HistoryLevel::kAll, 100, false}, /*device=*/1);
+    EXPECT_FALSE(allocator.device(0).observed());
+    EXPECT_TRUE(allocator.device(1).observed());
+    recorder.configure({HistoryLevel::kAll, 100, false});
+    EXPECT_TRUE(allocator.device(0).observed());
+    recorder.configure({HistoryLevel::kOff, 100, false}, /*device=*/0);
+    EXPECT_FALSE(allocator.device(0).observed());
+    allocator.deallocate(allocator.allocate(4096, 0));
+    EXPECT_TRUE(recorder.trace(0).empty());
+    allocator.deallocate(allocator.allocate(4096, 1));
+    EXPECT_EQ(recorder.trace(1).size(), 4u);  // segment_alloc, alloc, free_requested, free_completed
+    recorder.configure({HistoryLevel::kAll, 100, false}, /*device=*/0);
+    allocator.deallocate(allocator.allocate(4096, 0));
+    EXPECT_EQ(recorder.trace(0).size(), 3u);  // its segment was made while nobody watched
+  }
+  EXPECT_FALSE(allocator.device(0).observed());  // a recorder gone watches nothing
+  EXPECT_FALSE(allocator.device(1).observed());
+}
+
 TEST(HistoryRecorder, StateLevelKeepsWhoHoldsWhatButNoTrace) {
   Recording s;
   s.record(HistoryLevel::kState);
