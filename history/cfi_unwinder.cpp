@@ -222,14 +222,30 @@ struct WalkMemo {
         ((at.bp_flags & kBpMatters) && at.before.bp != registers.bp) ||
         (stale_walk == walk && at.first_word < stale_end))
       return false;
-    for (size_t w = word_count; w-- > at.first_word;) {
-      if (changed(words[w]) != 0) {
-        stale_walk = walk;
-        stale_end = w + 1;
-        return false;
+    // Four words to a branch: a walk that goes on as this one is the common case, and its
+    // check is then independent loads with one test per group.
+    size_t w = word_count;
+    for (; w >= at.first_word + 4u; w -= 4) {
+      if ((changed(words[w - 1]) | changed(words[w - 2]) | changed(words[w - 3]) |
+           changed(words[w - 4])) != 0)
+        return mark_stale(w, w - 4, walk);
+    }
+    for (; w > at.first_word; --w)
+      if (changed(words[w - 1]) != 0) return mark_stale(w, w - 1, walk);
+    return true;
+  }
+  // Words [begin, end) hold one that changed: the outermost of them marks the stale ones.
+  MEMSNAP_READS_RAW_STACK bool mark_stale(size_t end, size_t begin, uint64_t walk) {
+    size_t outermost = begin;  // (read again, a word may have changed back: then the first)
+    for (size_t w = end; w > begin; --w) {
+      if (changed(words[w - 1]) != 0) {
+        outermost = w - 1;
+        break;
       }
     }
-    return true;
+    stale_walk = walk;
+    stale_end = outermost + 1;
+    return false;
   }
 };
 
@@ -424,7 +440,8 @@ CfiWalkCounts cfi_walk_counts() { return thread_walker().counts; }
 
 __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max_frames,
                                                    size_t skip, StackNote** note,
-                                                   const StopCode& stop, uint64_t path_key) {
+                                                   const StopCode& stop, uint64_t path_key,
+                                                   uint64_t note_owner) {
   if (note != nullptr) *note = nullptr;
 #if defined(__x86_64__)
   WalkMemo::Registers registers;
@@ -477,14 +494,19 @@ __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max
     if (!earlier.complete && known < step_limit - i) return std::nullopt;
     const size_t taken = std::min(known, step_limit - i);
     walker.mark_taken_over(hint.memo);
-    for (size_t j = 0; j < taken; ++j) sink.add(earlier.produced[at + j]);
     if (at == i && memo.same_start(earlier, i)) {
       // The same walk again (its first steps, if any, walked afresh because the hints for
       // where it starts named other walks): nothing new to remember, but the key now names it.
       if (path_key != 0) walker.remember_key(path_key, start, hint.memo);
-      if (note != nullptr) *note = earlier.note_for(skip, max_frames);
+      if (note != nullptr) {
+        *note = earlier.note_for(skip, max_frames);
+        // The caller has these frames already (its note says so): they are not handed out.
+        if (note_owner != 0 && (*note)->owner == note_owner) return kNotedStack;
+      }
+      for (size_t j = 0; j < taken; ++j) sink.add(earlier.produced[at + j]);
       return sink.count();
     }
+    for (size_t j = 0; j < taken; ++j) sink.add(earlier.produced[at + j]);
     // A new walk that joins a known one: remember it whole.
     const size_t first_word = earlier.record[at].first_word;
     const size_t word_end = at + taken < earlier.steps ? earlier.record[at + taken].first_word : earlier.word_count;

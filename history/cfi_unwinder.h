@@ -24,10 +24,11 @@ inline constexpr size_t kUnsupportedStack = std::numeric_limits<size_t>::max();
 
 // As capture_stack (stack_capture.h): return addresses innermost first, the first being
 // inside the caller, after leaving out `skip` more. kUnsupportedStack when a frame on the
-// way needs a full unwinder. `note`, `stop` and `path_key` as for capture_stack.
+// way needs a full unwinder. `note`, `stop`, `path_key` and `note_owner` as for
+// capture_stack (kNotedStack too).
 size_t capture_stack_cfi(uintptr_t* frames, size_t max_frames, size_t skip = 0,
                          StackNote** note = nullptr, const StopCode& stop = {},
-                         uint64_t path_key = 0);
+                         uint64_t path_key = 0, uint64_t note_owner = 0);
 
 // What the calling thread's walker has done so far, for tests and benchmarks: walks made,
 // steps walked (the rest were taken over from remembered walks), and walks remembered (each

@@ -105,9 +105,11 @@ StackId HistoryRecorder::capture(DeviceRecord& record) const {
   if (record.settings.unwinder == StackUnwinder::kFramePointers)
     return record.stacks.intern(
         frames, capture_stack_frame_pointers(frames, kMaxStackDepth, kCaptureSkip));
-  // A call path walked before comes with the id it was interned as in this table.
+  // A call path walked before comes with the id it was interned as in this table (and then
+  // without its frames).
   StackNote* note = nullptr;
-  const size_t count = capture_stack(frames, kMaxStackDepth, kCaptureSkip, &note);
+  const size_t count =
+      capture_stack(frames, kMaxStackDepth, kCaptureSkip, &note, {}, 0, record.stacks.key());
   if (note != nullptr && note->owner == record.stacks.key()) return note->value;
   const StackId id = record.stacks.intern(frames, count);
   if (note != nullptr && id != kNoStack) *note = {record.stacks.key(), id};

@@ -78,9 +78,10 @@ size_t end_at_stop(const uintptr_t* frames, size_t count, const StopCode& stop) 
 
 __attribute__((noinline)) size_t capture_stack(uintptr_t* frames, size_t max_frames,
                                                size_t skip, StackNote** note, const StopCode& stop,
-                                               uint64_t path_key) {
+                                               uint64_t path_key, uint64_t note_owner) {
   // +1: this function's own frame.
-  const size_t count = capture_stack_cfi(frames, max_frames, skip + 1, note, stop, path_key);
+  const size_t count =
+      capture_stack_cfi(frames, max_frames, skip + 1, note, stop, path_key, note_owner);
   if (count != kUnsupportedStack) return count;
   return end_at_stop(frames, capture_stack_libunwind(frames, max_frames, skip + 1), stop);
 }

@@ -45,6 +45,10 @@ struct StopCode {
 // Frames up to and including the first whose return address lies in `stop`.
 size_t end_at_stop(const uintptr_t* frames, size_t count, const StopCode& stop);
 
+// What capture_stack returns instead of a count when the walk repeats one whose note belongs
+// to `note_owner`: the frames were not written, since the note stands for them.
+inline constexpr size_t kNotedStack = ~size_t{0} - 1;
+
 // Writes up to `max_frames` return addresses, innermost first, leaving out `skip` frames
 // above the caller (the caller's own frame is always left out), ending at `stop`. Returns
 // how many it wrote. With `note`, sets *note to the note kept for exactly these frames, or to
@@ -53,9 +57,11 @@ size_t end_at_stop(const uintptr_t* frames, size_t count, const StopCode& stop);
 // come with the same call path most times (a recorder with interpreter frames gives their
 // innermost ones): the DWARF walker tries the walk it last made or found under that key from
 // the same place first. A key is only a hint: the frames are the same whatever it is.
+// `note_owner`, unless 0: when the walk is a remembered one whose note that owner set, the
+// frames are left unwritten and kNotedStack returned (the caller reads *note instead).
 size_t capture_stack(uintptr_t* frames, size_t max_frames, size_t skip = 0,
                      StackNote** note = nullptr, const StopCode& stop = {},
-                     uint64_t path_key = 0);
+                     uint64_t path_key = 0, uint64_t note_owner = 0);
 size_t capture_stack_frame_pointers(uintptr_t* frames, size_t max_frames, size_t skip = 0,
                                     const StopCode& stop = {});
 // libunwind's walk alone: the fallback of capture_stack, and its reference in tests.

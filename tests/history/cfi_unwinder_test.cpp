@@ -136,24 +136,27 @@ TEST(CfiUnwinder, GivesUpAtASignalFrameAndCaptureStackFallsBack) {
 struct NotedWalk {
   std::vector<uintptr_t> frames;
   memsnap::StackNote* note = nullptr;
+  bool noted = false;  // kNotedStack: the frames were left out for the note's owner
 };
 volatile int g_noted_sink = 0;
 
-__attribute__((noinline)) NotedWalk walk_noted(size_t skip) {
+__attribute__((noinline)) NotedWalk walk_noted(size_t skip, uint64_t note_owner) {
   NotedWalk walk;
   walk.frames.resize(memsnap::kMaxStackDepth);
-  const size_t count = memsnap::capture_stack_cfi(walk.frames.data(), walk.frames.size(), skip, &walk.note);
-  walk.frames.resize(count == memsnap::kUnsupportedStack ? 0 : count);
+  const size_t count = memsnap::capture_stack_cfi(walk.frames.data(), walk.frames.size(), skip, &walk.note,
+                                                  {}, 0, note_owner);
+  walk.noted = count == memsnap::kNotedStack;
+  walk.frames.resize(count == memsnap::kUnsupportedStack || walk.noted ? 0 : count);
   g_noted_sink = g_noted_sink + 1;
   return walk;
 }
-__attribute__((noinline)) NotedWalk noted_via_first(size_t skip) {
-  NotedWalk walk = walk_noted(skip);
+__attribute__((noinline)) NotedWalk noted_via_first(size_t skip, uint64_t note_owner = 0) {
+  NotedWalk walk = walk_noted(skip, note_owner);
   g_noted_sink = g_noted_sink + 1;
   return walk;
 }
-__attribute__((noinline)) NotedWalk noted_via_second(size_t skip) {
-  NotedWalk walk = walk_noted(skip);
+__attribute__((noinline)) NotedWalk noted_via_second(size_t skip, uint64_t note_owner = 0) {
+  NotedWalk walk = walk_noted(skip, note_owner);
   g_noted_sink = g_noted_sink + 2;
   return walk;
 }
@@ -178,6 +181,38 @@ TEST(CfiUnwinder, NotesComeBackOnlyWithTheFramesTheyWereWrittenFor) {
   }
   EXPECT_EQ(value_of.size(), 4u);  // two callers, two cuts
   EXPECT_GT(hits, 400);            // and repeated walks do bring their notes back
+}
+
+// A caller that names itself the note's owner gets a repeated walk as its note alone: no
+// frames, kNotedStack. The note is the one it wrote for that path; any other owner, and the
+// first walk of a path, still get the frames.
+TEST(CfiUnwinder, ARepeatedWalkComesAsItsOwnersNoteWithoutFrames) {
+  constexpr uint64_t kOwner = 42, kStranger = 43;
+  std::map<int, std::vector<uintptr_t>> frames_of;  // per caller
+  int noted = 0;
+  for (int i = 0; i < 600; ++i) {
+    SCOPED_TRACE(i);
+    const int caller = i % 3 == 0 ? 1 : 2;
+    const uint64_t owner = i % 5 == 0 ? kStranger : kOwner;
+    const NotedWalk walk = caller == 1 ? noted_via_first(0, owner) : noted_via_second(0, owner);
+    ASSERT_NE(walk.note, nullptr);
+    if (walk.noted) {
+      ++noted;
+      ASSERT_EQ(owner, kOwner);
+      ASSERT_EQ(walk.note->owner, kOwner);
+      ASSERT_EQ(walk.note->value, static_cast<uint32_t>(caller));
+      continue;
+    }
+    ASSERT_FALSE(walk.frames.empty());
+    const auto known = frames_of.try_emplace(caller, walk.frames).first;
+    ASSERT_EQ(walk.frames, known->second);
+    if (walk.note->owner == kOwner) {
+      ASSERT_EQ(walk.note->value, static_cast<uint32_t>(caller));
+    }
+    *walk.note = {kOwner, static_cast<uint32_t>(caller)};
+  }
+  EXPECT_NE(frames_of[1], frames_of[2]);
+  EXPECT_GT(noted, 400);  // every walk after the first of its path, but the stranger's
 }
 
 // Code without frame pointers keeps data in %rbp, and the callee saves it in its frame: a
