@@ -481,17 +481,20 @@ __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max
   };
 
   // Whether the walk, now at step `i`, goes on as the remembered one `hint` names: if so it is
-  // taken over and the walk's frame count returned.
-  auto take_over = [&](const JoinHint& hint, size_t i) -> std::optional<size_t> {
+  // taken over and what capture_stack_cfi returns is returned, else kNotTakenOver. (A plain
+  // word: an optional's flag byte, stored and read back as part of a wider load, cost a
+  // store-forwarding stall at every walk.)
+  constexpr size_t kNotTakenOver = kNotedStack - 1;
+  auto take_over = [&](const JoinHint& hint, size_t i) -> size_t {
     WalkMemo& earlier = walker.storage[hint.memo];
     // (Against the rules now: a lookup on the way may have dropped them.)
     if (earlier.rules_generation != walker.rules.generation() || earlier.stop != stop ||
         !earlier.continues(hint.step, registers, walk))
-      return std::nullopt;
+      return kNotTakenOver;
     // The rest of this walk is the earlier one's from step `at`, if it knows enough of it.
     const size_t at = hint.step;
     const size_t known = earlier.steps - at;
-    if (!earlier.complete && known < step_limit - i) return std::nullopt;
+    if (!earlier.complete && known < step_limit - i) return kNotTakenOver;
     const size_t taken = std::min(known, step_limit - i);
     walker.mark_taken_over(hint.memo);
     if (at == i && memo.same_start(earlier, i)) {
@@ -526,7 +529,7 @@ __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max
     const uint32_t check = ThreadWalker::key_check(path_key);
     for (const JoinHint& hint : walker.key_set(path_key, start.pc, start.sp).way)
       if (hint.key == check && hint.pc == start.pc && hint.sp == start.sp && hint.memo != walker.scratch)
-        if (const std::optional<size_t> count = take_over(hint, 0)) return *count;
+        if (const size_t count = take_over(hint, 0); count != kNotTakenOver) return count;
   }
   for (size_t i = 0; i < step_limit; ++i) {
     if (i > ThreadWalker::kHintStride && i % ThreadWalker::kHintStride != 0) {
@@ -535,7 +538,7 @@ __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max
       // meet they go on together, so a join found a few steps late is found all the same.)
     } else if (const JoinHint& hint = walker.hint(registers.pc, registers.sp);
                hint.pc == registers.pc && hint.sp == registers.sp && hint.memo != walker.scratch) {
-      if (const std::optional<size_t> count = take_over(hint, i)) return *count;
+      if (const size_t count = take_over(hint, i); count != kNotTakenOver) return count;
     }
     ++walker.counts.steps_walked;
     WalkMemo::Step& at = memo.record[i];
