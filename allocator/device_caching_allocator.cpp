@@ -269,7 +269,7 @@ void DeviceCachingAllocator::recycle_block(Block* block) {
 
 DeviceStats DeviceCachingAllocator::stats() const {
   AllocatorLockGuard lock(mutex_);
-  return stats_;
+  return stats_.settled();
 }
 
 std::vector<SegmentRecord> DeviceCachingAllocator::segment_records() const {

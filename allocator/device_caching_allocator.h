@@ -202,7 +202,7 @@ class DeviceCachingAllocator {
   void release_expandable_segments_at_exit();
 
   size_t reserved_bytes() const {
-    return static_cast<size_t>(stats_.reserved_bytes[kAggregate].current);
+    return static_cast<size_t>(DeviceStats::total(stats_.reserved_bytes));
   }
 
   const int device_;
@@ -223,7 +223,7 @@ class DeviceCachingAllocator {
   // Blocks freed while a pool was being allocated to, used on other streams: events cannot
   // be recorded and queried during a capture, so theirs wait until no pool is.
   std::vector<Block*> frees_awaiting_events_;
-  DeviceStats stats_;
+  DeviceStats stats_;  // unsettled (device_stats.h): stats() settles a copy
   bool memory_fraction_set_ = false;
   size_t allowed_bytes_ = 0;  // reserved-memory cap when memory_fraction_set_
 

@@ -348,7 +348,7 @@ void DeviceCachingAllocator::report_out_of_memory(size_t requested_size, size_t 
   info.stream = stream;
   info.device_total_bytes = memory.total_bytes;
   info.device_free_bytes = memory.free_bytes;
-  info.allocated_bytes = static_cast<size_t>(stats_.allocated_bytes[kAggregate].current);
+  info.allocated_bytes = static_cast<size_t>(DeviceStats::total(stats_.allocated_bytes));
   info.reserved_bytes = reserved_bytes();
   info.private_pool_free_bytes = private_pool_free_bytes();
   if (pool != nullptr && pool->owner() != nullptr) info.pool = pool->owner()->id;

@@ -10,25 +10,44 @@ namespace {
 
 constexpr const char* kStatTypeNames[kNumStatTypes] = {"all", "small_pool", "large_pool"};
 
+template <typename Stats, typename F>
+void for_each_array(Stats& stats, F&& f) {
+  for (auto* array : {&stats.allocation, &stats.segment, &stats.active, &stats.inactive_split,
+                      &stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes,
+                      &stats.inactive_split_bytes, &stats.requested_bytes})
+    f(*array);
+}
+
 template <typename F>
-void for_each_array(DeviceStats& stats, F&& f) {
-  for (StatArray* array : {&stats.allocation, &stats.segment, &stats.active,
-                           &stats.inactive_split, &stats.allocated_bytes, &stats.reserved_bytes,
-                           &stats.active_bytes, &stats.inactive_split_bytes,
-                           &stats.requested_bytes})
-    for (Stat& stat : *array) f(stat);
+void for_each_stat(DeviceStats& stats, F&& f) {
+  for_each_array(stats, [&](StatArray& array) {
+    for (Stat& stat : array) f(stat);
+  });
   f(stats.oversize_allocations);
   f(stats.oversize_segments);
 }
 
 }  // namespace
 
+DeviceStats DeviceStats::settled() const {
+  DeviceStats out = *this;
+  for_each_array(out, [](StatArray& array) {
+    Stat& all = array[kAggregate];
+    all.current = array[kSmallPool].current + array[kLargePool].current;
+    all.allocated = array[kSmallPool].allocated + array[kLargePool].allocated;
+    all.freed = array[kSmallPool].freed + array[kLargePool].freed;
+  });
+  return out;
+}
+
 void DeviceStats::reset_peak() {
-  for_each_array(*this, [](Stat& s) { s.reset_peak(); });
+  for_each_stat(*this, [](Stat& s) { s.reset_peak(); });
+  // (An unsettled aggregate's current is the pools' sum.)
+  for_each_array(*this, [](StatArray& array) { array[kAggregate].peak = total(array); });
 }
 
 void DeviceStats::reset_accumulated() {
-  for_each_array(*this, [](Stat& s) { s.reset_accumulated(); });
+  for_each_stat(*this, [](Stat& s) { s.reset_accumulated(); });
   num_alloc_retries = num_ooms = num_sync_all_streams = 0;
   num_device_alloc = num_device_free = 0;
 }

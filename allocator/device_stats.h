@@ -2,6 +2,11 @@
 //
 // Each Stat tracks current, peak, and the running totals of increases (`allocated`) and
 // decreases (`freed`). Array stats are kept for all/small_pool/large_pool.
+//
+// While the allocator runs, an array's aggregate ("all") keeps only its peak: its current,
+// allocated and freed are the sums of the two pools', which settled() fills in. Every
+// change then touches one pool's Stat and, on an increase, the aggregate's peak, instead of
+// two whole Stats (the allocator's fast path changes five arrays per allocation).
 #pragma once
 
 #include <array>
@@ -54,16 +59,22 @@ struct DeviceStats {
   Stat oversize_segments;
   int64_t max_split_size = 0;      // the setting, as PyTorch reports it (-1: unlimited)
 
-  // Adds to the aggregate and to the block's pool.
+  // Adds to the block's pool, and raises the aggregate's peak to the pools' sum if above it.
   static void increase(StatArray& stat, bool small_pool, int64_t amount) {
-    stat[kAggregate].increase(amount);
     stat[small_pool ? kSmallPool : kLargePool].increase(amount);
+    const int64_t total = stat[kSmallPool].current + stat[kLargePool].current;
+    if (total > stat[kAggregate].peak) stat[kAggregate].peak = total;
   }
   static void decrease(StatArray& stat, bool small_pool, int64_t amount) {
-    stat[kAggregate].decrease(amount);
     stat[small_pool ? kSmallPool : kLargePool].decrease(amount);
   }
+  // The aggregate's current value, while unsettled.
+  static int64_t total(const StatArray& stat) {
+    return stat[kSmallPool].current + stat[kLargePool].current;
+  }
 
+  // These statistics with every aggregate's current, allocated and freed filled in.
+  DeviceStats settled() const;
   void reset_peak();
   void reset_accumulated();
 };

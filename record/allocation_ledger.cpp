@@ -206,7 +206,7 @@ Snapshot AllocationLedger::snapshot(const JobPlace& job) const {
   for (size_t d = 0; d < devices.size(); ++d) {
     const DeviceCopy& device = devices[d];
     DeviceTrace& trace = snapshot.device_traces.emplace_back();
-    snapshot.statistics.push_back(to_memory_stats(device.stats));
+    snapshot.statistics.push_back(to_memory_stats(device.stats.settled()));
     if (!device.present) continue;
     snapshot.devices.push_back({static_cast<int64_t>(d), device.name, device.total_memory});
     trace.reserve(device.trace.size() * 3);

@@ -49,6 +49,33 @@ TEST(Statistics, CurrentPeakAllocatedAndFreedTrackEveryChange) {
   EXPECT_CONSISTENT(h);
 }
 
+// "all" is the pools' sum, and its peak the highest that sum reached: not the sum of the
+// pools' peaks, which came at different times.
+TEST(Statistics, TheAggregateIsThePoolsSumWithAPeakOfItsOwn) {
+  Harness h;
+  const uintptr_t small = h.alloc(kMiB / 2);
+  h.free(small);
+  const uintptr_t large = h.alloc(4 * kMiB);
+  const DeviceStats stats = h.stats();
+  const StatArray& bytes = stats.allocated_bytes;
+  EXPECT_EQ(bytes[kSmallPool].peak, static_cast<int64_t>(kMiB / 2));
+  EXPECT_EQ(bytes[kLargePool].peak, static_cast<int64_t>(4 * kMiB));
+  EXPECT_EQ(bytes[kAggregate].peak, static_cast<int64_t>(4 * kMiB));
+  EXPECT_EQ(bytes[kAggregate].current, bytes[kSmallPool].current + bytes[kLargePool].current);
+  EXPECT_EQ(bytes[kAggregate].allocated, static_cast<int64_t>(kMiB / 2 + 4 * kMiB));
+  EXPECT_EQ(bytes[kAggregate].freed, static_cast<int64_t>(kMiB / 2));
+  EXPECT_EQ(stats.allocation[kAggregate].current, 1);
+  // Both pools at once: the sum sets the peak.
+  const uintptr_t both = h.alloc(kMiB / 2);
+  EXPECT_EQ(h.stats().allocated_bytes[kAggregate].peak, static_cast<int64_t>(kMiB / 2 + 4 * kMiB));
+  h.free(both);
+  h.free(large);
+  h.allocator.reset_peak_stats(0);
+  EXPECT_EQ(h.stats().allocated_bytes[kAggregate].peak, 0);
+  EXPECT_EQ(h.stats().reserved_bytes[kAggregate].peak, h.reserved());
+  EXPECT_CONSISTENT(h);
+}
+
 TEST(Statistics, ResetPeakSetsPeaksToCurrent) {
   Harness h;
   h.free(h.alloc(30 * kMiB));
