@@ -20,8 +20,9 @@ class AddressMap {
  public:
   AddressMap() : slots_(kInitialCapacity) {}
 
-  // Returns false (and changes nothing) when `address` is already present.
-  bool insert(uintptr_t address, T* value) {
+  // Returns false (and changes nothing) when `address` is already present. (Inlined into
+  // every allocation; growing, the rare part, is not.)
+  [[gnu::always_inline]] bool insert(uintptr_t address, T* value) {
     if ((size_ + 1) * 2 > slots_.size()) grow();
     size_t i = slot_for(address);
     while (slots_[i].address != 0) {
@@ -82,7 +83,7 @@ class AddressMap {
     // Addresses are multiples of 512: drop those bits, then mix (Fibonacci hashing).
     return static_cast<size_t>(((address >> 9) * 0x9E3779B97F4A7C15ull) >> 20) & mask();
   }
-  void grow() {
+  [[gnu::noinline]] void grow() {
     std::vector<Slot> old(slots_.size() * 2);
     old.swap(slots_);
     size_ = 0;

@@ -5,6 +5,8 @@
 // PyTorch's CUDA caching allocator under its default behaviour.
 #pragma once
 
+#include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <limits>
 
@@ -24,16 +26,29 @@ inline constexpr size_t kNoMaxSplitSize = std::numeric_limits<size_t>::max();
 // rounding arithmetic below can never overflow.
 inline constexpr size_t kMaxRequestSize = size_t{1} << 56;
 
-// Request size -> block size: at least kMinBlockSize, then either a multiple of
-// kMinBlockSize or, where roundup_power2_divisions applies, the next of N equal steps
-// between the surrounding powers of two.
-size_t round_size(size_t size, const AllocatorConfig& config);
-
 // The step rounding on its own (exposed for tests): 1200 B with 4 divisions -> 1280 B.
 size_t roundup_power2_next_division(size_t size, size_t divisions);
 
 // Number of divisions configured for the power-of-two interval that holds `size`.
-size_t roundup_power2_divisions_for(size_t size, const AllocatorConfig& config);
+inline size_t roundup_power2_divisions_for(size_t size, const AllocatorConfig& config) {
+  // Intervals start at 1 MiB (index 0 holds everything below 2 MiB) and end at 64 GiB
+  // (the last index holds everything above).
+  constexpr int kFirstIntervalLog2 = 20;
+  const int index = static_cast<int>(std::bit_width(size)) - 1 - kFirstIntervalLog2;
+  return config.roundup_power2_divisions[static_cast<size_t>(
+      std::clamp(index, 0, static_cast<int>(kRoundUpPowerOfTwoIntervals) - 1))];
+}
+
+// Request size -> block size: at least kMinBlockSize, then either a multiple of
+// kMinBlockSize or, where roundup_power2_divisions applies, the next of N equal steps
+// between the surrounding powers of two. (Inline: every allocation asks.)
+inline size_t round_size(size_t size, const AllocatorConfig& config) {
+  if (size < kMinBlockSize) return kMinBlockSize;
+  const size_t divisions = roundup_power2_divisions_for(size, config);
+  if (divisions > 1 && size > kMinBlockSize * divisions)
+    return roundup_power2_next_division(size, divisions);
+  return kMinBlockSize * ((size + kMinBlockSize - 1) / kMinBlockSize);
+}
 
 // Rounded size -> pool: small requests share 2 MiB segments, larger ones get their own.
 inline bool is_small_request(size_t rounded_size) { return rounded_size <= kSmallSize; }
