@@ -52,8 +52,19 @@ void BlockPool::insert_in_order(Block* block, size_t bin_index) {
       bin.many.push_back({bin.single->size, bin.single->address, bin.single});
       bin.single = nullptr;
     }
-    bin.many.insert(position_of(bin.many, block->size, block->address),
-                    Entry{block->size, block->address, block});
+    // Appended, then moved down past the larger entries: bins are short, and this is one pass
+    // where a search and an insert were two.
+    const Entry entry{block->size, block->address, block};
+    std::vector<Entry>& many = bin.many;
+    many.push_back(entry);
+    size_t at = many.size() - 1;
+    for (; at > 0; --at) {
+      const Entry& before = many[at - 1];
+      if (before.size < entry.size || (before.size == entry.size && before.address < entry.address))
+        break;
+      many[at] = before;
+    }
+    many[at] = entry;
   }
   blocks.non_empty.set(bin_index);
   ++size_;
