@@ -313,10 +313,21 @@ await runChecked({ browser, server, problems, current }, async () => {
     await page.waitForFunction(n => document.querySelectorAll('.chip').length === n, snapshots.length);
   });
 
-  await step('the address bar keeps the view', async () => {
+  await step('the address bar keeps the view, whose data is asked for once, with the list', async () => {
     const id = await page.locator('.chip').first().getAttribute('data-id');
     await page.goto(`${url}#timeline/${id}`);
     await page.waitForSelector('.tabs button[data-view="timeline"][aria-selected="true"]');
     await page.waitForSelector('.plot canvas');
+    const asked = [];
+    const note = request => { if (new URL(request.url()).pathname.startsWith('/api/')) asked.push(new URL(request.url()).pathname); };
+    page.on('request', note);
+    await page.reload();
+    await page.waitForSelector('.tabs button[data-view="timeline"][aria-selected="true"]');
+    await page.waitForSelector('.plot canvas');
+    page.off('request', note);
+    const timeline = `/api/snapshots/${id}/timeline`;
+    // Asked ahead, before the list of snapshots it would otherwise wait for, and not again.
+    assert.equal(asked.filter(p => p === timeline).length, 1, asked.join(' '));
+    assert.ok(asked.indexOf(timeline) < asked.indexOf('/api/snapshots'), asked.join(' '));
   });
 });

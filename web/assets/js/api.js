@@ -29,6 +29,18 @@ export function showAllFrames(on) {
 }
 const withFrames = (params = {}) => (allFrames ? { ...params, all_frames: 1 } : params);
 
+// Answers asked for ahead of their view: the first view's request goes out as soon as the
+// page's script runs, while the page is still set up (and the server may still be reading
+// its files); the view's own request for the same path then takes that answer. One use each,
+// and those not taken are dropped once the first view has been drawn.
+const ahead = new Map();
+function get(path) {
+  const early = ahead.get(path);
+  if (early === undefined) return request(path);
+  ahead.delete(path);
+  return early;
+}
+
 const detailCache = new Map();
 function cachedDetail(path) {
   if (!detailCache.has(path)) {
@@ -39,24 +51,32 @@ function cachedDetail(path) {
   return detailCache.get(path);
 }
 
+// The paths of the views' first requests, for api.ahead.
+const paths = {
+  stats: (id) => `/api/snapshots/${id}/stats`,
+  flamegraph: (id, params) => `/api/snapshots/${id}/flamegraph${query(withFrames(params))}`,
+  segments: (id, params) => `/api/snapshots/${id}/segments${query(withFrames(params))}`,
+  timeline: (id, params) => `/api/snapshots/${id}/timeline${query(withFrames(params))}`,
+};
+
 export const api = {
   list: () => request('/api/snapshots'),
   upload: (file) => request(`/api/snapshots${query({ name: file.name })}`, {
     method: 'POST', headers: { 'Content-Type': 'application/octet-stream' }, body: file,
   }),
   remove: (id) => request(`/api/snapshots/${id}`, { method: 'DELETE' }),
-  stats: (id) => request(`/api/snapshots/${id}/stats`),
+  stats: (id) => get(paths.stats(id)),
   statsText: async (id) => {
     const response = await fetch(`/api/snapshots/${id}/stats.txt`);
     if (!response.ok) throw new Error(`stats: ${response.status}`);
     return response.text();
   },
-  flamegraph: (id, params) => request(`/api/snapshots/${id}/flamegraph${query(withFrames(params))}`),
+  flamegraph: (id, params) => get(paths.flamegraph(id, params)),
   flamegraphSvgUrl: (id, params) => `/api/snapshots/${id}/flamegraph.svg${query(withFrames(params))}`,
-  segments: (id, params) => request(`/api/snapshots/${id}/segments${query(withFrames(params))}`),
+  segments: (id, params) => get(paths.segments(id, params)),
   block: (id, segment, block) => cachedDetail(`/api/snapshots/${id}/segments/${segment}/blocks/${block}${query(withFrames())}`),
   stack: (id, stack) => cachedDetail(`/api/snapshots/${id}/stacks/${stack}${query(withFrames())}`),
-  timeline: (id, params) => request(`/api/snapshots/${id}/timeline${query(withFrames(params))}`),
+  timeline: (id, params) => get(paths.timeline(id, params)),
   oom: (id, params) => request(`/api/snapshots/${id}/oom${query(params)}`),
   state: (id, params) => request(`/api/snapshots/${id}/state${query(params)}`),
   growth: (id, params) => request(`/api/snapshots/${id}/growth${query(params)}`),
@@ -68,4 +88,13 @@ export const api = {
     method: 'POST', headers: { 'Content-Type': 'application/json' }, body: '{}',
   }),
   compare: (before, after, params) => request(`/api/compare${query({ before, after, ...params })}`),
+  // Asks now for what api[name](...args) will ask: api.ahead('timeline', id, params).
+  ahead: (name, ...args) => {
+    const path = paths[name](...args);
+    if (ahead.has(path)) return;
+    const pending = request(path);
+    pending.catch(() => {});  // (the view that takes it sees the error)
+    ahead.set(path, pending);
+  },
+  dropAhead: () => ahead.clear(),
 };

@@ -6,18 +6,20 @@ import { allFramesShown, api, showAllFrames } from './api.js';
 import { counted, escapeHtml, humanBytes } from './format.js';
 import { hideTooltip, setMessage, unpinStacks } from './ui.js';
 import { renderCompare } from './compare_view.js';
-import { renderFlamegraph } from './flamegraph_view.js';
+import { prefetchFlamegraph, renderFlamegraph } from './flamegraph_view.js';
 import { renderOom } from './oom_view.js';
 import { loadJob, renderRanks } from './ranks_view.js';
-import { renderSegments } from './segments_view.js';
-import { renderStats } from './stats_view.js';
-import { renderTimeline } from './timeline_view.js';
+import { prefetchSegments, renderSegments } from './segments_view.js';
+import { prefetchStats, renderStats } from './stats_view.js';
+import { prefetchTimeline, renderTimeline } from './timeline_view.js';
 import { renderTrace } from './trace_view.js';
 
 const views = {
   stats: renderStats, flamegraph: renderFlamegraph, segments: renderSegments,
   timeline: renderTimeline, trace: renderTrace, compare: renderCompare, oom: renderOom, ranks: renderRanks,
 };
+// The views whose first answer can be asked for before the page knows the snapshots.
+const prefetches = { stats: prefetchStats, flamegraph: prefetchFlamegraph, segments: prefetchSegments, timeline: prefetchTimeline };
 const state = { snapshots: [], selected: null, view: 'stats', hasJob: false, compareBefore: null };
 let renderCount = 0;
 
@@ -180,6 +182,9 @@ function setUpEvents() {
 
 async function start() {
   readLocation();
+  // A page opened at a view of a snapshot (#timeline/1) asks for that view's data at once,
+  // alongside the list of snapshots, rather than after it.
+  if (state.selected) prefetches[state.view]?.(state.selected);
   setUpEvents();
   // Both asked at once: the first view waits for the slower, not for the two in turn.
   const job = loadJob().then(() => true, () => false);  // a server without a job: no Ranks view
@@ -196,7 +201,8 @@ async function start() {
   setMessage('');
   state.hasJob = await job;
   if (state.hasJob && !location.hash.replace(/^#\/?/, '') && state.snapshots.length === 0) state.view = 'ranks';
-  renderView();
+  await renderView();
+  api.dropAhead();
 }
 
 start();

@@ -7,6 +7,9 @@ import { loading } from './ui.js';
 
 let kind = 'memory';
 
+// Asks for what the flamegraph of snapshot `id` shows first (api.ahead).
+export const prefetchFlamegraph = id => api.ahead('flamegraph', id, { kind });
+
 export async function renderFlamegraph(container, { snapshot }) {
   container.innerHTML = `
     <div class="toolbar">

@@ -31,6 +31,9 @@ const sorts = {
   free: (a, b) => (b.total_size - b.allocated_size) - (a.total_size - a.allocated_size) || a.address - b.address,
 };
 
+// Asks for what the segments of snapshot `id` show first (api.ahead).
+export const prefetchSegments = id => api.ahead('segments', id);
+
 export async function renderSegments(container, { snapshot }) {
   loading(container, 'segments');
   let data = await api.segments(snapshot.id);

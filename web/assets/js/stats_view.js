@@ -7,6 +7,9 @@ import { loading } from './ui.js';
 const card = (label, value, title = '') =>
   `<div class="card" title="${escapeHtml(title)}"><div class="label">${escapeHtml(label)}</div><div class="value">${value}</div></div>`;
 
+// Asks for what the stats of snapshot `id` show first (api.ahead).
+export const prefetchStats = id => api.ahead('stats', id);
+
 export async function renderStats(container, { snapshot }) {
   loading(container, 'statistics');
   const [stats, text] = await Promise.all([api.stats(snapshot.id), api.statsText(snapshot.id)]);

@@ -43,8 +43,21 @@ function niceStep(max, count) {
   return [1, 2, 4, 8].map(m => m * power).find(s => s >= raw) || raw;
 }
 
+// A new view's state (windows: the zoom history, [begin, end] pairs), and what it asks the
+// server for in a state.
+const initialState = () => ({ device: undefined, windows: [], bands: 150, kind: 'active' });
+function timelineParams(state) {
+  const window = state.windows[state.windows.length - 1];
+  const byRole = state.kind === 'roles', byPool = state.kind === 'pools';
+  return { device: state.device, begin: window?.[0], end: window?.[1], bands: state.bands,
+           kind: byRole || byPool ? 'active' : state.kind, roles: byRole ? 1 : undefined, pools: byPool ? 1 : undefined };
+}
+
+// Asks for what a new timeline of snapshot `id` shows first (api.ahead).
+export const prefetchTimeline = id => api.ahead('timeline', id, timelineParams(initialState()));
+
 export async function renderTimeline(container, { snapshot }) {
-  const state = { device: undefined, windows: [], bands: 150, kind: 'active' };  // zoom history: [begin, end] pairs
+  const state = initialState();
   container.innerHTML = `
     <div class="toolbar">
       <span class="device-box"></span>
@@ -70,12 +83,8 @@ export async function renderTimeline(container, { snapshot }) {
   let data = null, canvas = null, brush = null, groups = null;
 
   const load = async () => {
-    const window = state.windows[state.windows.length - 1];
     loading(plot, 'timeline');
-    const byRole = state.kind === 'roles', byPool = state.kind === 'pools';
-    data = await api.timeline(snapshot.id, { device: state.device, begin: window?.[0], end: window?.[1], bands: state.bands,
-                                             kind: byRole || byPool ? 'active' : state.kind, roles: byRole ? 1 : undefined,
-                                             pools: byPool ? 1 : undefined });
+    data = await api.timeline(snapshot.id, timelineParams(state));
     groups = groupsOf(data);
     container.querySelector('.role-legend').innerHTML = groups
       ? legendHtml(groups.names.map((name, r) => [groups.colours[r % groups.colours.length], name])) : '';
