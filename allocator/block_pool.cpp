@@ -8,15 +8,19 @@ namespace memsnap {
 namespace {
 
 // Order inside a bin: (size, address), as in PyTorch's block comparator.
+template <typename Entry>
+bool comes_before(const Entry& entry, size_t size, uintptr_t address) {
+  return entry.size != size ? entry.size < size : entry.address < address;
+}
+
 // The first entry at or after (size, address) in a bin sorted by (size, address). Bins
 // hold blocks of nearly equal size and are short in practice; a bin of many equal-sized
 // blocks costs a binary search and a move of the entries behind the change.
 template <typename Bin>
 auto position_of(Bin& bin, size_t size, uintptr_t address) {
   using Entry = typename std::remove_reference_t<Bin>::value_type;
-  return std::partition_point(bin.begin(), bin.end(), [&](const Entry& entry) {
-    return entry.size != size ? entry.size < size : entry.address < address;
-  });
+  return std::partition_point(bin.begin(), bin.end(),
+                              [&](const Entry& entry) { return comes_before(entry, size, address); });
 }
 
 }  // namespace
@@ -60,8 +64,7 @@ void BlockPool::insert_in_order(Block* block, size_t bin_index) {
     size_t at = many.size() - 1;
     for (; at > 0; --at) {
       const Entry& before = many[at - 1];
-      if (before.size < entry.size || (before.size == entry.size && before.address < entry.address))
-        break;
+      if (comes_before(before, entry.size, entry.address)) break;
       many[at] = before;
     }
     many[at] = entry;
@@ -202,8 +205,7 @@ std::vector<std::string> BlockPool::structure_problems() const {
           problems.push_back(name + ": entry for block " + std::to_string(entry.address) +
                              " is stale or in the wrong bin");
         const Entry* before = e > 0 ? &bin.many[e - 1] : nullptr;
-        if (before != nullptr && !(before->size < entry.size ||
-                                   (before->size == entry.size && before->address < entry.address)))
+        if (before != nullptr && !comes_before(*before, entry.size, entry.address))
           problems.push_back(name + ": bin " + std::to_string(b) + " out of order");
       }
     }

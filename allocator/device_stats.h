@@ -62,8 +62,7 @@ struct DeviceStats {
   // Adds to the block's pool, and raises the aggregate's peak to the pools' sum if above it.
   static void increase(StatArray& stat, bool small_pool, int64_t amount) {
     stat[small_pool ? kSmallPool : kLargePool].increase(amount);
-    const int64_t total = stat[kSmallPool].current + stat[kLargePool].current;
-    if (total > stat[kAggregate].peak) stat[kAggregate].peak = total;
+    if (const int64_t sum = total(stat); sum > stat[kAggregate].peak) stat[kAggregate].peak = sum;
   }
   static void decrease(StatArray& stat, bool small_pool, int64_t amount) {
     stat[small_pool ? kSmallPool : kLargePool].decrease(amount);

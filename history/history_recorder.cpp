@@ -63,12 +63,13 @@ void HistoryRecorder::configure(const HistorySettings& settings, std::optional<i
     // its fastest path. It starts watching before recording starts and stops after recording
     // stops, so no event is seen half-recorded.
     DeviceCachingAllocator& watched = allocator_.device(d);
-    if (settings.level != HistoryLevel::kOff) watched.set_observer(this);
+    const bool records = settings.level != HistoryLevel::kOff;
+    if (records) watched.set_observer(this);
     locked(d, [&](DeviceRecord& record) {
       record.settings = settings;
       record.trace.set_capacity(settings.level >= HistoryLevel::kAlloc ? settings.max_entries : 0);
     });
-    if (settings.level == HistoryLevel::kOff) watched.set_observer(nullptr);
+    if (!records) watched.set_observer(nullptr);
   }
 }
 
