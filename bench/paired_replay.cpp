@@ -1,4 +1,5 @@
-// memsnap_paired_bench TRACE [--rounds N] [--passes N] [--only off|nostack|cpp_stacks] [--json]
+// memsnap_paired_bench TRACE [--rounds N] [--passes N] [--only off|nostack|cpp_stacks]
+//                            [--harness slots|map] [--json]
 //
 // memsnap's caching allocator and PyTorch's, in one process on one GPU, replaying the same
 // trace in alternating turns: each round times `passes` passes of memsnap and as many of
@@ -11,7 +12,10 @@
 // Per history mode (off; without stacks; with C++ stacks, PyTorch's RecordContext::ALL as in
 // ../shared/bench/torch_cca_replay.cpp) it prints the median ns per event of each side, the
 // median and quartiles of the rounds' ratios (PyTorch's time over memsnap's), and whether both
-// reserved the same peak with the same number of device mallocs in their cold pass.
+// reserved the same peak with the same number of device mallocs in their cold pass. Each mode
+// is measured under both harnesses of replay_harness.h (--harness: one alone): slots, which
+// times the allocators, and map, the id map of ../shared/bench/torch_cca_replay.cpp, whose
+// cost both sides carry.
 //
 // Both allocators take their settings from PYTORCH_CUDA_ALLOC_CONF (memsnap: the first of
 // MEMSNAP_ALLOC_CONF, PYTORCH_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF), so a trace recorded under a
@@ -39,6 +43,7 @@
 #include "allocator/caching_allocator.h"
 #include "allocator/cuda_backend.h"
 #include "history/history_recorder.h"
+#include "bench/replay_harness.h"
 #include "replay/allocation_trace.h"
 
 namespace {
@@ -47,51 +52,25 @@ namespace cca = c10::cuda::CUDACachingAllocator;
 using memsnap::AllocationTrace;
 using memsnap::TraceEvent;
 
-struct Replayed {
-  const AllocationTrace& trace;
-  const std::vector<cudaStream_t>& streams;  // per event
-};
+using memsnap::bench::Harness;
+using memsnap::bench::ReplayPlan;
 
-// The harness loop of both sides: the trace's ids map to live pointers in an unordered_map,
-// and what is left at the end of a pass is freed.
-template <typename Allocate, typename Free>
-double replay_ns_per_event(const Replayed& replayed, int passes, Allocate allocate, Free free) {
-  std::unordered_map<uint64_t, void*> live;
-  live.reserve(1 << 16);
-  size_t n = 0;
-  const auto start = std::chrono::steady_clock::now();
-  for (int p = 0; p < passes; ++p) {
-    const std::vector<TraceEvent>& events = replayed.trace.events;
-    for (size_t i = 0; i < events.size(); ++i) {
-      const TraceEvent& e = events[i];
-      if (e.kind == TraceEvent::Kind::kAlloc) {
-        live[e.id] = allocate(e.bytes, replayed.streams[i]);
-      } else if (auto it = live.find(e.id); it != live.end()) {
-        free(it->second);
-        live.erase(it);
-      }
-      ++n;
-    }
-    for (auto& [id, ptr] : live) free(ptr);
-    live.clear();
-  }
-  const auto elapsed = std::chrono::steady_clock::now() - start;
-  return std::chrono::duration<double, std::nano>(elapsed).count() / static_cast<double>(n);
-}
-
+// Both sides run the same loop (replay_harness.h) on the same streams.
 struct Side {
   memsnap::CachingAllocator& memsnap;
-  double run_memsnap(const Replayed& replayed, int passes) const {
-    return replay_ns_per_event(
-        replayed, passes,
+  const ReplayPlan& plan;
+  const std::vector<cudaStream_t>& streams;  // per event
+  double run_memsnap(Harness harness, int passes) const {
+    return memsnap::bench::replay_ns_per_event(
+        plan, streams, harness, passes,
         [this](size_t bytes, cudaStream_t stream) {
           return memsnap.allocate(bytes, 0, reinterpret_cast<memsnap::StreamId>(stream));
         },
         [this](void* ptr) { memsnap.deallocate(ptr); });
   }
-  static double run_pytorch(const Replayed& replayed, int passes) {
-    return replay_ns_per_event(
-        replayed, passes,
+  double run_pytorch(Harness harness, int passes) const {
+    return memsnap::bench::replay_ns_per_event(
+        plan, streams, harness, passes,
         [](size_t bytes, cudaStream_t stream) { return cca::raw_alloc_with_stream(bytes, stream); },
         [](void* ptr) { cca::raw_delete(ptr); });
   }
@@ -104,27 +83,28 @@ double quantile(std::vector<double> values, double q) {
 
 struct ModeResult {
   const char* mode;
+  Harness harness;
   double memsnap_ns, pytorch_ns;             // medians over the rounds
   double ratio_low, ratio_median, ratio_high;  // PyTorch / memsnap, per round
 };
 
-ModeResult measure(const char* mode, const Side& side, const Replayed& replayed, int rounds,
-                   int passes) {
+ModeResult measure(const char* mode, Harness harness, const Side& side, int rounds, int passes) {
   std::vector<double> ours, theirs, ratios;
   for (int round = 0; round < rounds; ++round) {
     double m = 0, t = 0;
     if (round % 2 == 0) {
-      m = side.run_memsnap(replayed, passes);
-      t = Side::run_pytorch(replayed, passes);
+      m = side.run_memsnap(harness, passes);
+      t = side.run_pytorch(harness, passes);
     } else {
-      t = Side::run_pytorch(replayed, passes);
-      m = side.run_memsnap(replayed, passes);
+      t = side.run_pytorch(harness, passes);
+      m = side.run_memsnap(harness, passes);
     }
     ours.push_back(m);
     theirs.push_back(t);
     ratios.push_back(t / m);
   }
   return {mode,
+          harness,
           quantile(ours, 0.5),
           quantile(theirs, 0.5),
           quantile(ratios, 0.25),
@@ -140,7 +120,8 @@ std::shared_ptr<c10::GatheredContext> cpp_context() {
 int usage() {
   std::fprintf(stderr,
                "usage: memsnap_paired_bench TRACE [--rounds N] [--passes N]\n"
-               "                            [--only off|nostack|cpp_stacks] [--json]\n");
+               "                            [--only off|nostack|cpp_stacks]\n"
+               "                            [--harness slots|map] [--json]\n");
   return 2;
 }
 
@@ -151,13 +132,18 @@ int main(int argc, char** argv) {
   int rounds = 21, passes = 3;
   bool json = false;
   std::string only;  // one mode alone
+  std::vector<Harness> harnesses{Harness::kSlots, Harness::kMap};
   for (int i = 2; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--rounds" && i + 1 < argc) rounds = std::atoi(argv[++i]);
     else if (arg == "--passes" && i + 1 < argc) passes = std::atoi(argv[++i]);
     else if (arg == "--only" && i + 1 < argc) only = argv[++i];
     else if (arg == "--json") json = true;
-    else return usage();
+    else if (arg == "--harness" && i + 1 < argc) {
+      Harness harness;
+      if (!memsnap::bench::parse_harness(argv[++i], harness)) return usage();
+      harnesses = {harness};
+    } else return usage();
   }
   if (rounds < 1 || rounds > 100000 || passes < 1 || passes > 100000) return usage();
   if (!only.empty() && only != "off" && only != "nostack" && only != "cpp_stacks") return usage();
@@ -185,7 +171,7 @@ int main(int argc, char** argv) {
     if (fresh) cudaStreamCreateWithFlags(&it->second, cudaStreamNonBlocking);
     streams.push_back(it->second);
   }
-  const Replayed replayed{trace.value(), streams};
+  const ReplayPlan plan(trace.value());
 
   auto config = memsnap::allocator_config_from_environment();
   if (!config) {
@@ -194,9 +180,9 @@ int main(int argc, char** argv) {
   }
   memsnap::CachingAllocator allocator(std::make_shared<memsnap::CudaBackend>(), config.value());
   memsnap::HistoryRecorder recorder(allocator);
-  const Side side{allocator};
-  side.run_memsnap(replayed, 1);  // cold passes fill the caches
-  Side::run_pytorch(replayed, 1);
+  const Side side{allocator, plan, streams};
+  side.run_memsnap(harnesses.front(), 1);  // cold passes fill the caches
+  side.run_pytorch(harnesses.front(), 1);
   const memsnap::DeviceStats ours = allocator.device_stats(0);
   const cca::DeviceStats theirs = cca::getDeviceStats(0);
   using memsnap::kAggregate;
@@ -205,15 +191,19 @@ int main(int argc, char** argv) {
       ours.num_device_alloc == theirs.num_device_alloc;
 
   std::vector<ModeResult> results;
-  if (timed("off")) results.push_back(measure("off", side, replayed, rounds, passes));
+  const auto measure_mode = [&](const char* mode) {
+    if (!timed(mode)) return;
+    for (Harness harness : harnesses)
+      results.push_back(measure(mode, harness, side, rounds, passes));
+  };
+  measure_mode("off");
   // As torch_cca_replay: every event (allocations, frees, segments) in a 100,000-entry trace.
   cca::recordHistory(true, no_context, 100000, cca::RecordContext::ALL, false, {});
   recorder.configure({memsnap::HistoryLevel::kAll, 100000, /*cpp_stacks=*/false});
-  if (timed("nostack")) results.push_back(measure("nostack", side, replayed, rounds, passes));
+  measure_mode("nostack");
   cca::recordHistory(true, cpp_context, 100000, cca::RecordContext::ALL, true, {});
   recorder.configure({memsnap::HistoryLevel::kAll, 100000, /*cpp_stacks=*/true});
-  if (timed("cpp_stacks"))
-    results.push_back(measure("cpp_stacks", side, replayed, rounds, passes));
+  measure_mode("cpp_stacks");
   cca::recordHistory(false, nullptr, 0, cca::RecordContext::NEVER, false, {});
   recorder.configure({});
   if (!allocator.check_invariants().empty()) {
@@ -227,9 +217,10 @@ int main(int argc, char** argv) {
                 argv[1], config->source.c_str(), trace->events.size(), rounds, passes,
                 same_segments ? "true" : "false");
     for (const ModeResult& r : results)
-      std::printf(",\"%s\":{\"memsnap_ns\":%.1f,\"pytorch_ns\":%.1f,\"ratio\":%.3f,"
+      std::printf(",\"%s%s\":{\"memsnap_ns\":%.1f,\"pytorch_ns\":%.1f,\"ratio\":%.3f,"
                   "\"ratio_q1\":%.3f,\"ratio_q3\":%.3f}",
-                  r.mode, r.memsnap_ns, r.pytorch_ns, r.ratio_median, r.ratio_low, r.ratio_high);
+                  r.mode, r.harness == Harness::kMap ? "_map" : "", r.memsnap_ns, r.pytorch_ns,
+                  r.ratio_median, r.ratio_low, r.ratio_high);
     std::printf("}\n");
     return 0;
   }
@@ -240,10 +231,11 @@ int main(int argc, char** argv) {
               memsnap::format_bytes(ours.reserved_bytes[kAggregate].peak).c_str(),
               static_cast<long long>(ours.num_device_alloc),
               same_segments ? " (the same on both)" : " (PyTorch's differ!)");
-  std::printf("%-11s %12s %12s %18s\n", "history", "memsnap ns", "PyTorch ns",
+  std::printf("%-11s %-8s %12s %12s %18s\n", "history", "harness", "memsnap ns", "PyTorch ns",
               "ratio (quartiles)");
   for (const ModeResult& r : results)
-    std::printf("%-11s %12.1f %12.1f %7.2fx (%.2f-%.2f)\n", r.mode, r.memsnap_ns, r.pytorch_ns,
+    std::printf("%-11s %-8s %12.1f %12.1f %7.2fx (%.2f-%.2f)\n", r.mode,
+                memsnap::bench::harness_name(r.harness), r.memsnap_ns, r.pytorch_ns,
                 r.ratio_median, r.ratio_low, r.ratio_high);
   return 0;
 }

@@ -1,11 +1,15 @@
 // memsnap_bench replay FILE.trace [--backend sim|cuda] [--passes N] [--json]
 //                      [--only off|nostack|cpp_stacks|fp_stacks] [--off-after ROUNDS]
+//                      [--harness map|slots]
 //
 // Replays an allocation trace through memsnap's caching allocator the way
 // ../shared/bench/torch_cca_replay.cpp replays it through PyTorch's: one cold pass that fills
 // the cache (its peaks and device-malloc count are reported), then `passes` timed passes,
 // each freeing what is left at its end. Prints the same keys, so bench/side_by_side.py can
 // put the two next to each other.
+//
+// --harness map|slots: how the timed loop keeps the trace's ids (replay_harness.h). The
+// default, map, is torch_cca_replay's; slots times the allocator without it.
 //
 // --off-after ROUNDS: whether turning history off gives the allocator its speed back. The
 // allocator that recorded (the modes above, then a million-entry trace with C++ stacks filled
@@ -31,6 +35,7 @@
 #include "allocator/caching_allocator.h"
 #include "allocator/simulated_backend.h"
 #include "history/history_recorder.h"
+#include "bench/replay_harness.h"
 #include "replay/allocation_trace.h"
 #ifdef MEMSNAP_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -67,28 +72,14 @@ class StreamTable {
   std::map<int64_t, StreamId> streams_;
 };
 
-double replay_ns_per_event(CachingAllocator& allocator, const AllocationTrace& trace,
-                           std::vector<StreamId>& streams, int passes) {
-  std::unordered_map<uint64_t, void*> live;
-  live.reserve(1 << 16);
-  size_t n = 0;
-  const auto start = std::chrono::steady_clock::now();
-  for (int p = 0; p < passes; ++p) {
-    for (size_t i = 0; i < trace.events.size(); ++i) {
-      const TraceEvent& e = trace.events[i];
-      if (e.kind == TraceEvent::Kind::kAlloc) {
-        live[e.id] = allocator.allocate(e.bytes, 0, streams[i]);
-      } else if (auto it = live.find(e.id); it != live.end()) {
-        allocator.deallocate(it->second);
-        live.erase(it);
-      }
-      ++n;
-    }
-    for (auto& [id, ptr] : live) allocator.deallocate(ptr);
-    live.clear();
-  }
-  const auto elapsed = std::chrono::steady_clock::now() - start;
-  return std::chrono::duration<double, std::nano>(elapsed).count() / static_cast<double>(n);
+memsnap::bench::Harness harness = memsnap::bench::Harness::kMap;
+
+double replay_ns_per_event(CachingAllocator& allocator, const memsnap::bench::ReplayPlan& plan,
+                           const std::vector<StreamId>& streams, int passes) {
+  return memsnap::bench::replay_ns_per_event(
+      plan, streams, harness, passes,
+      [&](size_t bytes, StreamId stream) { return allocator.allocate(bytes, 0, stream); },
+      [&](void* pointer) { allocator.deallocate(pointer); });
 }
 
 struct Spread {
@@ -116,17 +107,17 @@ struct FreshAllocator {
 using BackendMaker = std::function<std::shared_ptr<memsnap::DeviceBackend>()>;
 
 std::pair<Spread, Spread> off_after_ratios(CachingAllocator& recorded, const BackendMaker& backend,
-                                           const AllocationTrace& trace,
-                                           std::vector<StreamId>& streams, int rounds) {
+                                           const memsnap::bench::ReplayPlan& plan,
+                                           const std::vector<StreamId>& streams, int rounds) {
   FreshAllocator fresh(backend()), other(backend());
   CachingAllocator* const allocators[3] = {&recorded, &fresh.allocator, &other.allocator};
-  for (CachingAllocator* allocator : allocators) replay_ns_per_event(*allocator, trace, streams, 1);
+  for (CachingAllocator* allocator : allocators) replay_ns_per_event(*allocator, plan, streams, 1);
   std::vector<double> recorded_over_fresh, fresh_over_fresh;
   for (int round = 0; round < rounds; ++round) {
     double ns[3];
     for (int k = 0; k < 3; ++k) {
       const int which = (round + k) % 3;
-      ns[which] = replay_ns_per_event(*allocators[which], trace, streams, 1);
+      ns[which] = replay_ns_per_event(*allocators[which], plan, streams, 1);
     }
     recorded_over_fresh.push_back(ns[0] / ns[1]);
     fresh_over_fresh.push_back(ns[2] / ns[1]);
@@ -138,7 +129,7 @@ int usage() {
   std::fprintf(stderr,
                "usage: memsnap_bench replay FILE.trace [--backend sim|cuda] [--passes N] [--json]\n"
                "                            [--only off|nostack|cpp_stacks|fp_stacks]\n"
-               "                            [--off-after ROUNDS]\n");
+               "                            [--off-after ROUNDS] [--harness map|slots]\n");
   return 2;
 }
 
@@ -164,7 +155,9 @@ int main(int argc, char** argv) {
     else if (arg == "--json") json = true;
     else if (arg == "--only" && i + 1 < argc) only = argv[++i];
     else if (arg == "--off-after" && i + 1 < argc) off_after_rounds = std::atoi(argv[++i]);
-    else return usage();
+    else if (arg == "--harness" && i + 1 < argc) {
+      if (!memsnap::bench::parse_harness(argv[++i], harness)) return usage();
+    } else return usage();
   }
   if (passes < 1 || passes > 100000 || off_after_rounds < 0 || off_after_rounds > 100000)
     return usage();
@@ -204,11 +197,12 @@ int main(int argc, char** argv) {
   std::vector<StreamId> streams;
   streams.reserve(trace->events.size());
   for (const TraceEvent& e : trace->events) streams.push_back(table(e.stream));
+  const memsnap::bench::ReplayPlan plan(trace.value());
 
-  replay_ns_per_event(allocator, trace.value(), streams, 1);  // cold pass fills the cache
+  replay_ns_per_event(allocator, plan, streams, 1);  // cold pass fills the cache
   const memsnap::DeviceStats cold = allocator.device_stats(0);
   const auto measure = [&](const char* mode) {
-    return timed(mode) ? replay_ns_per_event(allocator, trace.value(), streams, passes) : 0.0;
+    return timed(mode) ? replay_ns_per_event(allocator, plan, streams, passes) : 0.0;
   };
   const double off = measure("off");
   // As torch_cca_replay: history of every event (alloc, frees, segments) in a 100,000-entry
@@ -227,12 +221,12 @@ int main(int argc, char** argv) {
     constexpr size_t kEntries = 1000000;
     recorder.configure({memsnap::HistoryLevel::kAll, kEntries, /*cpp_stacks=*/true});
     const int fill = static_cast<int>(kEntries / std::max<size_t>(trace->events.size(), 1)) + 1;
-    replay_ns_per_event(allocator, trace.value(), streams, fill);
+    replay_ns_per_event(allocator, plan, streams, fill);
   }
   recorder.configure({});
   std::optional<std::pair<Spread, Spread>> off_after;
   if (off_after_rounds > 0)
-    off_after = off_after_ratios(allocator, make_backend, trace.value(), streams, off_after_rounds);
+    off_after = off_after_ratios(allocator, make_backend, plan, streams, off_after_rounds);
   if (!allocator.check_invariants().empty()) {
     std::fprintf(stderr, "memsnap_bench: error: allocator invariants violated\n");
     return 1;

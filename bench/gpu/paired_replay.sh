@@ -2,7 +2,7 @@
 # Run THERE (the GPU machine), from the repository root: builds memsnap_paired_bench (memsnap's
 # allocator and PyTorch's in one process, turn about; bench/paired_replay.cpp) against the
 # machine's torch and runs it on each trace.
-#   bash bench/gpu/paired_replay.sh [--rounds N] [--passes N] [--only MODE] [--json] [TRACE...]
+#   bash bench/gpu/paired_replay.sh [--rounds N] [--passes N] [--only MODE] [--harness H] [--json] [TRACE...]
 # Defaults: 21 rounds of 3 passes a side, every trace in tests/data/pytorch-2.11-h100, each
 # under the PYTORCH_CUDA_ALLOC_CONF it was recorded with (expected_segments.json; both
 # allocators read it). A trace named on the command line runs under the caller's environment.
@@ -15,7 +15,7 @@ build=${MEMSNAP_GPU_BUILD:-"$root/build-gpu"}
 args=() traces=()
 while (($#)); do
   case $1 in
-    --rounds | --passes | --only) args+=("$1" "$2"); shift 2 ;;
+    --rounds | --passes | --only | --harness) args+=("$1" "$2"); shift 2 ;;
     --json) args+=("$1"); shift ;;
     *) traces+=("$1"); shift ;;
   esac
