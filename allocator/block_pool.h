@@ -151,8 +151,15 @@ inline Block* BlockPool::lower_bound(StreamId stream, size_t size) const {
   const size_t bin_index = size_bin(size);
   if (bin_index >= blocks->bins.size()) return nullptr;  // no bin this high is in use
   const Bin& bin = blocks->bins[bin_index];
-  if (bin.single != nullptr && bin.single->size >= size) return bin.single;
-  return lower_bound_in_bin(*blocks, bin_index, size);
+  if (bin.single != nullptr) {
+    if (bin.single->size >= size) return bin.single;
+  } else if (!bin.many.empty()) {
+    return lower_bound_in_bin(*blocks, bin_index, size);
+  }
+  // Nothing here fits: the first block of the next non-empty bin (the usual way to a block
+  // that is split).
+  const size_t next = blocks->non_empty.next_set(bin_index + 1);
+  return next == kNoSizeBin ? nullptr : blocks->bins[next].first();
 }
 
 }  // namespace memsnap
