@@ -9,8 +9,9 @@ bring.
     python3 bench/viewer_bench.py --memsnap build/cli/memsnap --memory-viz _memory_viz.py \
         --flamegraph-pl flamegraph.pl SNAPSHOT.pickle
 
-_memory_viz.py needs flamegraph.pl for `memory` and `segments`; it looks for it in
-~/.cache/flamegraph.pl, so this script copies the one given there (it never downloads)."""
+_memory_viz.py needs flamegraph.pl for `memory` and `segments` and downloads it when it is not
+where it looks (~/.cache/flamegraph.pl in PyTorch 2.x releases, /tmp/UID_flamegraph.pl in newer
+sources); this script copies the one given to both places first, so nothing is downloaded."""
 import argparse
 import os
 import shutil
@@ -44,11 +45,13 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("snapshot")
     args = parser.parse_args()
-    cache = os.path.expanduser("~/.cache/flamegraph.pl")
-    os.makedirs(os.path.dirname(cache), exist_ok=True)
-    if not os.path.exists(cache):
-        shutil.copy(args.flamegraph_pl, cache)
-        os.chmod(cache, 0o755)
+    # Where _memory_viz.py looks for it: ~/.cache (PyTorch 2.x releases), /tmp/UID_flamegraph.pl
+    # (newer sources).
+    for cache in (os.path.expanduser("~/.cache/flamegraph.pl"), f"/tmp/{os.getuid()}_flamegraph.pl"):
+        os.makedirs(os.path.dirname(cache), exist_ok=True)
+        if not os.path.exists(cache):
+            shutil.copy(args.flamegraph_pl, cache)
+            os.chmod(cache, 0o755)
     size = os.path.getsize(args.snapshot)
     out = tempfile.mkdtemp(prefix="viewer_bench.")
     commands = [
