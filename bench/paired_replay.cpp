@@ -25,7 +25,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -33,7 +32,6 @@
 #include <memory>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -49,7 +47,6 @@
 namespace {
 
 namespace cca = c10::cuda::CUDACachingAllocator;
-using memsnap::AllocationTrace;
 using memsnap::TraceEvent;
 
 using memsnap::bench::Harness;

@@ -18,7 +18,6 @@
 // of the recorded one's pass time over a fresh one's, and of one fresh one's over the other's
 // (what the same allocator state measures as, the noise), with their quartiles.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,7 +27,6 @@
 #include <optional>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -45,7 +43,6 @@
 
 namespace {
 
-using memsnap::AllocationTrace;
 using memsnap::CachingAllocator;
 using memsnap::StreamId;
 using memsnap::TraceEvent;
@@ -72,15 +69,19 @@ class StreamTable {
   std::map<int64_t, StreamId> streams_;
 };
 
-memsnap::bench::Harness harness = memsnap::bench::Harness::kMap;
+// A trace ready to replay through an allocator: its plan, its events' streams, the harness.
+struct Replayer {
+  const memsnap::bench::ReplayPlan& plan;
+  const std::vector<StreamId>& streams;  // per event
+  memsnap::bench::Harness harness;
 
-double replay_ns_per_event(CachingAllocator& allocator, const memsnap::bench::ReplayPlan& plan,
-                           const std::vector<StreamId>& streams, int passes) {
-  return memsnap::bench::replay_ns_per_event(
-      plan, streams, harness, passes,
-      [&](size_t bytes, StreamId stream) { return allocator.allocate(bytes, 0, stream); },
-      [&](void* pointer) { allocator.deallocate(pointer); });
-}
+  double ns_per_event(CachingAllocator& allocator, int passes) const {
+    return memsnap::bench::replay_ns_per_event(
+        plan, streams, harness, passes,
+        [&](size_t bytes, StreamId stream) { return allocator.allocate(bytes, 0, stream); },
+        [&](void* pointer) { allocator.deallocate(pointer); });
+  }
+};
 
 struct Spread {
   double low, median, high;  // quartiles
@@ -107,17 +108,16 @@ struct FreshAllocator {
 using BackendMaker = std::function<std::shared_ptr<memsnap::DeviceBackend>()>;
 
 std::pair<Spread, Spread> off_after_ratios(CachingAllocator& recorded, const BackendMaker& backend,
-                                           const memsnap::bench::ReplayPlan& plan,
-                                           const std::vector<StreamId>& streams, int rounds) {
+                                           const Replayer& replay, int rounds) {
   FreshAllocator fresh(backend()), other(backend());
   CachingAllocator* const allocators[3] = {&recorded, &fresh.allocator, &other.allocator};
-  for (CachingAllocator* allocator : allocators) replay_ns_per_event(*allocator, plan, streams, 1);
+  for (CachingAllocator* allocator : allocators) replay.ns_per_event(*allocator, 1);
   std::vector<double> recorded_over_fresh, fresh_over_fresh;
   for (int round = 0; round < rounds; ++round) {
     double ns[3];
     for (int k = 0; k < 3; ++k) {
       const int which = (round + k) % 3;
-      ns[which] = replay_ns_per_event(*allocators[which], plan, streams, 1);
+      ns[which] = replay.ns_per_event(*allocators[which], 1);
     }
     recorded_over_fresh.push_back(ns[0] / ns[1]);
     fresh_over_fresh.push_back(ns[2] / ns[1]);
@@ -148,6 +148,7 @@ int main(int argc, char** argv) {
   // Times one mode alone (the others print as 0), for a profiler's view of that mode.
   std::string only;
   int off_after_rounds = 0;
+  memsnap::bench::Harness harness = memsnap::bench::Harness::kMap;  // as torch_cca_replay
   for (int i = 3; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--backend" && i + 1 < argc) backend_name = argv[++i];
@@ -198,11 +199,12 @@ int main(int argc, char** argv) {
   streams.reserve(trace->events.size());
   for (const TraceEvent& e : trace->events) streams.push_back(table(e.stream));
   const memsnap::bench::ReplayPlan plan(trace.value());
+  const Replayer replay{plan, streams, harness};
 
-  replay_ns_per_event(allocator, plan, streams, 1);  // cold pass fills the cache
+  replay.ns_per_event(allocator, 1);  // cold pass fills the cache
   const memsnap::DeviceStats cold = allocator.device_stats(0);
   const auto measure = [&](const char* mode) {
-    return timed(mode) ? replay_ns_per_event(allocator, plan, streams, passes) : 0.0;
+    return timed(mode) ? replay.ns_per_event(allocator, passes) : 0.0;
   };
   const double off = measure("off");
   // As torch_cca_replay: history of every event (alloc, frees, segments) in a 100,000-entry
@@ -221,12 +223,12 @@ int main(int argc, char** argv) {
     constexpr size_t kEntries = 1000000;
     recorder.configure({memsnap::HistoryLevel::kAll, kEntries, /*cpp_stacks=*/true});
     const int fill = static_cast<int>(kEntries / std::max<size_t>(trace->events.size(), 1)) + 1;
-    replay_ns_per_event(allocator, plan, streams, fill);
+    replay.ns_per_event(allocator, fill);
   }
   recorder.configure({});
   std::optional<std::pair<Spread, Spread>> off_after;
   if (off_after_rounds > 0)
-    off_after = off_after_ratios(allocator, make_backend, plan, streams, off_after_rounds);
+    off_after = off_after_ratios(allocator, make_backend, replay, off_after_rounds);
   if (!allocator.check_invariants().empty()) {
     std::fprintf(stderr, "memsnap_bench: error: allocator invariants violated\n");
     return 1;
