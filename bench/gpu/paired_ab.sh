@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Run THERE (the GPU machine), from the repository root: an A/B of two versions of memsnap,
 # each against PyTorch with memsnap_paired_bench. "after" is this tree; "before" is this tree
-# with PATCH taken back out (made HERE, e.g. `git diff BASE -- allocator history >
-# build-ref/ab.patch`, and carried), so both use the same bench and harness.
+# with PATCH taken back out (made HERE, e.g. `mkdir -p build-ref/ab && git diff BASE --
+# allocator history > build-ref/ab/ab.patch`, with build-ref/ab carried), so both use the same
+# bench and harness.
 #   bash bench/gpu/paired_ab.sh PATCH [--rounds N] [--only MODE] [TRACE[:ALLOC_CONF]...]
 # Defaults: 11 rounds, history off, transformer_s0, transformer_s5_90 and pow2div_s3 (under
 # roundup_power2_divisions:4). Each trace runs before, after, before, after (separate
