@@ -497,7 +497,8 @@ __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max
     if (!earlier.complete && known < step_limit - i) return kNotTakenOver;
     const size_t taken = std::min(known, step_limit - i);
     walker.mark_taken_over(hint.memo);
-    if (at == i && memo.same_start(earlier, i)) {
+    const bool same_walk = at == i && memo.same_start(earlier, i);
+    if (same_walk) {
       // The same walk again (its first steps, if any, walked afresh because the hints for
       // where it starts named other walks): nothing new to remember, but the key now names it.
       if (path_key != 0) walker.remember_key(path_key, start, hint.memo);
@@ -506,10 +507,9 @@ __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max
         // The caller has these frames already (its note says so): they are not handed out.
         if (note_owner != 0 && (*note)->owner == note_owner) return kNotedStack;
       }
-      for (size_t j = 0; j < taken; ++j) sink.add(earlier.produced[at + j]);
-      return sink.count();
     }
     for (size_t j = 0; j < taken; ++j) sink.add(earlier.produced[at + j]);
+    if (same_walk) return sink.count();
     // A new walk that joins a known one: remember it whole.
     const size_t first_word = earlier.record[at].first_word;
     const size_t word_end = at + taken < earlier.steps ? earlier.record[at + taken].first_word : earlier.word_count;
