@@ -8,6 +8,10 @@
 // each freeing what is left at its end. Prints the same keys, so bench/side_by_side.py can
 // put the two next to each other.
 //
+// Settings come from the environment as in a program (MEMSNAP_ALLOC_CONF, PYTORCH_ALLOC_CONF
+// or PYTORCH_CUDA_ALLOC_CONF, the first set), so a trace recorded under a setting replays
+// under it, as torch_cca_replay's PyTorch does.
+//
 // --harness map|slots: how the timed loop keeps the trace's ids (replay_harness.h). The
 // default, map, is torch_cca_replay's; slots times the allocator without it.
 //
@@ -30,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "allocator/allocator_config.h"
 #include "allocator/caching_allocator.h"
 #include "allocator/simulated_backend.h"
 #include "history/history_recorder.h"
@@ -98,8 +103,9 @@ Spread quartiles(std::vector<double> values) {
 // One allocator that never records, with its own backend and (like a PyTorch process's)
 // a history recorder left off.
 struct FreshAllocator {
-  explicit FreshAllocator(std::shared_ptr<memsnap::DeviceBackend> backend)
-      : allocator(std::move(backend), {}), recorder(allocator) {}
+  FreshAllocator(std::shared_ptr<memsnap::DeviceBackend> backend,
+                 const memsnap::AllocatorConfig& config)
+      : allocator(std::move(backend), config), recorder(allocator) {}
   CachingAllocator allocator;
   memsnap::HistoryRecorder recorder;
 };
@@ -108,8 +114,9 @@ struct FreshAllocator {
 using BackendMaker = std::function<std::shared_ptr<memsnap::DeviceBackend>()>;
 
 std::pair<Spread, Spread> off_after_ratios(CachingAllocator& recorded, const BackendMaker& backend,
+                                           const memsnap::AllocatorConfig& config,
                                            const Replayer& replay, int rounds) {
-  FreshAllocator fresh(backend()), other(backend());
+  FreshAllocator fresh(backend(), config), other(backend(), config);
   CachingAllocator* const allocators[3] = {&recorded, &fresh.allocator, &other.allocator};
   for (CachingAllocator* allocator : allocators) replay.ns_per_event(*allocator, 1);
   std::vector<double> recorded_over_fresh, fresh_over_fresh;
@@ -193,7 +200,13 @@ int main(int argc, char** argv) {
   }
   const std::shared_ptr<memsnap::DeviceBackend> backend = make_backend();
 
-  CachingAllocator allocator(backend, {});
+  // As torch_cca_replay, which PyTorch's allocator configures from the environment.
+  auto config = memsnap::allocator_config_from_environment();
+  if (!config) {
+    std::fprintf(stderr, "memsnap_bench: error: %s\n", config.error().c_str());
+    return 1;
+  }
+  CachingAllocator allocator(backend, config.value());
   StreamTable table(backend_name == "cuda");
   std::vector<StreamId> streams;
   streams.reserve(trace->events.size());
@@ -228,7 +241,7 @@ int main(int argc, char** argv) {
   recorder.configure({});
   std::optional<std::pair<Spread, Spread>> off_after;
   if (off_after_rounds > 0)
-    off_after = off_after_ratios(allocator, make_backend, replay, off_after_rounds);
+    off_after = off_after_ratios(allocator, make_backend, config.value(), replay, off_after_rounds);
   if (!allocator.check_invariants().empty()) {
     std::fprintf(stderr, "memsnap_bench: error: allocator invariants violated\n");
     return 1;

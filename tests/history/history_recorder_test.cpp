@@ -180,6 +180,34 @@ TEST(HistoryRecorder, FreeCompletionsCarryTheAllocationsStackEvenWhenDeferred) {
   EXPECT_NE(allocation_stack, memsnap::kNoStack);
 }
 
+// While nothing records, allocations leave a block's tag (its allocation's stack) as it was;
+// the frees of those allocations, recorded later, must not report the stack of an earlier
+// allocation of the same block as theirs, whether they complete at once or after an event.
+TEST(HistoryRecorder, FreesOfAllocationsMadeWhileOffCarryNoStack) {
+  Recording s;
+  s.record(HistoryLevel::kAll);
+  void* first = allocate_parameters(s.allocator);
+  void* second = allocate_parameters(s.allocator);
+  s.allocator.deallocate(first);  // both blocks now carry a stack as their tag
+  s.allocator.deallocate(second);
+  s.recorder.configure({});
+  void* now = allocate_parameters(s.allocator);  // the same blocks, from the cache
+  void* later = allocate_parameters(s.allocator);
+  s.allocator.record_stream(later, 7);
+  s.allocator.deallocate(later);  // waits for stream 7
+  s.record(HistoryLevel::kAll);
+  s.allocator.deallocate(now);
+  s.allocator.deallocate(s.allocator.allocate(512));  // this malloc completes `later`
+  int completions = 0;
+  for (const auto& event : s.recorder.trace(0)) {
+    if (event.action == TraceAction::kFreeCompleted && event.size == 300 * kKiB) {
+      ++completions;
+      EXPECT_EQ(event.stack, memsnap::kNoStack);
+    }
+  }
+  EXPECT_EQ(completions, 2);
+}
+
 TEST(HistoryRecorder, WithoutStacksEntriesCarryNone) {
   Recording s;
   s.record(HistoryLevel::kAll, 100, /*stacks=*/false);
