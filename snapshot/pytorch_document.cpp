@@ -126,7 +126,10 @@ bool PyTorchDocument::parse_stack(Value frames, StackIndex& stack, std::string* 
     return true;
   }
   if (part_ && frames.is(Tag::kOuter) && frames.payload() < kOuterStack) {
-    stack = intern_stack({kOuterStack, static_cast<uint32_t>(frames.payload())});
+    const auto index = static_cast<uint32_t>(frames.payload());
+    auto [it, added] = outer_stack_ids_.try_emplace(index, kNoStackIndex);
+    if (added) it->second = intern_stack({kOuterStack, index});
+    stack = it->second;
     return true;
   }
   if (!frames.is(Tag::kObject) || store_.object(frames).kind != ObjectKind::kList) {

@@ -101,6 +101,9 @@ class PyTorchDocument final : public pickle::Lowering {
   std::unordered_map<FrameKey, uint32_t, FrameKeyHash> frame_ids_;
   std::vector<std::vector<uint32_t>> stacks_;
   std::unordered_map<std::string, StackIndex> stack_ids_;  // by the frame ids' bytes
+  // In a part: the stacks that are outer memo entries, by index (most of a memsnap-written
+  // pickle's entries name their stack that way, each one a lookup here).
+  std::unordered_map<uint32_t, StackIndex> outer_stack_ids_;
   DeviceTrace entries_;
   bool pytorch_source_ = true;  // a PyTorch file, not memsnap's JSON export
   std::vector<uint32_t> scratch_frames_;

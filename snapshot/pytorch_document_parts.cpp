@@ -19,6 +19,7 @@ void PyTorchDocument::finish_part() {
   // the few parts decoded ahead of the reading thread wait at once.)
   decltype(frame_ids_)().swap(frame_ids_);
   decltype(stack_ids_)().swap(stack_ids_);
+  decltype(outer_stack_ids_)().swap(outer_stack_ids_);
   decltype(forward_suffixes_)().swap(forward_suffixes_);
   std::vector<uint32_t>().swap(scratch_frames_);
 }

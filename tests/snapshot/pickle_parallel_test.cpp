@@ -11,6 +11,7 @@
 #include "snapshot/byte_source.h"
 #include "snapshot/file_contents.h"
 #include "snapshot/pickle_layout.h"
+#include "snapshot/pytorch_pickle_writer.h"
 #include "snapshot/pytorch_snapshot_reader.h"
 #include "tests/snapshot/cut_short_file.h"
 #include "tests/test_scale.h"
@@ -90,6 +91,35 @@ TEST(PickleParallel, ALongTraceIsDecodedInParts) {
   EXPECT_GE(stats.parts_decoded_alone, bytes.size() / (90 << 10));
   EXPECT_LE(stats.parts_read_in_order, 2u);
   EXPECT_GT(parted->device_traces.at(0).size(), 10000u);
+}
+
+// A pickle memsnap wrote (memsnap convert): every stack is written once and named by its memo
+// ever after, so most parts name stacks (and strings) pickled before them.
+TEST(PickleParallel, AMemsnapWrittenPickleReadsTheSameInParts) {
+  memsnap::Snapshot s;
+  for (int f = 0; f < 40; ++f) s.frames.push_back({"function_" + std::to_string(f), "model.py", f + 1});
+  for (uint32_t k = 0; k < 25; ++k) s.stacks.push_back({k, k + 5, k + 10, 39});
+  s.device_traces.resize(1);
+  for (int i = 0; i < 20000; ++i) {
+    const auto action = i % 2 == 0 ? memsnap::TraceAction::kAlloc : memsnap::TraceAction::kFreeCompleted;
+    s.device_traces[0].push_back({action, (uint64_t{1} << 40) + 512 * static_cast<uint64_t>(i / 2 % 300),
+                                  512 * static_cast<uint64_t>(1 + i % 7), 0, 1000 + i,
+                                  i % 11 == 0 ? memsnap::kNoStackIndex : (i * 7) % 25});
+    if (i % 50 == 0) s.external_annotations.push_back({0, i % 100 == 0 ? "START" : "END", "step " + std::to_string(i / 100), 1000 + i});
+  }
+  const std::string bytes = memsnap::to_pytorch_pickle(s);
+  auto alone = read(bytes, one_thread());
+  ASSERT_TRUE(alone.ok()) << alone.error();
+  ASSERT_EQ(alone->device_traces.at(0).size(), 20000u);
+  for (const unsigned threads : {2u, 4u}) {
+    for (const uint64_t part_bytes : {uint64_t{4096}, uint64_t{64} << 10}) {
+      PickleReadStats stats;
+      auto parted = read(bytes, in_parts(threads, part_bytes, &stats));
+      ASSERT_TRUE(parted.ok()) << parted.error();
+      EXPECT_TRUE(parted.value() == alone.value()) << threads << " threads, parts of " << part_bytes << " bytes";
+      EXPECT_GT(stats.parts_decoded_alone, 0u) << threads << " threads, parts of " << part_bytes << " bytes";
+    }
+  }
 }
 
 // Damaged copies: whatever one thread makes of them (a snapshot or an error), so do several.
