@@ -1,6 +1,6 @@
 // memsnap_bench replay FILE.trace [--backend sim|cuda] [--passes N] [--json]
 //                      [--only off|nostack|cpp_stacks|fp_stacks] [--off-after ROUNDS]
-//                      [--harness map|slots]
+//                      [--harness map|slots] [--lock-cost ROUNDS]
 //
 // Replays an allocation trace through memsnap's caching allocator the way
 // ../shared/bench/torch_cca_replay.cpp replays it through PyTorch's: one cold pass that fills
@@ -21,6 +21,13 @@
 // each per round, in an order that rotates every round. Printed: the medians over the rounds
 // of the recorded one's pass time over a fresh one's, and of one fresh one's over the other's
 // (what the same allocator state measures as, the noise), with their quartiles.
+//
+// --lock-cost ROUNDS: what the atomic instructions of the allocator's lock cost, history off.
+// Each round replays `passes` passes with the lock as a multi-threaded program takes it (a
+// compare-and-swap) and as a single-threaded one does (a plain load and store,
+// allocator_mutex.h), in an order that flips every round, by setting glibc's
+// __libc_single_threaded while the bench's only other thread is long gone. Printed: the median
+// and quartiles of the rounds' atomic-over-plain ratios.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -40,6 +47,12 @@
 #include "history/history_recorder.h"
 #include "bench/replay_harness.h"
 #include "replay/allocation_trace.h"
+#if defined(__has_include)
+#if __has_include(<sys/single_threaded.h>)
+#include <sys/single_threaded.h>
+#define MEMSNAP_BENCH_CAN_SET_SINGLE_THREADED 1
+#endif
+#endif
 #ifdef MEMSNAP_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -132,11 +145,33 @@ std::pair<Spread, Spread> off_after_ratios(CachingAllocator& recorded, const Bac
   return {quartiles(recorded_over_fresh), quartiles(fresh_over_fresh)};
 }
 
+// The --lock-cost comparison (see the top of this file).
+std::optional<Spread> lock_cost_ratios(CachingAllocator& allocator, const Replayer& replay, int passes, int rounds) {
+#ifdef MEMSNAP_BENCH_CAN_SET_SINGLE_THREADED
+  std::vector<double> atomic_over_plain;
+  for (int round = 0; round < rounds; ++round) {
+    double ns[2];  // [0]: plain, [1]: atomic
+    for (int k = 0; k < 2; ++k) {
+      const int atomic = (round + k) % 2;
+      __libc_single_threaded = atomic == 0;
+      ns[atomic] = replay.ns_per_event(allocator, passes);
+      __libc_single_threaded = 0;  // the truth: the process has had a second thread
+    }
+    atomic_over_plain.push_back(ns[1] / ns[0]);
+  }
+  return quartiles(atomic_over_plain);
+#else
+  (void)allocator, (void)replay, (void)passes, (void)rounds;
+  return std::nullopt;
+#endif
+}
+
 int usage() {
   std::fprintf(stderr,
                "usage: memsnap_bench replay FILE.trace [--backend sim|cuda] [--passes N] [--json]\n"
                "                            [--only off|nostack|cpp_stacks|fp_stacks]\n"
-               "                            [--off-after ROUNDS] [--harness map|slots]\n");
+               "                            [--off-after ROUNDS] [--harness map|slots]\n"
+               "                            [--lock-cost ROUNDS]\n");
   return 2;
 }
 
@@ -155,6 +190,7 @@ int main(int argc, char** argv) {
   // Times one mode alone (the others print as 0), for a profiler's view of that mode.
   std::string only;
   int off_after_rounds = 0;
+  int lock_cost_rounds = 0;
   memsnap::bench::Harness harness = memsnap::bench::Harness::kMap;  // as torch_cca_replay
   for (int i = 3; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -163,11 +199,13 @@ int main(int argc, char** argv) {
     else if (arg == "--json") json = true;
     else if (arg == "--only" && i + 1 < argc) only = argv[++i];
     else if (arg == "--off-after" && i + 1 < argc) off_after_rounds = std::atoi(argv[++i]);
+    else if (arg == "--lock-cost" && i + 1 < argc) lock_cost_rounds = std::atoi(argv[++i]);
     else if (arg == "--harness" && i + 1 < argc) {
       if (!memsnap::bench::parse_harness(argv[++i], harness)) return usage();
     } else return usage();
   }
-  if (passes < 1 || passes > 100000 || off_after_rounds < 0 || off_after_rounds > 100000)
+  if (passes < 1 || passes > 100000 || off_after_rounds < 0 || off_after_rounds > 100000 ||
+      lock_cost_rounds < 0 || lock_cost_rounds > 100000)
     return usage();
   if (!only.empty() && only != "off" && only != "nostack" && only != "cpp_stacks" &&
       only != "fp_stacks")
@@ -242,6 +280,14 @@ int main(int argc, char** argv) {
   std::optional<std::pair<Spread, Spread>> off_after;
   if (off_after_rounds > 0)
     off_after = off_after_ratios(allocator, make_backend, config.value(), replay, off_after_rounds);
+  std::optional<Spread> lock_cost;
+  if (lock_cost_rounds > 0) {
+    lock_cost = lock_cost_ratios(allocator, replay, passes, lock_cost_rounds);
+    if (!lock_cost) {
+      std::fprintf(stderr, "memsnap_bench: error: --lock-cost needs glibc's __libc_single_threaded\n");
+      return 1;
+    }
+  }
   if (!allocator.check_invariants().empty()) {
     std::fprintf(stderr, "memsnap_bench: error: allocator invariants violated\n");
     return 1;
@@ -261,6 +307,7 @@ int main(int argc, char** argv) {
     if (off_after)
       std::printf(",\"off_after_recorded_over_fresh\":%.4f,\"off_after_fresh_over_fresh\":%.4f",
                   off_after->first.median, off_after->second.median);
+    if (lock_cost) std::printf(",\"lock_atomic_over_plain\":%.4f", lock_cost->median);
     std::printf("}\n");
   } else {
     std::printf("memsnap on %s: %zu events, ns/event: %.1f history off, %.1f without stacks, "
@@ -276,6 +323,11 @@ int main(int argc, char** argv) {
                   off_after_rounds, off_after->first.median, off_after->first.low,
                   off_after->first.high, off_after->second.median, off_after->second.low,
                   off_after->second.high);
+    if (lock_cost)
+      std::printf("history off, %s harness, %d rounds: time with the lock's atomic path over "
+                  "its plain one %.4f [%.4f, %.4f]\n",
+                  memsnap::bench::harness_name(harness), lock_cost_rounds, lock_cost->median,
+                  lock_cost->low, lock_cost->high);
   }
   return 0;
 }
