@@ -27,7 +27,15 @@ inline constexpr size_t kNoMaxSplitSize = std::numeric_limits<size_t>::max();
 inline constexpr size_t kMaxRequestSize = size_t{1} << 56;
 
 // The step rounding on its own (exposed for tests): 1200 B with 4 divisions -> 1280 B.
-size_t roundup_power2_next_division(size_t size, size_t divisions);
+inline size_t roundup_power2_next_division(size_t size, size_t divisions) {
+  // (Not std::has_single_bit: built for x86-64 without POPCNT, that is a call into libgcc.)
+  if ((size & (size - 1)) == 0) return size;
+  const size_t power2_floor = std::bit_floor(size);
+  const size_t step = power2_floor >> (std::bit_width(divisions) - 1);
+  if (step == 0) return power2_floor << 1;
+  const size_t floor_to_step = size & ~(step - 1);
+  return floor_to_step == size ? size : floor_to_step + step;
+}
 
 // Number of divisions configured for the power-of-two interval that holds `size`.
 inline size_t roundup_power2_divisions_for(size_t size, const AllocatorConfig& config) {
