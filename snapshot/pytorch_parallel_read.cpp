@@ -36,8 +36,10 @@ unsigned usable_cores() {
 
 unsigned thread_count(uint64_t bytes, const PickleReadOptions& options) {
   if (options.threads != 0) return std::clamp(options.threads, 1u, kMaxThreads);
+  const unsigned cores = usable_cores();
+  const unsigned ours = cores > options.spare_cores ? cores - options.spare_cores : 1;
   const uint64_t worth = kBaseThreads + bytes / kBytesPerMoreThread;
-  return static_cast<unsigned>(std::clamp<uint64_t>(std::min<uint64_t>(usable_cores(), worth), 1, kMaxThreads));
+  return static_cast<unsigned>(std::clamp<uint64_t>(std::min<uint64_t>(ours, worth), 1, kMaxThreads));
 }
 
 // The memo entries made before a part: the strings among them read where the scan saw them

@@ -26,6 +26,7 @@ struct PickleReadStats {
 
 struct PickleReadOptions {
   unsigned threads = 0;                    // decoding threads; 0: by the cores and the size
+  unsigned spare_cores = 0;                // with threads 0: cores left to other work
   uint64_t min_bytes = uint64_t{4} << 20;  // smaller pickles are read by one thread
   pickle::LayoutOptions layout{0, 0};      // part sizes; 0: chosen from the input and threads
   PickleReadStats* stats = nullptr;        // filled in when given

@@ -34,7 +34,8 @@ Result<Snapshot> msgpack_from(ByteSource& source) {
 
 }  // namespace
 
-Result<LoadedSnapshot> load_snapshot_from(ByteSource& source, const std::string& name) {
+Result<LoadedSnapshot> load_snapshot_from(ByteSource& source, const std::string& name,
+                                          const PickleReadOptions& pickle) {
   auto failure = [&](const std::string& message) {
     return Result<LoadedSnapshot>::failure(name.empty() ? message : name + ": " + message);
   };
@@ -46,7 +47,7 @@ Result<LoadedSnapshot> load_snapshot_from(ByteSource& source, const std::string&
       return failure("not a snapshot (neither memsnap msgpack or JSON nor a PyTorch pickle)");
     Result<Snapshot> read = Result<Snapshot>::failure("");
     switch (*format) {
-      case SnapshotFormat::kPickle: read = snapshot_from_pickle(source); break;
+      case SnapshotFormat::kPickle: read = snapshot_from_pickle(source, pickle); break;
       case SnapshotFormat::kMsgpack: read = msgpack_from(source); break;
       case SnapshotFormat::kJson: read = snapshot_from_json(source.read_rest()); break;
     }
@@ -71,10 +72,10 @@ std::string_view snapshot_format_name(SnapshotFormat format) {
   return "?";
 }
 
-Result<LoadedSnapshot> load_snapshot(const std::string& path) {
+Result<LoadedSnapshot> load_snapshot(const std::string& path, const PickleReadOptions& pickle) {
   auto source = ByteSource::open_file(path, kMaxSnapshotFileBytes);
   if (!source) return Result<LoadedSnapshot>::failure(source.error());
-  return load_snapshot_from(*source.value(), path);
+  return load_snapshot_from(*source.value(), path, pickle);
 }
 
 Result<LoadedSnapshot> load_snapshot_from_memory(std::string_view bytes) {

@@ -8,6 +8,7 @@
 
 #include "allocator/result.h"
 #include "snapshot/byte_source.h"
+#include "snapshot/pytorch_snapshot_reader.h"
 #include "snapshot/snapshot.h"
 
 namespace memsnap {
@@ -21,9 +22,11 @@ struct LoadedSnapshot {
   bool compressed = false;
 };
 
-Result<LoadedSnapshot> load_snapshot(const std::string& path);
+// `pickle`: how a PyTorch pickle is read (its threads).
+Result<LoadedSnapshot> load_snapshot(const std::string& path, const PickleReadOptions& pickle = {});
 // From a source already opened; `name` (a path, or empty) begins each error.
-Result<LoadedSnapshot> load_snapshot_from(ByteSource& source, const std::string& name);
+Result<LoadedSnapshot> load_snapshot_from(ByteSource& source, const std::string& name,
+                                          const PickleReadOptions& pickle = {});
 Result<LoadedSnapshot> load_snapshot_from_memory(std::string_view bytes);
 // From bytes handed out in turn (ByteSource::over_pull), parsed as they come: an upload is read
 // while it arrives and never held whole. `size_hint`: the total when known, else 0.

@@ -11,6 +11,7 @@
 #include "snapshot/byte_source.h"
 #include "snapshot/file_contents.h"
 #include "snapshot/pickle_layout.h"
+#include "snapshot/pytorch_parallel_read.h"
 #include "snapshot/pytorch_pickle_writer.h"
 #include "snapshot/pytorch_snapshot_reader.h"
 #include "tests/snapshot/cut_short_file.h"
@@ -120,6 +121,16 @@ TEST(PickleParallel, AMemsnapWrittenPickleReadsTheSameInParts) {
       EXPECT_GT(stats.parts_decoded_alone, 0u) << threads << " threads, parts of " << part_bytes << " bytes";
     }
   }
+}
+
+// Cores left to other work are not read on: with all of them spared, one thread reads; a
+// thread count given outright stands.
+TEST(PickleParallel, SparedCoresAreNotReadOn) {
+  PickleReadOptions options;
+  options.spare_cores = 1u << 20;
+  EXPECT_FALSE(memsnap::reads_in_parallel(uint64_t{1} << 30, options));
+  options.threads = 3;
+  EXPECT_TRUE(memsnap::reads_in_parallel(uint64_t{1} << 30, options));
 }
 
 // Damaged copies: whatever one thread makes of them (a snapshot or an error), so do several.
