@@ -26,8 +26,9 @@
 // Each round replays `passes` passes with the lock as a multi-threaded program takes it (a
 // compare-and-swap) and as a single-threaded one does (a plain load and store,
 // allocator_mutex.h), in an order that flips every round, by setting glibc's
-// __libc_single_threaded while the bench's only other thread is long gone. Printed: the median
-// and quartiles of the rounds' atomic-over-plain ratios.
+// __libc_single_threaded while the bench's only other thread is long gone (so only with the
+// simulated backend). Printed: the median and quartiles of the rounds' atomic-over-plain
+// ratios.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -211,6 +212,11 @@ int main(int argc, char** argv) {
       only != "fp_stacks")
     return usage();
   const auto timed = [&](const char* mode) { return only.empty() || only == mode; };
+  if (lock_cost_rounds > 0 && backend_name != "sim") {
+    std::fprintf(stderr, "memsnap_bench: error: --lock-cost needs --backend sim (CUDA's runtime "
+                         "runs threads of its own, so the process is never single-threaded)\n");
+    return 1;
+  }
 
   auto trace = memsnap::read_allocation_trace(path);
   if (!trace) {
