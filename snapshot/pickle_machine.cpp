@@ -201,9 +201,11 @@ Value Machine::sparse_memo_get(uint64_t index) {
 Value Machine::get_again(Value object) {
   Object& o = store_.object(object);
   if (!o.lowered_as.is(Tag::kNone)) return o.lowered_as;
-  bool complete = lowering_ != nullptr && !o.shared;
-  for (size_t i = 0; complete && i < marks_.size(); ++i)
-    complete = marks_[i] == 0 || !(stack_[marks_[i] - 1] == object);
+  // Complete unless it is still on the stack: there it may be filled yet, under its MARK or
+  // by a later APPEND or SETITEM (a hostile pickle can name a list from inside its own items).
+  // (Only an object's first fetch looks; a lowered one is answered above.)
+  const bool complete = lowering_ != nullptr && !o.shared &&
+                        std::find(stack_.begin(), stack_.end(), object) == stack_.end();
   if (complete) {
     // Frames that one stack names twice, stacks that several events share: lowered once,
     // here, so that whatever holds them can be lowered too. The object is kept (references

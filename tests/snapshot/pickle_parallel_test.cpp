@@ -123,6 +123,21 @@ TEST(PickleParallel, AMemsnapWrittenPickleReadsTheSameInParts) {
   }
 }
 
+// A trace entry (decoded in a part) that fetches the device_traces list, which is still on
+// the stack and takes its device's trace only afterwards (found by pickle_parallel_fuzz): one
+// thread must not treat that list as complete when it is fetched, so both read one trace.
+TEST(PickleParallel, AListFetchedWhileStillOnTheStackIsNotTakenAsComplete) {
+  const std::string bytes = pickle_file("../fuzz/corpus-pickle/list-fetched-inside-its-own-items.pickle");
+  auto alone = read(bytes, one_thread());
+  ASSERT_TRUE(alone.ok()) << alone.error();
+  EXPECT_EQ(alone->device_traces.size(), 1u);
+  for (const uint64_t part_bytes : {uint64_t{64}, uint64_t{512}}) {
+    auto parted = read(bytes, in_parts(3, part_bytes, nullptr));
+    ASSERT_TRUE(parted.ok()) << parted.error();
+    EXPECT_TRUE(parted.value() == alone.value()) << "parts of " << part_bytes << " bytes";
+  }
+}
+
 // Cores left to other work are not read on: with all of them spared, one thread reads; a
 // thread count given outright stands.
 TEST(PickleParallel, SparedCoresAreNotReadOn) {
