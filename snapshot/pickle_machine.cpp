@@ -178,8 +178,12 @@ void Machine::memo_put(uint64_t index, Value v) {
   index -= memo_base_;
   if (v.is(Tag::kObject)) {
     Object& o = store_.object(v);
-    if (o.memo_slot < 0) o.memo_slot = static_cast<int64_t>(index);
-    else o.shared = true;  // two memo slots: treat as referenced twice
+    if (o.memo_slot < 0) {
+      o.memo_slot = static_cast<int64_t>(index);
+      o.memoized_at = stack_.size() - 1;  // `v` is the top
+    } else {
+      o.shared = true;  // two memo slots: treat as referenced twice
+    }
   }
   if (index == memo_.size()) memo_.push_back(v);
   else if (index < memo_.size()) memo_[static_cast<size_t>(index)] = v;
@@ -203,9 +207,8 @@ Value Machine::get_again(Value object) {
   if (!o.lowered_as.is(Tag::kNone)) return o.lowered_as;
   // Complete unless it is still on the stack: there it may be filled yet, under its MARK or
   // by a later APPEND or SETITEM (a hostile pickle can name a list from inside its own items).
-  // (Only an object's first fetch looks; a lowered one is answered above.)
-  const bool complete = lowering_ != nullptr && !o.shared &&
-                        std::find(stack_.begin(), stack_.end(), object) == stack_.end();
+  const bool on_stack = o.memoized_at < stack_.size() && stack_[o.memoized_at] == object;
+  const bool complete = lowering_ != nullptr && !o.shared && !on_stack;
   if (complete) {
     // Frames that one stack names twice, stacks that several events share: lowered once,
     // here, so that whatever holds them can be lowered too. The object is kept (references

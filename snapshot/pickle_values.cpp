@@ -101,6 +101,7 @@ Value ValueStore::new_object(ObjectKind kind) {
   o.kind = kind;
   o.shared = false;
   o.memo_slot = -1;
+  o.memoized_at = SIZE_MAX;
   o.lowered_as = Value();
   o.items.clear();
   return Value::make(Tag::kObject, id);

@@ -64,6 +64,10 @@ struct Object {
   // Referred to from more than one place (a memo get or DUP): never lowered or released.
   bool shared = false;
   int64_t memo_slot = -1;     // where the memo keeps it, updated when it is lowered
+  // Its place on the stack when memoized (memoizing takes the top). An object never moves on
+  // the stack, and a second push of it (a memo get, DUP) makes it shared, so it is still on
+  // the stack exactly when that place holds it.
+  size_t memoized_at = SIZE_MAX;
   // Lowered when the memo handed it out again (it stays, for the references made before).
   Value lowered_as;           // kNone when not
   std::vector<Value> items;   // a dict's keys and values alternate
