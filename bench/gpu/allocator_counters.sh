@@ -19,13 +19,7 @@ passes=${3:-40}
 mkdir -p "$out"
 MEMSNAP_GPU_TARGETS=memsnap_bench bash "$root/bench/gpu/build.sh" >/dev/null
 bench=$root/build-gpu/bench/memsnap_bench
-prefix=/tmp/memsnap-perf
-if [[ ! -x "$prefix/usr/bin/perf" ]]; then
-  mkdir -p "$prefix"
-  for deb in "$root"/bench/gpu/perf-debs/*.deb; do dpkg -x "$deb" "$prefix"; done
-fi
-perf() { LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu:$prefix/lib/x86_64-linux-gnu" \
-  PERF_EXEC_PATH="$prefix/usr/lib/perf-core" "$prefix/usr/bin/perf" "$@"; }
+source "$root/bench/gpu/perf_env.sh"
 events=cycles,instructions,branches,branch-misses,L1-dcache-loads,L1-dcache-load-misses,LLC-loads,LLC-load-misses,dTLB-load-misses
 for harness in slots map; do
   echo "== $harness harness: $(basename "$trace"), $passes passes"

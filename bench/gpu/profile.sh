@@ -15,13 +15,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=${1:?usage: profile.sh OUT_DIR -- COMMAND...}
 shift
 [[ ${1:-} == -- ]] && shift
-prefix=/tmp/memsnap-perf
-if [[ ! -x "$prefix/usr/bin/perf" ]]; then
-  mkdir -p "$prefix"
-  for deb in "$root"/bench/gpu/perf-debs/*.deb; do dpkg -x "$deb" "$prefix"; done
-fi
-perf() { LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu:$prefix/lib/x86_64-linux-gnu" \
-  PERF_EXEC_PATH="$prefix/usr/lib/perf-core" "$prefix/usr/bin/perf" "$@"; }
+source "$root/bench/gpu/perf_env.sh"
 mkdir -p "$out"
 if [[ ${PROFILE_CALL_GRAPH:-0} == 1 ]]; then
   perf record -F 599 --call-graph dwarf,16384 ${PROFILE_DELAY_MS:+-D "$PROFILE_DELAY_MS"} -o "$out/perf.data" -- "$@"
