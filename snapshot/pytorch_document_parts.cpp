@@ -43,9 +43,12 @@ bool PyTorchDocument::can_adopt(const PyTorchDocument& part, const std::vector<V
     for (const uint32_t id : stack)
       if ((id & kOuterFrame) != 0 && !outer_is(id & ~kOuterFrame, kFrameRecord)) return false;
   }
+  // An outer memo entry that is still an object (complete, but not yet a record) would be
+  // lowered, or marked shared, when one thread fetched it, in the middle of the part's
+  // records; taken in whole, it would miss both. Such a part is read in order.
   for (const Value v : values) {
     if (v.is(Tag::kObject)) return false;
-    if (v.is(Tag::kOuter) && v.payload() >= memo.size()) return false;
+    if (v.is(Tag::kOuter) && (v.payload() >= memo.size() || memo[v.payload()].is(Tag::kObject))) return false;
   }
   return true;
 }

@@ -138,6 +138,23 @@ TEST(PickleParallel, AListFetchedWhileStillOnTheStackIsNotTakenAsComplete) {
   }
 }
 
+// A trace entry pickled before the trace, finished by one SETITEMS of 1,000 pairs (so not
+// lowered when finished) and dropped, then named twice by a batch of the trace: one thread
+// takes it as an entry where the batch names it. A part naming an outer object that is not
+// yet a record is read in order, so both reads give the same eight entries.
+TEST(PickleParallel, AnOuterObjectNamedByAPartReadsAsOneThreadReadsIt) {
+  const std::string bytes = pickle_file("../fuzz/corpus-pickle/outer-entry-named-twice-in-a-part.pickle");
+  auto alone = read(bytes, one_thread());
+  ASSERT_TRUE(alone.ok()) << alone.error();
+  ASSERT_EQ(alone->device_traces.size(), 1u);
+  EXPECT_EQ(alone->device_traces[0].size(), 8u);
+  for (const uint64_t part_bytes : {uint64_t{64}, uint64_t{512}}) {
+    auto parted = read(bytes, in_parts(3, part_bytes, nullptr));
+    ASSERT_TRUE(parted.ok()) << parted.error();
+    EXPECT_TRUE(parted.value() == alone.value()) << "parts of " << part_bytes << " bytes";
+  }
+}
+
 // Cores left to other work are not read on: with all of them spared, one thread reads; a
 // thread count given outright stands.
 TEST(PickleParallel, SparedCoresAreNotReadOn) {
