@@ -35,6 +35,7 @@ struct Block {
   size_t requested_size = 0;  // bytes asked for, while allocated
   StreamId stream = 0;        // the stream it was allocated on; reuse only there
   int device = 0;
+  uint16_t pool_bin = 0;  // its size bin (size_bins.h) while in its pool's free blocks
   BlockPool* pool = nullptr;
   Segment* segment = nullptr;
   Block* prev = nullptr;  // neighbours in the same segment, in address order

@@ -45,21 +45,29 @@ BlockPool::StreamBlocks& BlockPool::stream_blocks(StreamId stream) {
   return *last_stream_;
 }
 
-void BlockPool::insert_in_order(Block* block, size_t bin_index) {
-  StreamBlocks& blocks = stream_blocks(block->stream);
+void BlockPool::insert_in_order(StreamBlocks* found, Block* block, size_t bin_index) {
+  StreamBlocks& blocks = found != nullptr ? *found : stream_blocks(block->stream);
   if (bin_index >= blocks.bins.size()) blocks.bins.resize(bin_index + 1);
   Bin& bin = blocks.bins[bin_index];
   if (bin.empty()) {
-    bin.single = block;
+    bin.front = block;
+  } else if (bin.back == nullptr && bin.front != nullptr) {
+    if (precedes(bin.front, block)) {
+      bin.back = block;
+    } else {
+      bin.back = bin.front;
+      bin.front = block;
+    }
   } else {
-    if (bin.single != nullptr) {
-      bin.many.push_back({bin.single->size, bin.single->address, bin.single});
-      bin.single = nullptr;
+    std::vector<Entry>& many = bin.many;
+    if (bin.front != nullptr) {  // a third block: all three go out of line
+      many.push_back({bin.front->size, bin.front->address, bin.front});
+      many.push_back({bin.back->size, bin.back->address, bin.back});
+      bin.front = bin.back = nullptr;
     }
     // Appended, then moved down past the larger entries: bins are short, and this is one pass
     // where a search and an insert were two.
     const Entry entry{block->size, block->address, block};
-    std::vector<Entry>& many = bin.many;
     many.push_back(entry);
     size_t at = many.size() - 1;
     for (; at > 0; --at) {
@@ -80,8 +88,9 @@ void BlockPool::erase_in_order(Block* block, size_t bin_index) {
     const auto it = position_of(bin.many, block->size, block->address);
     if (it != bin.many.end() && it->block == block) {
       bin.many.erase(it);
-      if (bin.many.size() == 1) {
-        bin.single = bin.many.front().block;
+      if (bin.many.size() == 2) {  // back inline (the vector keeps its storage for next time)
+        bin.front = bin.many[0].block;
+        bin.back = bin.many[1].block;
         bin.many.clear();
       }
       --size_;
@@ -106,7 +115,8 @@ Block* BlockPool::next_in_order(const Block* block) const {
   if (blocks == nullptr || bin_index >= blocks->bins.size())
     throw std::logic_error("block pool: next_in_order of a block the pool does not hold");
   const Bin& bin = blocks->bins[bin_index];
-  if (bin.single != block) {
+  if (bin.front == block && bin.back != nullptr) return bin.back;
+  if (bin.front != block && bin.back != block) {
     auto it = position_of(bin.many, block->size, block->address);
     if (it == bin.many.end() || it->block != block)
       throw std::logic_error("block pool: next_in_order of a block the pool does not hold");
@@ -141,10 +151,12 @@ bool BlockPool::holds_unmapped(const Block* block) const {
 void BlockPool::append_in_order(const StreamBlocks& blocks, std::vector<Block*>& out) {
   for (size_t bin = blocks.non_empty.next_set(0); bin != kNoSizeBin;
        bin = blocks.non_empty.next_set(bin + 1))
-    if (const Bin& in_bin = blocks.bins[bin]; in_bin.single != nullptr)
-      out.push_back(in_bin.single);
-    else
+    if (const Bin& in_bin = blocks.bins[bin]; in_bin.front != nullptr) {
+      out.push_back(in_bin.front);
+      if (in_bin.back != nullptr) out.push_back(in_bin.back);
+    } else {
       for (const Entry& entry : in_bin.many) out.push_back(entry.block);
+    }
 }
 
 std::vector<Block*> BlockPool::ordered_blocks() const {
@@ -165,7 +177,7 @@ bool BlockPool::contains(const Block* block) const {
   const size_t bin_index = size_bin(block->size);
   if (blocks == nullptr || bin_index >= blocks->bins.size()) return false;
   const Bin& bin = blocks->bins[bin_index];
-  if (bin.single != nullptr) return bin.single == block;
+  if (bin.front != nullptr) return bin.front == block || bin.back == block;
   const auto it = position_of(bin.many, block->size, block->address);
   return it != bin.many.end() && it->block == block;
 }
@@ -186,21 +198,30 @@ std::vector<std::string> BlockPool::structure_problems() const {
         problems.push_back(name + ": bitmap disagrees with bin " + std::to_string(b));
       if (!in_use) continue;
       const Bin& bin = blocks.bins[b];
-      if (bin.single != nullptr) {
-        ++counted;
-        if (size_bin(bin.single->size) != b || bin.single->stream != blocks.stream)
-          problems.push_back(name + ": block " + std::to_string(bin.single->address) +
-                             " is in the wrong bin");
+      if (bin.front != nullptr) {
+        for (const Block* inline_block : {bin.front, bin.back}) {
+          if (inline_block == nullptr) continue;
+          ++counted;
+          if (size_bin(inline_block->size) != b || inline_block->pool_bin != b ||
+              inline_block->stream != blocks.stream)
+            problems.push_back(name + ": block " + std::to_string(inline_block->address) +
+                               " is in the wrong bin");
+        }
+        if (bin.back != nullptr && !precedes(bin.front, bin.back))
+          problems.push_back(name + ": bin " + std::to_string(b) + " out of order");
         if (!bin.many.empty())
-          problems.push_back(name + ": bin " + std::to_string(b) + " holds a block both ways");
+          problems.push_back(name + ": bin " + std::to_string(b) + " holds blocks both ways");
         continue;
       }
-      if (bin.many.size() == 1)
-        problems.push_back(name + ": bin " + std::to_string(b) + " keeps one block out of line");
+      if (bin.back != nullptr)
+        problems.push_back(name + ": bin " + std::to_string(b) + " holds a second block but no first");
+      if (bin.many.size() <= 2)
+        problems.push_back(name + ": bin " + std::to_string(b) + " keeps " +
+                           std::to_string(bin.many.size()) + " blocks out of line");
       counted += bin.many.size();
       for (size_t e = 0; e < bin.many.size(); ++e) {
         const Entry& entry = bin.many[e];
-        if (size_bin(entry.size) != b || entry.size != entry.block->size ||
+        if (size_bin(entry.size) != b || entry.block->pool_bin != b || entry.size != entry.block->size ||
             entry.address != entry.block->address || entry.block->stream != blocks.stream)
           problems.push_back(name + ": entry for block " + std::to_string(entry.address) +
                              " is stale or in the wrong bin");

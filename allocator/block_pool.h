@@ -79,14 +79,16 @@ class BlockPool {
     uintptr_t address;
     Block* block;
   };
-  // A bin keeps its block inline while it holds one (the common case: bins are fine), so
-  // that finding or dropping it reads one line besides the block's; with two or more it keeps
-  // them in a vector sorted by (size, address).
+  // A bin keeps up to two blocks inline, `front` before `back` in order (most bins hold one,
+  // and a bin of two is the next most common), so that finding or dropping one reads one line
+  // besides the blocks'; with three or more it keeps them all in a vector sorted by (size,
+  // address), and both inline places are empty.
   struct Bin {
-    Block* single = nullptr;
-    std::vector<Entry> many;  // empty unless the bin holds two or more
-    bool empty() const { return single == nullptr && many.empty(); }
-    Block* first() const { return single != nullptr ? single : many.front().block; }
+    Block* front = nullptr;
+    Block* back = nullptr;
+    std::vector<Entry> many;  // empty unless the bin holds three or more
+    bool empty() const { return front == nullptr && many.empty(); }
+    Block* first() const { return front != nullptr ? front : many.front().block; }
   };
   struct StreamBlocks {
     explicit StreamBlocks(StreamId id) : stream(id) {}
@@ -101,9 +103,14 @@ class BlockPool {
   }
   StreamBlocks* find_other_stream(StreamId stream) const;
   StreamBlocks& stream_blocks(StreamId stream);
-  // The rest of insert, erase and lower_bound, past the common case of a bin with at most one
-  // block (kept out of line so that the common case inlines into the allocator).
-  void insert_in_order(Block* block, size_t bin_index);
+  // (size, address) order, as in PyTorch's block comparator.
+  static bool precedes(const Block* a, const Block* b) {
+    return a->size != b->size ? a->size < b->size : a->address < b->address;
+  }
+  // The rest of insert, erase and lower_bound, past the common case of a bin with at most two
+  // blocks (kept out of line so that the common case inlines into the allocator). `blocks` is
+  // the block's stream's, when the caller found it.
+  void insert_in_order(StreamBlocks* blocks, Block* block, size_t bin_index);
   void erase_in_order(Block* block, size_t bin_index);
   Block* lower_bound_in_bin(const StreamBlocks& blocks, size_t bin_index, size_t size) const;
   static void append_in_order(const StreamBlocks& blocks, std::vector<Block*>& out);
@@ -117,27 +124,50 @@ class BlockPool {
   std::map<std::pair<StreamId, uintptr_t>, Block*> unmapped_;
 };
 
+static_assert(kSizeBinCount <= 65536, "Block::pool_bin holds a bin index");
+
 inline void BlockPool::insert(Block* block) {
   block->gc_count_base = free_block_searches_;
   const size_t bin_index = size_bin(block->size);
-  StreamBlocks* blocks = find_stream(block->stream);
-  if (blocks != nullptr && bin_index < blocks->bins.size() && blocks->bins[bin_index].empty()) {
-    blocks->bins[bin_index].single = block;
-    blocks->non_empty.set(bin_index);
-    ++size_;
-    return;
-  }
-  insert_in_order(block, bin_index);
-}
-
-inline void BlockPool::erase(Block* block) {
-  const size_t bin_index = size_bin(block->size);
+  block->pool_bin = static_cast<uint16_t>(bin_index);
   StreamBlocks* blocks = find_stream(block->stream);
   if (blocks != nullptr && bin_index < blocks->bins.size()) {
     Bin& bin = blocks->bins[bin_index];
-    if (bin.single == block) {
-      bin.single = nullptr;
-      blocks->non_empty.clear(bin_index);
+    if (bin.front == nullptr) {
+      if (bin.many.empty()) {
+        bin.front = block;
+        blocks->non_empty.set(bin_index);
+        ++size_;
+        return;
+      }
+    } else if (bin.back == nullptr) {
+      if (precedes(bin.front, block)) {
+        bin.back = block;
+      } else {
+        bin.back = bin.front;
+        bin.front = block;
+      }
+      ++size_;
+      return;
+    }
+  }
+  insert_in_order(blocks, block, bin_index);
+}
+
+inline void BlockPool::erase(Block* block) {
+  const size_t bin_index = block->pool_bin;  // (a block the pool does not hold is not found there)
+  StreamBlocks* blocks = find_stream(block->stream);
+  if (blocks != nullptr && bin_index < blocks->bins.size()) {
+    Bin& bin = blocks->bins[bin_index];
+    if (bin.front == block) {
+      bin.front = bin.back;
+      bin.back = nullptr;
+      if (bin.front == nullptr) blocks->non_empty.clear(bin_index);
+      --size_;
+      return;
+    }
+    if (bin.back == block) {
+      bin.back = nullptr;
       --size_;
       return;
     }
@@ -151,8 +181,9 @@ inline Block* BlockPool::lower_bound(StreamId stream, size_t size) const {
   const size_t bin_index = size_bin(size);
   if (bin_index >= blocks->bins.size()) return nullptr;  // no bin this high is in use
   const Bin& bin = blocks->bins[bin_index];
-  if (bin.single != nullptr) {
-    if (bin.single->size >= size) return bin.single;
+  if (bin.front != nullptr) {
+    if (bin.front->size >= size) return bin.front;
+    if (bin.back != nullptr && bin.back->size >= size) return bin.back;
   } else if (!bin.many.empty()) {
     return lower_bound_in_bin(*blocks, bin_index, size);
   }

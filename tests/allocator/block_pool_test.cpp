@@ -57,9 +57,20 @@ TEST(BlockPool, OrdersAndSearchesLikeAnOrderedSetOfStreamSizeAddress) {
       if (found) {
         EXPECT_EQ(found->size, std::get<1>(*it));
         EXPECT_EQ(found->address, std::get<2>(*it));
+        // The walk on from there (a bin's second block, a third out of line, the next bin).
+        const Block* next = pool.next_in_order(found);
+        const auto after = std::next(it);
+        const bool expect_next = after != reference.end() && std::get<0>(*after) == stream;
+        ASSERT_EQ(next != nullptr, expect_next) << "step " << step;
+        if (next) {
+          EXPECT_EQ(Key(next->stream, next->size, next->address), *after) << "step " << step;
+        }
       }
     }
     ASSERT_EQ(pool.size(), reference.size());
+    if (step % 5000 == 0) {
+      ASSERT_EQ(pool.structure_problems(), std::vector<std::string>{}) << "step " << step;
+    }
   }
   std::vector<Block*> ordered = pool.ordered_blocks();
   ASSERT_EQ(ordered.size(), reference.size());
