@@ -40,10 +40,16 @@ DeviceCachingAllocator& CachingAllocator::device(int index) const {
   return *devices_[static_cast<size_t>(index)];
 }
 
+// With one device, allocate and deallocate end in a tail call to that device's: the
+// directory's bookkeeping (and its destructor) is in functions of its own.
 void* CachingAllocator::allocate(size_t bytes, int device_index, StreamId stream) {
   if (bytes == 0) return nullptr;
   DeviceCachingAllocator& owner = device(device_index);
   if (!uses_directory()) return reinterpret_cast<void*>(owner.allocate(bytes, stream));
+  return allocate_listed(owner, bytes, stream);
+}
+
+void* CachingAllocator::allocate_listed(DeviceCachingAllocator& owner, size_t bytes, StreamId stream) {
   DirectoryOperation counted(*this);
   const uintptr_t address = owner.allocate(bytes, stream);
   Shard& shard = shard_for(address);
@@ -85,6 +91,10 @@ void CachingAllocator::deallocate(void* ptr) {
     if (devices_.empty() || !devices_.front()->deallocate(address)) throw_not_allocated(address);
     return;
   }
+  deallocate_listed(address);
+}
+
+void CachingAllocator::deallocate_listed(uintptr_t address) {
   DirectoryOperation counted(*this);
   DeviceCachingAllocator* owner = owner_of(address, /*forget=*/true);
   if (owner == nullptr || !owner->deallocate(address)) throw_not_allocated(address);

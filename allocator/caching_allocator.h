@@ -95,6 +95,9 @@ class CachingAllocator {
    private:
     const CachingAllocator& allocator_;
   };
+  // allocate and deallocate with several devices, where the directory tells which owns what.
+  [[gnu::noinline]] void* allocate_listed(DeviceCachingAllocator& owner, size_t bytes, StreamId stream);
+  [[gnu::noinline]] void deallocate_listed(uintptr_t address);
   // The device that owns a live pointer (nullptr when none does); with several devices,
   // `forget` also drops it from the directory.
   DeviceCachingAllocator* owner_of(uintptr_t address, bool forget) const;

@@ -139,11 +139,10 @@ class DeviceCachingAllocator {
   // --- fast path (device_caching_allocator.cpp); the caller holds mutex_ ---
   Block* malloc(size_t size, StreamId stream, AllocatorLock& lock);
   void free(Block* block);
-  // The same compiled whole, every call the file can see inlined: what allocate and deallocate
-  // run while no observer records (with one, the walks of its stacks went slower through the
-  // merged frame).
-  Block* malloc_unobserved(size_t size, StreamId stream, AllocatorLock& lock);
-  void free_unobserved(Block* block);
+  // The same, called while an observer records (allocate and deallocate inline every call the
+  // file can see otherwise).
+  Block* malloc_observed(size_t size, StreamId stream, AllocatorLock& lock);
+  void free_observed(Block* block);
   // While some pool is being allocated to: the pool that serves a request on `stream`.
   BlockPool& routed_pool_for(size_t rounded_size, StreamId stream);
   PrivatePool* find_pool(MempoolId pool) const;
