@@ -32,6 +32,8 @@ void for_each_stat(DeviceStats& stats, F&& f) {
 DeviceStats DeviceStats::settled() const {
   DeviceStats out = *this;
   for_each_array(out, [](StatArray& array) {
+    for (const StatType pool : {kSmallPool, kLargePool})
+      array[pool].allocated += array[pool].current + array[pool].freed;
     Stat& all = array[kAggregate];
     all.current = array[kSmallPool].current + array[kLargePool].current;
     all.allocated = array[kSmallPool].allocated + array[kLargePool].allocated;
@@ -48,6 +50,10 @@ void DeviceStats::reset_peak() {
 
 void DeviceStats::reset_accumulated() {
   for_each_stat(*this, [](Stat& s) { s.reset_accumulated(); });
+  // (An unsettled pool's allocated is kept as allocated - current - freed.)
+  for_each_array(*this, [](StatArray& array) {
+    for (const StatType pool : {kSmallPool, kLargePool}) array[pool].allocated = -array[pool].current;
+  });
   num_alloc_retries = num_ooms = num_sync_all_streams = 0;
   num_device_alloc = num_device_free = 0;
 }

@@ -6,7 +6,9 @@
 // While the allocator runs, an array's aggregate ("all") keeps only its peak: its current,
 // allocated and freed are the sums of the two pools', which settled() fills in. Every
 // change then touches one pool's Stat and, on an increase, the aggregate's peak, instead of
-// two whole Stats (the allocator's fast path changes five arrays per allocation).
+// two whole Stats (the allocator's fast path changes five arrays per allocation). A pool's
+// `allocated` is not raised on each increase either: it holds allocated - current - freed,
+// which changes only when the accumulated counts are reset, and settled() adds the two back.
 #pragma once
 
 #include <array>
@@ -61,7 +63,9 @@ struct DeviceStats {
 
   // Adds to the block's pool, and raises the aggregate's peak to the pools' sum if above it.
   static void increase(StatArray& stat, bool small_pool, int64_t amount) {
-    stat[small_pool ? kSmallPool : kLargePool].increase(amount);
+    Stat& pool = stat[small_pool ? kSmallPool : kLargePool];
+    pool.current += amount;  // (and so its allocated, which is kept as allocated - current - freed)
+    if (pool.current > pool.peak) pool.peak = pool.current;
     if (const int64_t sum = total(stat); sum > stat[kAggregate].peak) stat[kAggregate].peak = sum;
   }
   static void decrease(StatArray& stat, bool small_pool, int64_t amount) {

@@ -95,6 +95,40 @@ TEST(Statistics, ResetAccumulatedClearsTotalsAndCounters) {
   EXPECT_CONSISTENT(h);
 }
 
+// After a reset of the totals, blocks allocated before it still count as current, and their
+// frees count as freed: allocated - freed is no longer current, in each pool and in "all".
+TEST(Statistics, TotalsCountFromTheirResetWhileBlocksStayLive) {
+  Harness h;
+  const uintptr_t kept = h.alloc(4 * kMiB);
+  h.alloc(1000);
+  h.allocator.reset_accumulated_stats(0);
+  h.alloc(2 * kMiB);
+  h.free(kept);
+  const DeviceStats stats = h.stats();
+  const Stat large = stats.allocated_bytes[kLargePool];
+  EXPECT_EQ(large.current, static_cast<int64_t>(2 * kMiB));
+  EXPECT_EQ(large.allocated, static_cast<int64_t>(2 * kMiB));
+  EXPECT_EQ(large.freed, static_cast<int64_t>(4 * kMiB));
+  const Stat small = stats.allocated_bytes[kSmallPool];
+  EXPECT_EQ(small.current, 1024);
+  EXPECT_EQ(small.allocated, 0);
+  EXPECT_EQ(small.freed, 0);
+  const Stat all = stats.allocated_bytes[kAggregate];
+  EXPECT_EQ(all.current, static_cast<int64_t>(2 * kMiB) + 1024);
+  EXPECT_EQ(all.allocated, static_cast<int64_t>(2 * kMiB));
+  EXPECT_EQ(all.freed, static_cast<int64_t>(4 * kMiB));
+  EXPECT_EQ(stats.allocation[kAggregate].allocated, 1);
+  EXPECT_EQ(stats.allocation[kAggregate].freed, 1);
+  EXPECT_EQ(stats.allocation[kAggregate].current, 2);
+  EXPECT_EQ(stats.reserved_bytes[kAggregate].allocated, 0);  // the 2 MiB came from the cache
+  // A second reset starts the totals again from there.
+  h.allocator.reset_accumulated_stats(0);
+  h.alloc(6 * kMiB);
+  EXPECT_EQ(h.stats().allocated_bytes[kLargePool].allocated, static_cast<int64_t>(6 * kMiB));
+  EXPECT_EQ(h.stats().allocated_bytes[kLargePool].freed, 0);
+  EXPECT_CONSISTENT(h);
+}
+
 TEST(Statistics, RequestedBytesCountWhatWasAskedNotWhatWasRounded) {
   Harness h;
   h.alloc(1);
