@@ -47,7 +47,10 @@ BlockPool::StreamBlocks& BlockPool::stream_blocks(StreamId stream) {
 
 void BlockPool::insert_in_order(StreamBlocks* found, Block* block, size_t bin_index) {
   StreamBlocks& blocks = found != nullptr ? *found : stream_blocks(block->stream);
-  if (bin_index >= blocks.bins.size()) blocks.bins.resize(bin_index + 1);
+  if (bin_index >= blocks.bin_count) {
+    blocks.bins.resize(bin_index + 1);
+    blocks.bin_count = blocks.bins.size();
+  }
   Bin& bin = blocks.bins[bin_index];
   if (bin.empty()) {
     bin.front = block;
@@ -83,7 +86,7 @@ void BlockPool::insert_in_order(StreamBlocks* found, Block* block, size_t bin_in
 
 void BlockPool::erase_in_order(Block* block, size_t bin_index) {
   StreamBlocks* blocks = find_stream(block->stream);
-  if (blocks != nullptr && bin_index < blocks->bins.size()) {
+  if (blocks != nullptr && bin_index < blocks->bin_count) {
     Bin& bin = blocks->bins[bin_index];
     const auto it = position_of(bin.many, block->size, block->address);
     if (it != bin.many.end() && it->block == block) {
@@ -112,7 +115,7 @@ Block* BlockPool::lower_bound_in_bin(const StreamBlocks& blocks, size_t bin_inde
 Block* BlockPool::next_in_order(const Block* block) const {
   const StreamBlocks* blocks = find_stream(block->stream);
   const size_t bin_index = size_bin(block->size);
-  if (blocks == nullptr || bin_index >= blocks->bins.size())
+  if (blocks == nullptr || bin_index >= blocks->bin_count)
     throw std::logic_error("block pool: next_in_order of a block the pool does not hold");
   const Bin& bin = blocks->bins[bin_index];
   if (bin.front == block && bin.back != nullptr) return bin.back;
@@ -175,7 +178,7 @@ std::vector<Block*> BlockPool::ordered_blocks(StreamId stream) const {
 bool BlockPool::contains(const Block* block) const {
   const StreamBlocks* blocks = find_stream(block->stream);
   const size_t bin_index = size_bin(block->size);
-  if (blocks == nullptr || bin_index >= blocks->bins.size()) return false;
+  if (blocks == nullptr || bin_index >= blocks->bin_count) return false;
   const Bin& bin = blocks->bins[bin_index];
   if (bin.front != nullptr) return bin.front == block || bin.back == block;
   const auto it = position_of(bin.many, block->size, block->address);
@@ -190,6 +193,8 @@ std::vector<std::string> BlockPool::structure_problems() const {
     const StreamBlocks& blocks = *streams_[i];
     if (i > 0 && streams_[i - 1]->stream >= blocks.stream)
       problems.push_back(name + ": streams out of order");
+    if (blocks.bin_count != blocks.bins.size())
+      problems.push_back(name + ": bin count disagrees with the bins");
     if (blocks.non_empty.next_set(blocks.bins.size()) != kNoSizeBin)
       problems.push_back(name + ": bitmap marks a bin beyond those in use");
     for (size_t b = 0; b < blocks.bins.size(); ++b) {

@@ -94,6 +94,8 @@ class BlockPool {
     explicit StreamBlocks(StreamId id) : stream(id) {}
     StreamId stream;
     std::vector<Bin> bins;  // grown on demand up to the largest bin used
+    // bins.size(), kept apart: a Bin is 40 bytes, so size() would divide on every lookup.
+    size_t bin_count = 0;
     SizeBinBitmap non_empty;
   };
 
@@ -131,7 +133,7 @@ inline void BlockPool::insert(Block* block) {
   const size_t bin_index = size_bin(block->size);
   block->pool_bin = static_cast<uint16_t>(bin_index);
   StreamBlocks* blocks = find_stream(block->stream);
-  if (blocks != nullptr && bin_index < blocks->bins.size()) {
+  if (blocks != nullptr && bin_index < blocks->bin_count) {
     Bin& bin = blocks->bins[bin_index];
     if (bin.front == nullptr) {
       if (bin.many.empty()) {
@@ -157,7 +159,7 @@ inline void BlockPool::insert(Block* block) {
 inline void BlockPool::erase(Block* block) {
   const size_t bin_index = block->pool_bin;  // (a block the pool does not hold is not found there)
   StreamBlocks* blocks = find_stream(block->stream);
-  if (blocks != nullptr && bin_index < blocks->bins.size()) {
+  if (blocks != nullptr && bin_index < blocks->bin_count) {
     Bin& bin = blocks->bins[bin_index];
     if (bin.front == block) {
       bin.front = bin.back;
@@ -179,7 +181,7 @@ inline Block* BlockPool::lower_bound(StreamId stream, size_t size) const {
   const StreamBlocks* blocks = find_stream(stream);
   if (blocks == nullptr) return nullptr;
   const size_t bin_index = size_bin(size);
-  if (bin_index >= blocks->bins.size()) return nullptr;  // no bin this high is in use
+  if (bin_index >= blocks->bin_count) return nullptr;  // no bin this high is in use
   const Bin& bin = blocks->bins[bin_index];
   if (bin.front != nullptr) {
     if (bin.front->size >= size) return bin.front;

@@ -18,12 +18,12 @@ struct Block;
 template <typename T>
 class AddressMap {
  public:
-  AddressMap() : slots_(kInitialCapacity) {}
+  AddressMap() : slots_(kInitialCapacity), mask_(kInitialCapacity - 1) {}
 
   // Returns false (and changes nothing) when `address` is already present. (Inlined into
   // every allocation; growing, the rare part, is not.)
   [[gnu::always_inline]] bool insert(uintptr_t address, T* value) {
-    if ((size_ + 1) * 2 > slots_.size()) grow();
+    if ((size_ + 1) * 2 > mask_ + 1) grow();
     size_t i = slot_for(address);
     while (slots_[i].address != 0) {
       if (slots_[i].address == address) return false;
@@ -78,7 +78,7 @@ class AddressMap {
   };
   static constexpr size_t kInitialCapacity = 1024;
 
-  size_t mask() const { return slots_.size() - 1; }
+  size_t mask() const { return mask_; }
   size_t slot_for(uintptr_t address) const {
     // Addresses are multiples of 512: drop those bits, then mix (Fibonacci hashing).
     return static_cast<size_t>(((address >> 9) * 0x9E3779B97F4A7C15ull) >> 20) & mask();
@@ -86,12 +86,14 @@ class AddressMap {
   [[gnu::noinline]] void grow() {
     std::vector<Slot> old(slots_.size() * 2);
     old.swap(slots_);
+    mask_ = slots_.size() - 1;
     size_ = 0;
     for (const Slot& slot : old)
       if (slot.address != 0) insert(slot.address, slot.value);
   }
 
   std::vector<Slot> slots_;
+  size_t mask_;  // slots_.size() - 1 (a power of two less one), read on every probe
   size_t size_ = 0;
 };
 
