@@ -89,8 +89,15 @@ TEST(MsgpackFormat, FieldsInAnyOrderReadTheSame) {
 
 // A large file is let go behind the reader, in order, and reads the same as when held whole.
 TEST(MsgpackFormat, BytesBehindTheReaderAreLetGo) {
-  const memsnap::Snapshot original = long_snapshot(600000);
-  const std::string bytes = memsnap::to_msgpack(original);
+  // Over 8 MiB, so that the reader lets bytes go more than once. (An entry's size depends on
+  // the addresses and times its recorded step got, which vary with what ran before it in
+  // this process: the trace grows until the file is large enough.)
+  memsnap::Snapshot original = long_snapshot(600000);
+  std::string bytes = memsnap::to_msgpack(original);
+  for (size_t entries = 900000; bytes.size() <= (size_t{8} << 20) && entries < 4000000; entries += entries / 2) {
+    original = long_snapshot(entries);
+    bytes = memsnap::to_msgpack(original);
+  }
   ASSERT_GT(bytes.size(), size_t{8} << 20);
   std::vector<std::pair<uint64_t, uint64_t>> released;
   const auto read = memsnap::snapshot_from_msgpack(
