@@ -4,9 +4,10 @@
 // stream that is large enough, ties going to the lower address. PyTorch keeps a red-black
 // tree for this; inserting and erasing in one measured about 60 ns per pair even with a
 // few dozen blocks. Here each stream's blocks sit in size bins (size_bins.h), each bin a
-// short vector sorted by (size, address), with a bitmap of the non-empty bins: insert and
-// erase touch one short vector, and best fit looks in the request's bin and then jumps to
-// the next non-empty one. The order, and so every decision, is the same as the tree's.
+// short list sorted by (size, address) (up to two blocks inline, more in a vector), with a
+// bitmap of the non-empty bins: insert and erase touch one short list, and best fit looks in
+// the request's bin and then jumps to the next non-empty one. The order, and so every
+// decision, is the same as the tree's.
 //
 // The pool also keeps the unmapped address space of its expandable segments, in (stream,
 // address) order: expandable segments grow into the lowest-addressed room first. That set
