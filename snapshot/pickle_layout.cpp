@@ -30,7 +30,8 @@ enum : uint8_t { kShortString = 0xF0, kShortOther, kMemoize, kSpecial, kUnsuppor
 
 struct OpcodeTable {
   uint8_t kind[256];
-  constexpr OpcodeTable() : kind() {
+  uint8_t walk[256];  // the quick loop's handler (kWalk in scan): by kind
+  constexpr OpcodeTable() : kind(), walk() {
     for (uint8_t& k : kind) k = kUnsupported;
     // No argument: POP, DUP, NONE, NEWTRUE, NEWFALSE, EMPTY_LIST/DICT/TUPLE/SET,
     // TUPLE1-3, APPEND, SETITEM.
@@ -53,9 +54,27 @@ struct OpcodeTable {
       kind[op] = kSpecial;
     // Everything else (text opcodes, explicit memo indices, what the machine refuses, unknown
     // bytes) ends the scan.
+    for (int op = 0; op < 256; ++op) {
+      switch (kind[op]) {
+        case 1: walk[op] = 0; break;
+        case 2: walk[op] = 1; break;
+        case 3: walk[op] = 2; break;
+        case 5: walk[op] = 3; break;
+        case 9: walk[op] = 4; break;
+        case kShortString: walk[op] = 5; break;
+        case kShortOther: walk[op] = 6; break;
+        case kMemoize: walk[op] = 7; break;
+        default: walk[op] = 8; break;  // the switch below, or the end
+      }
+    }
   }
 };
 constexpr OpcodeTable kOpcodes;
+static_assert([] {
+  for (int op = 0; op < 256; ++op)
+    if (kOpcodes.kind[op] < kShortString && kOpcodes.walk[op] == 8) return false;
+  return true;
+}(), "every fixed length has a handler in the quick loop");
 
 }  // namespace
 
@@ -134,29 +153,55 @@ bool LayoutScanner::scan(const std::function<bool(const PicklePart&)>& found,
 
   while (!stopped && pos < size) {
     // The common case, walked in a loop of its own: opcodes with a fixed argument or a
-    // one-byte length, and MEMOIZE (a string memoized twice is still that string).
+    // one-byte length, and MEMOIZE (a string memoized twice is still that string). Threaded:
+    // each kind of opcode ends in a jump of its own, which the processor predicts from the
+    // opcode before (PyTorch's trace repeats a few sequences), so the next opcode's address
+    // is computed ahead instead of waiting on this one's table entry.
     uint8_t op = bytes[pos];
     uint8_t kind = kOpcodes.kind[op];
     if (kind < kSpecial) {
-      do {
-        if (kind < kShortString) {
-          pos += kind;
-          last_string = kNone;
-        } else if (kind == kMemoize) {
-          if (memo >= memo_capacity_) return false;
-          note_memo(memo++, last_string);
-          pos += 1;
-        } else {
-          if (size - pos < 2) return false;
-          last_string = kind == kShortString ? pos : kNone;
-          pos += 2 + uint64_t{bytes[pos + 1]};
-        }
-        if (pos >= size) break;
-        op = bytes[pos];
-        kind = kOpcodes.kind[op];
-      } while (kind < kSpecial);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpedantic"
+#if defined(__clang__)
+#pragma GCC diagnostic ignored "-Wgnu-label-as-value"
+#endif
+      static const void* const kWalk[] = {&&walk_1, &&walk_2, &&walk_3, &&walk_5, &&walk_9,
+                                          &&walk_short_string, &&walk_short_other, &&walk_memoize, &&walk_end};
+#define MEMSNAP_WALK_NEXT()                      \
+  do {                                           \
+    if (pos >= size) goto walk_done;             \
+    op = bytes[pos];                             \
+    kind = kOpcodes.kind[op];                    \
+    goto* kWalk[kOpcodes.walk[op]];              \
+  } while (0)
+      goto* kWalk[kOpcodes.walk[op]];
+    walk_1: pos += 1; last_string = kNone; MEMSNAP_WALK_NEXT();
+    walk_2: pos += 2; last_string = kNone; MEMSNAP_WALK_NEXT();
+    walk_3: pos += 3; last_string = kNone; MEMSNAP_WALK_NEXT();
+    walk_5: pos += 5; last_string = kNone; MEMSNAP_WALK_NEXT();
+    walk_9: pos += 9; last_string = kNone; MEMSNAP_WALK_NEXT();
+    walk_short_string:
+      if (size - pos < 2) return false;
+      last_string = pos;
+      pos += 2 + uint64_t{bytes[pos + 1]};
+      MEMSNAP_WALK_NEXT();
+    walk_short_other:
+      if (size - pos < 2) return false;
+      last_string = kNone;
+      pos += 2 + uint64_t{bytes[pos + 1]};
+      MEMSNAP_WALK_NEXT();
+    walk_memoize:
+      if (memo >= memo_capacity_) return false;
+      note_memo(memo++, last_string);
+      pos += 1;
+      MEMSNAP_WALK_NEXT();
+#undef MEMSNAP_WALK_NEXT
+#pragma GCC diagnostic pop
+    walk_done:
       last_appends = kNone;
       continue;
+    walk_end:  // an opcode for the switch below (or one that ends the scan)
+      last_appends = kNone;
     }
     if (kind == kUnsupported) return false;
     const uint64_t at = pos;
