@@ -55,12 +55,7 @@ void BlockPool::insert_in_order(StreamBlocks* found, Block* block, size_t bin_in
   if (bin.empty()) {
     bin.front = block;
   } else if (bin.back == nullptr && bin.front != nullptr) {
-    if (precedes(bin.front, block)) {
-      bin.back = block;
-    } else {
-      bin.back = bin.front;
-      bin.front = block;
-    }
+    add_second(bin, block);
   } else {
     std::vector<Entry>& many = bin.many;
     if (bin.front != nullptr) {  // a third block: all three go out of line

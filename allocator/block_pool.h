@@ -110,6 +110,15 @@ class BlockPool {
   static bool precedes(const Block* a, const Block* b) {
     return a->size != b->size ? a->size < b->size : a->address < b->address;
   }
+  // Puts `block` beside the one block `bin` holds inline, the two in order.
+  static void add_second(Bin& bin, Block* block) {
+    if (precedes(bin.front, block)) {
+      bin.back = block;
+    } else {
+      bin.back = bin.front;
+      bin.front = block;
+    }
+  }
   // The rest of insert, erase and lower_bound, past the common case of a bin with at most two
   // blocks (kept out of line so that the common case inlines into the allocator). `blocks` is
   // the block's stream's, when the caller found it.
@@ -144,12 +153,7 @@ inline void BlockPool::insert(Block* block) {
         return;
       }
     } else if (bin.back == nullptr) {
-      if (precedes(bin.front, block)) {
-        bin.back = block;
-      } else {
-        bin.back = bin.front;
-        bin.front = block;
-      }
+      add_second(bin, block);
       ++size_;
       return;
     }
