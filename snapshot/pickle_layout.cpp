@@ -156,7 +156,9 @@ bool LayoutScanner::scan(const std::function<bool(const PicklePart&)>& found,
     // one-byte length, and MEMOIZE (a string memoized twice is still that string). Threaded:
     // each kind of opcode ends in a jump of its own, which the processor predicts from the
     // opcode before (PyTorch's trace repeats a few sequences), so the next opcode's address
-    // is computed ahead instead of waiting on this one's table entry.
+    // is computed ahead instead of waiting on this one's table entry. (`kind` is loaded on
+    // every jump though only the switch reads it: loaded at walk_end instead, the scan of
+    // the demo pickle measured 12.0 ms against 7.8.)
     uint8_t op = bytes[pos];
     uint8_t kind = kOpcodes.kind[op];
     if (kind < kSpecial) {
