@@ -26,7 +26,7 @@ def main():
     peak = {n: 0 for n in counts}
     for _ in range(args.rounds):  # interleaved, so that a noisy moment hits every count alike
         for n in counts:
-            elapsed, rss = run([args.memsnap, "stats", args.snapshot], set(available[:n]))
+            elapsed, rss, _ = run([args.memsnap, "stats", args.snapshot], set(available[:n]))
             times[n].append(elapsed)
             peak[n] = max(peak[n], rss)
     print(f"{args.snapshot}: {size / 2**20:.1f} MiB, {args.rounds} interleaved rounds, {len(available)} cores")
