@@ -1,15 +1,21 @@
 #include "snapshot/pickle_layout.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <initializer_list>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 namespace memsnap::pickle {
 namespace {
 
-constexpr uint64_t kProgressBytes = uint64_t{256} << 10;  // about how often progress is told
+// About how often a scan tells the bytes it is done with: each release of them interrupts
+// every core the process runs on.
+constexpr uint64_t kProgressBytes = uint64_t{512} << 10;
 constexpr size_t kMaxMarks = 512;  // as the machine allows
-constexpr uint64_t kNone = ~uint64_t{0};
+constexpr uint64_t kNone = MemoStrings::kNone;
 
 uint64_t little_endian(const uint8_t* at, size_t bytes) {
   uint64_t v = 0;
@@ -30,7 +36,7 @@ enum : uint8_t { kShortString = 0xF0, kShortOther, kMemoize, kSpecial, kUnsuppor
 
 struct OpcodeTable {
   uint8_t kind[256];
-  uint8_t walk[256];  // the quick loop's handler (kWalk in scan): by kind
+  uint8_t walk[256];  // the quick loop's handler (kWalk in Walk::run): by kind
   constexpr OpcodeTable() : kind(), walk() {
     for (uint8_t& k : kind) k = kUnsupported;
     // No argument: POP, DUP, NONE, NEWTRUE, NEWFALSE, EMPTY_LIST/DICT/TUPLE/SET,
@@ -76,82 +82,89 @@ static_assert([] {
   return true;
 }(), "every fixed length has a handler in the quick loop");
 
-}  // namespace
-
-LayoutScanner::LayoutScanner(std::string_view pickle, LayoutOptions options)
-    : pickle_(pickle), options_(options) {
-  // Each memoized value takes at least two bytes (an opcode and MEMOIZE); a pickle that
-  // memoizes one value twice runs out of room and the scan stops there.
-  memo_capacity_ = pickle.size() / 2 + 1;
-  const uint64_t words = memo_capacity_ / 64 + 1;
-  is_string_.reset(new uint64_t[words]);  // not zeroed: each word is written before it is read
-  strings_before_.reset(new uint32_t[words]);
-  string_offsets_.reset(new uint32_t[memo_capacity_]);
-}
-
-void LayoutScanner::note_memo(uint64_t index, uint64_t string_at) {
-  if (index % 64 == 0) {
-    if (index > 0) std::atomic_ref<uint64_t>(is_string_[index / 64 - 1]).store(word_, std::memory_order_relaxed);
-    strings_before_[index / 64] = static_cast<uint32_t>(strings_);
-    word_ = 0;
-  }
-  if (string_at != kNone) {
-    word_ |= uint64_t{1} << (index % 64);
-    string_offsets_[strings_++] = static_cast<uint32_t>(string_at);
-  }
-}
-
-void LayoutScanner::publish_strings(uint64_t memo) {
-  // The word of the last entry noted (`memo` entries so far), not yet stored whole.
-  if (memo > 0) std::atomic_ref<uint64_t>(is_string_[(memo - 1) / 64]).store(word_, std::memory_order_relaxed);
-}
-
-uint32_t LayoutScanner::string_offset(uint64_t index) const {
-  if (index >= memo_capacity_) return kNotAString;
-  const uint64_t word = std::atomic_ref<uint64_t>(is_string_[index / 64]).load(std::memory_order_relaxed);
-  const uint64_t below = word & ((uint64_t{1} << (index % 64)) - 1);
-  if (((word >> (index % 64)) & 1) == 0) return kNotAString;
-  return string_offsets_[strings_before_[index / 64] + static_cast<uint64_t>(__builtin_popcountll(below))];
-}
-
-bool LayoutScanner::scan(const std::function<bool(const PicklePart&)>& found,
-                         const std::function<bool(uint64_t offset)>& progress) {
-  if (pickle_.size() >= uint64_t{1} << 32) return false;  // offsets are kept in 32 bits
-  const auto* bytes = reinterpret_cast<const uint8_t*>(pickle_.data());
-  const uint64_t size = pickle_.size();
-  std::vector<OpenMark> marks;
-  uint64_t memo = 0;
+// Where a scan has got to: all it needs to go on.
+struct ScanState {
   uint64_t pos = 0;
-  uint64_t next_progress = kProgressBytes;
-  uint64_t last_appends = kNone;  // offset of an APPENDS with only FRAMEs after it, if any
-  uint64_t last_string = kNone;   // offset of a string opcode directly before this one
+  uint64_t memo = 0;  // memo entries made since the scan started
+  std::vector<OpenMark> marks;
+  size_t most_marks = 0;              // the most open at once
+  uint64_t last_appends = kNone;      // offset of an APPENDS with only FRAMEs after it, if any
+  uint64_t last_string = kNone;       // offset of a string opcode directly before this one
   std::optional<PicklePart> pending;  // a part that the next batch may still extend
   uint64_t published_end = 0;         // where the last part found ends
-  bool stopped = false;
+  uint64_t scanned_from = 0;          // bytes from here on not yet told done with
+  uint64_t next_progress = 0;
+  bool stopped = false;               // `found` or `scanned` said stop
+};
 
-  auto publish = [&]() {
-    // A part holding parts already found (a list of lists) is not one: they stand for it.
-    if (pending && pending->bytes() >= options_.min_part_bytes && pending->mark >= published_end) {
-      publish_strings(memo);
-      if (!found(*pending)) stopped = true;
-      published_end = pending->end;
-    }
-    pending.reset();
-  };
-  auto batch_done = [&](const OpenMark& mark, uint64_t appends_at) {
-    const PicklePart part{mark.offset, appends_at, mark.memo, memo - mark.memo};
-    if (pending && mark.after_appends == pending->end) {  // the next batch of the same list
-      pending->end = appends_at;
-      pending->memo_count = memo - pending->memo_base;
-    } else if (part.bytes() >= options_.min_part_bytes) {
-      if (pending && part.mark < pending->mark) pending.reset();  // it lay inside this one
-      publish();
-      pending = part;
-    }
-    if (pending && pending->bytes() >= options_.max_part_bytes) publish();
-  };
+enum class Halt {
+  kReached,     // at `until` or past it (the opcode before it ran over it)
+  kCannotGoOn,  // a scan ahead, at an opcode it cannot follow alone (pos there)
+  kEnded,       // the first scan: over, whether it reached STOP in `result`
+};
 
-  while (!stopped && pos < size) {
+// One scan's walk over the opcodes. The first scan (from the start) stops at what it does
+// not follow; a scan ahead (from a batch boundary further on) stops before it instead, and
+// before what it cannot know alone (a MARK closer whose MARK came before its start, STOP,
+// the limits), so that the scan before it, going on from there, does exactly that.
+class Walk {
+ public:
+  Walk(std::string_view pickle, const LayoutOptions& options, MemoStrings& strings, bool ahead,
+       const std::function<bool(const PicklePart&)>& found,
+       const std::function<bool(uint64_t, uint64_t)>& scanned)
+      : bytes_(reinterpret_cast<const uint8_t*>(pickle.data())), size_(pickle.size()), options_(options),
+        strings_(strings), ahead_(ahead), found_(found), scanned_(scanned) {}
+
+  Halt run(ScanState& state, uint64_t until, bool& result);
+  void publish(ScanState& state);
+
+ private:
+  void batch_done(ScanState& state, const OpenMark& mark, uint64_t appends_at);
+  Halt cannot_follow(ScanState& state, uint64_t at, bool& result) {
+    if (ahead_) {
+      state.pos = at;
+      return Halt::kCannotGoOn;
+    }
+    result = false;
+    return Halt::kEnded;
+  }
+
+  const uint8_t* bytes_;
+  uint64_t size_;
+  const LayoutOptions& options_;
+  MemoStrings& strings_;
+  const bool ahead_;
+  const std::function<bool(const PicklePart&)>& found_;
+  const std::function<bool(uint64_t, uint64_t)>& scanned_;
+};
+
+void Walk::publish(ScanState& state) {
+  // A part holding parts already found (a list of lists) is not one: they stand for it.
+  if (state.pending && state.pending->bytes() >= options_.min_part_bytes && state.pending->mark >= state.published_end) {
+    strings_.publish(state.memo);
+    if (!found_(*state.pending)) state.stopped = true;
+    state.published_end = state.pending->end;
+  }
+  state.pending.reset();
+}
+
+void Walk::batch_done(ScanState& state, const OpenMark& mark, uint64_t appends_at) {
+  const PicklePart part{mark.offset, appends_at, mark.memo, state.memo - mark.memo};
+  if (state.pending && mark.after_appends == state.pending->end) {  // the next batch of the same list
+    state.pending->end = appends_at;
+    state.pending->memo_count = state.memo - state.pending->memo_base;
+  } else if (part.bytes() >= options_.min_part_bytes) {
+    if (state.pending && part.mark < state.pending->mark) state.pending.reset();  // it lay inside this one
+    publish(state);
+    state.pending = part;
+  }
+  if (state.pending && state.pending->bytes() >= options_.max_part_bytes) publish(state);
+}
+
+Halt Walk::run(ScanState& state, uint64_t until, bool& result) {
+  const uint8_t* const bytes = bytes_;
+  const uint64_t size = size_;
+  while (!state.stopped && state.pos < until) {
     // The common case, walked in a loop of its own: opcodes with a fixed argument or a
     // one-byte length, and MEMOIZE (a string memoized twice is still that string). Threaded:
     // each kind of opcode ends in a jump of its own, which the processor predicts from the
@@ -159,6 +172,11 @@ bool LayoutScanner::scan(const std::function<bool(const PicklePart&)>& found,
     // is computed ahead instead of waiting on this one's table entry. (`kind` is loaded on
     // every jump though only the switch reads it: loaded at walk_end instead, the scan of
     // the demo pickle measured 12.0 ms against 7.8.)
+    uint64_t pos = state.pos;
+    uint64_t memo = state.memo;
+    uint64_t last_string = state.last_string;
+    MemoStrings& strings = strings_;
+    const uint64_t memo_capacity = strings.capacity();
     uint8_t op = bytes[pos];
     uint8_t kind = kOpcodes.kind[op];
     if (kind < kSpecial) {
@@ -171,7 +189,7 @@ bool LayoutScanner::scan(const std::function<bool(const PicklePart&)>& found,
                                           &&walk_short_string, &&walk_short_other, &&walk_memoize, &&walk_end};
 #define MEMSNAP_WALK_NEXT()                      \
   do {                                           \
-    if (pos >= size) goto walk_done;             \
+    if (pos >= until) goto walk_done;            \
     op = bytes[pos];                             \
     kind = kOpcodes.kind[op];                    \
     goto* kWalk[kOpcodes.walk[op]];              \
@@ -183,55 +201,74 @@ bool LayoutScanner::scan(const std::function<bool(const PicklePart&)>& found,
     walk_5: pos += 5; last_string = kNone; MEMSNAP_WALK_NEXT();
     walk_9: pos += 9; last_string = kNone; MEMSNAP_WALK_NEXT();
     walk_short_string:
-      if (size - pos < 2) return false;
+      if (size - pos < 2) goto walk_cannot_follow;
       last_string = pos;
       pos += 2 + uint64_t{bytes[pos + 1]};
       MEMSNAP_WALK_NEXT();
     walk_short_other:
-      if (size - pos < 2) return false;
+      if (size - pos < 2) goto walk_cannot_follow;
       last_string = kNone;
       pos += 2 + uint64_t{bytes[pos + 1]};
       MEMSNAP_WALK_NEXT();
     walk_memoize:
-      if (memo >= memo_capacity_) return false;
-      note_memo(memo++, last_string);
+      if (memo >= memo_capacity) goto walk_cannot_follow;
+      strings.note(memo++, last_string);
       pos += 1;
       MEMSNAP_WALK_NEXT();
 #undef MEMSNAP_WALK_NEXT
 #pragma GCC diagnostic pop
+    walk_cannot_follow:
+      state.memo = memo;
+      state.last_string = last_string;
+      return cannot_follow(state, pos, result);
     walk_done:
-      last_appends = kNone;
+      state.pos = pos;
+      state.memo = memo;
+      state.last_string = last_string;
+      state.last_appends = kNone;
       continue;
     walk_end:  // an opcode for the switch below (or one that ends the scan)
-      last_appends = kNone;
+      state.pos = pos;
+      state.memo = memo;
+      state.last_string = last_string;
+      state.last_appends = kNone;
     }
-    if (kind == kUnsupported) return false;
+    if (kind == kUnsupported) return cannot_follow(state, pos, result);
     const uint64_t at = pos;
     ++pos;
     uint64_t length = 0;  // bytes of a length prefix, whose value is then skipped too
     bool is_string = false;
     switch (op) {
       case 0x95:  // FRAME: groups opcodes, and keeps an APPENDS the last one
-        pos += 8;
+        state.pos = pos + 8;
         continue;
       case '.':  // STOP
-        publish();
-        return !stopped;
+        if (ahead_) return cannot_follow(state, at, result);
+        publish(state);
+        result = !state.stopped;
+        return Halt::kEnded;
       case '(':  // MARK
-        if (marks.size() >= kMaxMarks) return false;
-        marks.push_back({at, memo, last_appends});
-        if (pos >= next_progress) {
-          next_progress = pos + kProgressBytes;
-          if (!progress(pos)) return false;
+        if (state.marks.size() >= kMaxMarks) return cannot_follow(state, at, result);
+        state.marks.push_back({at, state.memo, state.last_appends});
+        state.most_marks = std::max(state.most_marks, state.marks.size());
+        if (pos >= state.next_progress) {
+          state.next_progress = pos + kProgressBytes;
+          if (!scanned_(state.scanned_from, pos)) {
+            state.stopped = true;
+            result = false;
+            return ahead_ ? Halt::kCannotGoOn : Halt::kEnded;
+          }
+          state.scanned_from = pos;
         }
         break;
       case 'e': {  // APPENDS
-        if (marks.empty()) return false;
-        const OpenMark mark = marks.back();
-        marks.pop_back();
-        batch_done(mark, at);
-        last_appends = at;
-        last_string = kNone;
+        if (state.marks.empty()) return cannot_follow(state, at, result);
+        const OpenMark mark = state.marks.back();
+        state.marks.pop_back();
+        batch_done(state, mark, at);
+        state.pos = pos;
+        state.last_appends = at;
+        state.last_string = kNone;
         continue;
       }
       case 0x8b: length = 4; break;                    // LONG4 (a signed length)
@@ -240,25 +277,213 @@ bool LayoutScanner::scan(const std::function<bool(const PicklePart&)>& found,
       case 'T': case 'B': length = 4; break;           // BINSTRING (signed), BINBYTES
       case 0x8e: case 0x96: length = 8; break;         // BINBYTES8, BYTEARRAY8
       default:  // the other MARK closers
-        if (marks.empty()) return false;
-        marks.pop_back();
+        if (state.marks.empty()) return cannot_follow(state, at, result);
+        state.marks.pop_back();
         break;
     }
     if (length > 0) {
-      if (size - pos < length) return false;
+      if (size - pos < length) return cannot_follow(state, at, result);
       const uint64_t n = little_endian(bytes + pos, static_cast<size_t>(length));
-      if (length == 4 && (op == 0x8b || op == 'T') && n >= uint64_t{1} << 31) return false;  // negative
+      if (length == 4 && (op == 0x8b || op == 'T') && n >= uint64_t{1} << 31) return cannot_follow(state, at, result);  // negative
       pos += length;
-      if (size - pos < n) return false;
+      if (size - pos < n) return cannot_follow(state, at, result);
       pos += n;
     }
-    last_appends = kNone;
-    last_string = is_string ? at : kNone;
+    state.pos = pos;
+    state.last_appends = kNone;
+    state.last_string = is_string ? at : kNone;
   }
-  // The input ended without STOP (or a fixed argument ran past it): what was found stands,
-  // since each part is checked when it is decoded.
-  if (!stopped && pos <= size) publish();
-  return false;
+  if (state.stopped) {
+    result = false;
+    return ahead_ ? Halt::kCannotGoOn : Halt::kEnded;
+  }
+  return Halt::kReached;
+}
+
+// Where a scan ahead may start, at or after `from`: a MARK directly after an APPENDS (the
+// boundary between two batches of a list), or the end.
+uint64_t batch_boundary(std::string_view pickle, uint64_t from) {
+  for (uint64_t at = std::max<uint64_t>(from, 1); at < pickle.size(); ++at) {
+    const void* found = std::memchr(pickle.data() + at, '(', pickle.size() - at);
+    if (found == nullptr) break;
+    at = static_cast<uint64_t>(static_cast<const char*>(found) - pickle.data());
+    if (pickle[at - 1] == 'e') return at;
+  }
+  return pickle.size();
+}
+
+// A scan ahead: from a batch boundary to the next one's start (or the end), on a thread of
+// its own, its memo entries counted from its start.
+struct ScanAhead {
+  ScanAhead(std::string_view pickle, uint64_t from) : start(from), strings((pickle.size() - start) / 2 + 1) {
+    state.pos = start;
+    state.scanned_from = start;
+    state.next_progress = start + kProgressBytes;
+  }
+  const uint64_t start;
+  ScanState state;  // its thread's until joined
+  MemoStrings strings;
+  std::vector<PicklePart> parts;  // found, in file order
+  bool usable = false;            // ran to where it stopped without failing
+  std::thread thread;
+};
+
+}  // namespace
+
+MemoStrings::MemoStrings(uint64_t capacity) : capacity_(capacity) {
+  const uint64_t words = capacity / 64 + 1;
+  is_string_.reset(new uint64_t[words]);  // not zeroed: each word is written before it is read
+  strings_before_.reset(new uint32_t[words]);
+  offsets_.reset(new uint32_t[capacity]);
+}
+
+void MemoStrings::begin_word(uint64_t index) {
+  if (index > 0) std::atomic_ref<uint64_t>(is_string_[index / 64 - 1]).store(word_, std::memory_order_relaxed);
+  strings_before_[index / 64] = static_cast<uint32_t>(strings_);
+  word_ = 0;
+}
+
+void MemoStrings::publish(uint64_t count) {
+  // The word of the last entry noted, not yet stored whole.
+  if (count > 0) std::atomic_ref<uint64_t>(is_string_[(count - 1) / 64]).store(word_, std::memory_order_relaxed);
+}
+
+void MemoStrings::append(const MemoStrings& from, uint64_t base, uint64_t count) {
+  uint64_t taken = 0;  // of from's strings
+  for (uint64_t done = 0; done < count;) {
+    // Of from's word holding entry `done` (always its first), the entries that fit in the
+    // word being filled here.
+    const uint64_t index = base + done;
+    const unsigned in_from = static_cast<unsigned>(std::min<uint64_t>(64 - done % 64, count - done));
+    const unsigned shift = static_cast<unsigned>(done % 64);
+    const unsigned n = std::min<unsigned>(in_from, 64 - static_cast<unsigned>(index % 64));
+    const uint64_t word = std::atomic_ref<const uint64_t>(from.is_string_[done / 64]).load(std::memory_order_relaxed);
+    const uint64_t bits = (word >> shift) & (n == 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1);
+    if (index % 64 == 0) begin_word(index);
+    word_ |= bits << (index % 64);
+    const auto strings = static_cast<uint64_t>(__builtin_popcountll(bits));
+    std::memcpy(offsets_.get() + strings_, from.offsets_.get() + taken, strings * sizeof(uint32_t));
+    strings_ += strings;
+    taken += strings;
+    done += n;
+  }
+}
+
+uint32_t MemoStrings::offset(uint64_t index) const {
+  if (index >= capacity_) return kNotAString;
+  const uint64_t word = std::atomic_ref<const uint64_t>(is_string_[index / 64]).load(std::memory_order_relaxed);
+  if (((word >> (index % 64)) & 1) == 0) return kNotAString;
+  const uint64_t below = word & ((uint64_t{1} << (index % 64)) - 1);
+  return offsets_[strings_before_[index / 64] + static_cast<uint64_t>(__builtin_popcountll(below))];
+}
+
+LayoutScanner::LayoutScanner(std::string_view pickle, LayoutOptions options)
+    // Each memoized value takes at least two bytes (an opcode and MEMOIZE); a pickle that
+    // memoizes one value twice runs out of room and the scan stops there.
+    : pickle_(pickle), options_(options), strings_(pickle.size() / 2 + 1) {}
+
+bool LayoutScanner::scan(const std::function<bool(const PicklePart&)>& found,
+                         const std::function<bool(uint64_t begin, uint64_t end)>& scanned) {
+  scans_ahead_kept_ = 0;
+  if (pickle_.size() >= uint64_t{1} << 32) return false;  // offsets are kept in 32 bits
+  const uint64_t size = pickle_.size();
+
+  // The scans ahead, each from a batch boundary past the next k-th of the pickle.
+  std::atomic<bool> cancelled{false};
+  const std::function<bool(uint64_t, uint64_t)> scanned_ahead = [&](uint64_t begin, uint64_t end) {
+    return !cancelled.load(std::memory_order_relaxed) && scanned(begin, end);
+  };
+  struct Ahead {
+    std::atomic<bool>& cancelled;
+    std::vector<std::unique_ptr<ScanAhead>> scans;
+    ~Ahead() {  // also when a callback throws
+      cancelled = true;
+      for (auto& scan : scans)
+        if (scan->thread.joinable()) scan->thread.join();
+    }
+  } ahead_scans{cancelled, {}};
+  std::vector<std::unique_ptr<ScanAhead>>& ahead = ahead_scans.scans;
+  const unsigned scanners = std::max(1u, options_.scanners);
+  for (unsigned i = 1; i < scanners; ++i) {
+    const uint64_t start = batch_boundary(pickle_, size / scanners * i);
+    if (start >= size || (!ahead.empty() && start <= ahead.back()->start)) continue;
+    ahead.push_back(std::make_unique<ScanAhead>(pickle_, start));
+  }
+  for (size_t i = 0; i < ahead.size(); ++i) {
+    ScanAhead& scan = *ahead[i];
+    const uint64_t until = i + 1 < ahead.size() ? ahead[i + 1]->start : size;
+    try {
+      scan.thread = std::thread([this, &scan, until, &scanned_ahead] {
+        try {
+          const std::function<bool(const PicklePart&)> keep = [&scan](const PicklePart& part) {
+            return scan.parts.push_back(part), true;
+          };
+          bool unused = false;
+          Walk walk(pickle_, options_, scan.strings, true, keep, scanned_ahead);
+          const Halt halt = walk.run(scan.state, until, unused);
+          scan.strings.publish(scan.state.memo);
+          scan.usable = !scan.state.stopped && (halt == Halt::kReached || halt == Halt::kCannotGoOn);
+        } catch (...) {
+          scan.usable = false;  // out of memory: the scan before goes on alone
+        }
+      });
+    } catch (const std::system_error&) {
+      ahead.resize(i);  // no thread for it: the scans before go on alone
+      break;
+    }
+  }
+
+  ScanState state;
+  state.next_progress = kProgressBytes;
+  Walk walk(pickle_, options_, strings_, false, found, scanned);
+  bool result = false;
+  size_t next = 0;  // the first scan ahead not yet reached
+  for (;;) {
+    while (next < ahead.size() && ahead[next]->start < state.pos) ++next;  // gone over its start
+    const uint64_t start = next < ahead.size() ? ahead[next]->start : size;
+    const Halt halt = walk.run(state, start, result);
+    if (halt == Halt::kEnded) break;
+    if (state.pos >= size) {  // the input ended without STOP (or a fixed argument ran past it)
+      // What was found stands, since each part is checked when it is decoded.
+      if (state.pos <= size) walk.publish(state);
+      result = false;
+      break;
+    }
+    if (state.pos != start) continue;  // an opcode ran over the start: that scan is wasted
+    ScanAhead& scan = *ahead[next++];
+    scan.thread.join();
+    if (!scan.usable || state.memo + scan.state.memo > strings_.capacity() ||
+        state.marks.size() + scan.state.most_marks > kMaxMarks)
+      continue;  // this scan walks it instead
+    // Landed on the scan ahead's start: go on from where it stopped, its memo entries after
+    // these, its parts after the one pending here (which its first batch cannot extend).
+    walk.publish(state);
+    if (state.stopped) break;
+    ++scans_ahead_kept_;
+    const uint64_t base = state.memo;
+    strings_.append(scan.strings, base, scan.state.memo);
+    strings_.publish(base + scan.state.memo);
+    for (PicklePart part : scan.parts) {
+      part.memo_base += base;
+      if (!found(part)) state.stopped = true;
+      state.published_end = part.end;
+      if (state.stopped) break;
+    }
+    if (state.stopped) break;
+    for (OpenMark mark : scan.state.marks) {
+      mark.memo += base;
+      state.marks.push_back(mark);
+    }
+    state.pending = scan.state.pending;
+    if (state.pending) state.pending->memo_base += base;
+    state.pos = scan.state.pos;
+    state.memo = base + scan.state.memo;
+    state.last_appends = scan.state.last_appends;
+    state.last_string = scan.state.last_string;
+    state.scanned_from = scan.state.scanned_from;
+    state.next_progress = scan.state.next_progress;
+  }
+  return result && !state.stopped;
 }
 
 std::optional<std::string_view> pickled_string_at(std::string_view pickle, uint64_t offset) {

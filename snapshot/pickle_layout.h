@@ -8,11 +8,19 @@
 //
 // It also notes where each memoized string was pickled, so a part can read the strings that
 // earlier parts of the pickle memoized (dict keys, file names) without waiting for them.
+//
+// On a large pickle several threads can scan at once: the others start further on, each at
+// a boundary between two batches that it recognizes by its bytes (an APPENDS, then a MARK),
+// and count memo entries from there. Their work is kept where the scan before them lands on
+// that boundary, an opcode of its own walk: from an opcode on, the walk is the same whatever
+// came before it, but for the memo entries made before (added on) and the marks still open
+// (a scan that starts further on stops at the first opcode that closes a mark it did not
+// see, and the scan before it goes on from there). A start that the scan before passes over
+// instead (inside a string, say) is thrown away.
 #pragma once
 
 #include <cstdint>
 #include <functional>
-#include <atomic>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -26,44 +34,78 @@ struct PicklePart {
   uint64_t memo_count = 0;  // made inside it
   uint64_t begin() const { return mark + 1; }
   uint64_t bytes() const { return end - begin(); }
+  bool operator==(const PicklePart&) const = default;
 };
 
 struct LayoutOptions {
   uint64_t min_part_bytes = uint64_t{32} << 10;  // smaller lists are not worth a thread
   uint64_t max_part_bytes = uint64_t{1} << 20;   // a long list is cut into parts of about this
+  unsigned scanners = 0;  // threads that scan at once (0 as 1; the parallel read chooses for 0)
+};
+
+// Where each memo entry's string was pickled, for the entries that hold strings: a bit per
+// entry (each word read and written whole, as other threads read them while entries are
+// added), how many strings come before each 64 entries, and the strings' offsets in memo
+// order. Allocated for `capacity` entries; only the pages written are ever touched.
+class MemoStrings {
+ public:
+  explicit MemoStrings(uint64_t capacity);
+  uint64_t capacity() const { return capacity_; }
+  // Entry `index` (each in turn, from 0) holds the string pickled at `string_at`, or none
+  // (kNone).
+  void note(uint64_t index, uint64_t string_at) {
+    if (index % 64 == 0) begin_word(index);
+    if (string_at != kNone) {
+      word_ |= uint64_t{1} << (index % 64);
+      offsets_[strings_++] = static_cast<uint32_t>(string_at);
+    }
+  }
+  // Entries `base` on are `from`'s first `count` (`base` noted here so far, `count`
+  // published there).
+  void append(const MemoStrings& from, uint64_t base, uint64_t count);
+  // Makes the first `count` entries readable by other threads (with a lock or other
+  // ordering after this).
+  void publish(uint64_t count);
+  // Where entry `index` (published) was pickled, or kNotAString.
+  uint32_t offset(uint64_t index) const;
+
+  static constexpr uint64_t kNone = ~uint64_t{0};
+  static constexpr uint32_t kNotAString = ~uint32_t{0};
+
+ private:
+  void begin_word(uint64_t index);
+
+  std::unique_ptr<uint64_t[]> is_string_;
+  std::unique_ptr<uint32_t[]> strings_before_;
+  std::unique_ptr<uint32_t[]> offsets_;
+  uint64_t capacity_ = 0;
+  uint64_t strings_ = 0;
+  uint64_t word_ = 0;  // the bits of the 64 entries being noted
 };
 
 class LayoutScanner {
  public:
-  static constexpr uint32_t kNotAString = ~uint32_t{0};
+  static constexpr uint32_t kNotAString = MemoStrings::kNotAString;
 
   LayoutScanner(std::string_view pickle, LayoutOptions options);
   // Scans from the start, calling `found` with each part as soon as it is known (in file
-  // order, none inside another) and `progress` with the offset reached about every 256 KiB;
-  // either may return false to stop the scan. Returns whether the scan reached STOP.
+  // order, none inside another) and `scanned` with ranges of bytes the scan is done with
+  // (about every 512 KiB, from any of the scanning threads); either may return false to
+  // stop the scan. Returns whether the scan reached STOP. `found` is called on the calling
+  // thread only.
   bool scan(const std::function<bool(const PicklePart&)>& found,
-            const std::function<bool(uint64_t offset)>& progress);
+            const std::function<bool(uint64_t begin, uint64_t end)>& scanned);
   // Where the string that memo entry `index` holds was pickled, or kNotAString: valid for
   // the entries below a part's memo_base once `found` was called for that part.
-  uint32_t string_offset(uint64_t index) const;
+  uint32_t string_offset(uint64_t index) const { return strings_.offset(index); }
+  // How many scans ahead the last scan took the work of.
+  unsigned scans_ahead_kept() const { return scans_ahead_kept_; }
 
  private:
-  void note_memo(uint64_t index, uint64_t string_at);
-  void publish_strings(uint64_t memo);
-
   std::string_view pickle_;
   LayoutOptions options_;
-  // Which memo entries hold strings (a bit each, read and written whole, as other threads
-  // read them while the scan goes on), how many strings come before each 64 entries, and
-  // the strings' offsets in memo order: a few bits per entry where most are not strings.
-  // Each table is allocated for the most a pickle this size can hold; only the pages
-  // written are ever touched.
-  std::unique_ptr<uint64_t[]> is_string_;
-  std::unique_ptr<uint32_t[]> strings_before_;
-  std::unique_ptr<uint32_t[]> string_offsets_;
-  uint64_t memo_capacity_ = 0;
-  uint64_t strings_ = 0;
-  uint64_t word_ = 0;  // the bits of the 64 entries being noted
+  MemoStrings strings_;
+  unsigned scans_ahead_kept_ = 0;
 };
 
 // The text of the string opcode (SHORT_BINUNICODE, BINUNICODE or BINUNICODE8) at `offset`,

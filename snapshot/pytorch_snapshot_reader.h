@@ -22,6 +22,7 @@ namespace memsnap {
 struct PickleReadStats {
   size_t parts_decoded_alone = 0;  // decoded by a thread of their own and taken as they were
   size_t parts_read_in_order = 0;  // found, but read by the machine after all
+  unsigned scans_ahead_kept = 0;   // scans that started further on and were taken
 };
 
 struct PickleReadOptions {

@@ -18,7 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   memsnap::PickleReadOptions parted;
   parted.threads = 3;
   parted.min_bytes = 0;
-  parted.layout = {16, 64 + size % 512};  // parts of many sizes, from the input itself
+  // Parts of many sizes, and one to four scans at once, from the input itself.
+  parted.layout = {16, 64 + size % 512, 1 + static_cast<unsigned>(size / 3 % 4)};
   auto one = memsnap::ByteSource::over_memory(bytes, 64 << 20);
   auto many = memsnap::ByteSource::over_memory(bytes, 64 << 20);
   const auto expected = memsnap::snapshot_from_pickle(*one, alone);

@@ -4,6 +4,7 @@
 // scan on its own, and frames that one stack names twice.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -42,11 +43,11 @@ PickleReadOptions one_thread() {
   return options;
 }
 
-PickleReadOptions in_parts(unsigned threads, uint64_t max_part_bytes, PickleReadStats* stats) {
+PickleReadOptions in_parts(unsigned threads, uint64_t max_part_bytes, PickleReadStats* stats, unsigned scanners = 1) {
   PickleReadOptions options;
   options.threads = threads;
   options.min_bytes = 0;
-  options.layout = {64, max_part_bytes};
+  options.layout = {64, max_part_bytes, scanners};
   options.stats = stats;
   return options;
 }
@@ -61,22 +62,26 @@ const char* const kRealPickles[] = {
 
 TEST(PickleParallel, RealSnapshotsReadTheSameInParts) {
   size_t decoded_alone = 0;
+  unsigned scans_ahead_kept = 0;
   for (const char* name : kRealPickles) {
     const std::string bytes = pickle_file(name);
     auto alone = read(bytes, one_thread());
     ASSERT_TRUE(alone.ok()) << name << ": " << alone.error();
     for (const unsigned threads : {2u, 3u, 5u}) {
       for (const uint64_t part_bytes : {uint64_t{256}, uint64_t{4096}, uint64_t{1} << 20}) {
+        const unsigned scanners = threads - 1;  // one scan, or more starting further on
         PickleReadStats stats;
-        auto parted = read(bytes, in_parts(threads, part_bytes, &stats));
+        auto parted = read(bytes, in_parts(threads, part_bytes, &stats, scanners));
         ASSERT_TRUE(parted.ok()) << name << ": " << parted.error();
-        EXPECT_TRUE(parted.value() == alone.value())
-            << name << " with " << threads << " threads, parts of " << part_bytes << " bytes";
+        EXPECT_TRUE(parted.value() == alone.value()) << name << " with " << threads << " threads, " << scanners
+                                                     << " scanning, parts of " << part_bytes << " bytes";
         decoded_alone += stats.parts_decoded_alone;
+        scans_ahead_kept += stats.scans_ahead_kept;
       }
     }
   }
   EXPECT_GT(decoded_alone, 100u) << "the parts were decoded on their own, not read in order";
+  EXPECT_GT(scans_ahead_kept, 20u) << "the scans that started further on were taken";
 }
 
 // A long trace, as the viewer gets it: its batches are decoded in parts and taken as they
@@ -94,9 +99,9 @@ TEST(PickleParallel, ALongTraceIsDecodedInParts) {
   EXPECT_GT(parted->device_traces.at(0).size(), 10000u);
 }
 
-// A pickle memsnap wrote (memsnap convert): every stack is written once and named by its memo
-// ever after, so most parts name stacks (and strings) pickled before them.
-TEST(PickleParallel, AMemsnapWrittenPickleReadsTheSameInParts) {
+// A pickle as memsnap writes it (memsnap convert): every stack is written once and named by
+// its memo ever after, so most parts name stacks (and strings) pickled before them.
+std::string memsnap_written_pickle() {
   memsnap::Snapshot s;
   for (int f = 0; f < 40; ++f) s.frames.push_back({"function_" + std::to_string(f), "model.py", f + 1});
   for (uint32_t k = 0; k < 25; ++k) s.stacks.push_back({k, k + 5, k + 10, 39});
@@ -108,14 +113,18 @@ TEST(PickleParallel, AMemsnapWrittenPickleReadsTheSameInParts) {
                                   i % 11 == 0 ? memsnap::kNoStackIndex : (i * 7) % 25});
     if (i % 50 == 0) s.external_annotations.push_back({0, i % 100 == 0 ? "START" : "END", "step " + std::to_string(i / 100), 1000 + i});
   }
-  const std::string bytes = memsnap::to_pytorch_pickle(s);
+  return memsnap::to_pytorch_pickle(s);
+}
+
+TEST(PickleParallel, AMemsnapWrittenPickleReadsTheSameInParts) {
+  const std::string bytes = memsnap_written_pickle();
   auto alone = read(bytes, one_thread());
   ASSERT_TRUE(alone.ok()) << alone.error();
   ASSERT_EQ(alone->device_traces.at(0).size(), 20000u);
   for (const unsigned threads : {2u, 4u}) {
     for (const uint64_t part_bytes : {uint64_t{4096}, uint64_t{64} << 10}) {
       PickleReadStats stats;
-      auto parted = read(bytes, in_parts(threads, part_bytes, &stats));
+      auto parted = read(bytes, in_parts(threads, part_bytes, &stats, threads));
       ASSERT_TRUE(parted.ok()) << parted.error();
       EXPECT_TRUE(parted.value() == alone.value()) << threads << " threads, parts of " << part_bytes << " bytes";
       EXPECT_GT(stats.parts_decoded_alone, 0u) << threads << " threads, parts of " << part_bytes << " bytes";
@@ -180,7 +189,7 @@ TEST(PickleParallel, DamagedSnapshotsGiveWhatOneThreadGives) {
           bytes[random() % bytes.size()] ^= static_cast<char>(1u << (random() % 8));
       }
       auto alone = read(bytes, one_thread());
-      auto parted = read(bytes, in_parts(2 + round % 3, 256 << (round % 4), nullptr));
+      auto parted = read(bytes, in_parts(2 + round % 3, 256 << (round % 4), nullptr, 1 + round % 5));
       ASSERT_EQ(alone.ok(), parted.ok()) << name << " round " << round << ": "
                                          << (alone.ok() ? parted.error() : alone.error());
       if (alone.ok()) {
@@ -210,7 +219,7 @@ TEST(PickleLayout, PartsAreWholeBatchesInFileOrder) {
   const bool whole = scan.scan([&](const memsnap::pickle::PicklePart& part) {
     parts.push_back(part);
     return true;
-  }, [](uint64_t) { return true; });
+  }, [](uint64_t, uint64_t) { return true; });
   EXPECT_TRUE(whole) << "the scan follows a PyTorch pickle to its STOP";
   ASSERT_GT(parts.size(), 10u);
   uint64_t after = 0;
@@ -241,7 +250,7 @@ TEST(PickleLayout, StopsAtWhatItDoesNotFollow) {
     memsnap::pickle::LayoutScanner scan(bytes, {1, 1024});
     int parts = 0;
     EXPECT_FALSE(scan.scan([&](const memsnap::pickle::PicklePart&) { return ++parts, true; },
-                           [](uint64_t) { return true; }));
+                           [](uint64_t, uint64_t) { return true; }));
     EXPECT_EQ(parts, 0);
   }
   EXPECT_FALSE(memsnap::pickle::pickled_string_at("\x8c\x05" "ab", 0).has_value());
@@ -291,6 +300,101 @@ TEST(PickleReader, AFrameNamedTwiceInOneStack) {
       EXPECT_EQ(snapshot->frames.at(frames[0]).file, "a.py");
     }
   }
+}
+
+
+// What a scan of the whole pickle finds: its parts, and where each memo entry's string was
+// pickled (up to the last part's end).
+struct Layout {
+  bool whole = false;
+  std::vector<memsnap::pickle::PicklePart> parts;
+  std::vector<uint32_t> strings;
+  unsigned scans_ahead_kept = 0;
+};
+
+Layout layout_of(const std::string& bytes, memsnap::pickle::LayoutOptions options) {
+  memsnap::pickle::LayoutScanner scan(bytes, options);
+  Layout out;
+  out.whole = scan.scan([&](const memsnap::pickle::PicklePart& part) { return out.parts.push_back(part), true; },
+                        [](uint64_t, uint64_t) { return true; });
+  const uint64_t memo = out.parts.empty() ? 0 : out.parts.back().memo_base + out.parts.back().memo_count;
+  for (uint64_t index = 0; index < memo; ++index) out.strings.push_back(scan.string_offset(index));
+  out.scans_ahead_kept = scan.scans_ahead_kept();
+  return out;
+}
+
+// Scans that start further on, each from what looks like a boundary between two batches:
+// with every batch of 1 KiB or more a part of its own, they find exactly the parts and strings
+// one scan does; with longer parts, each part is a run of those batches, its memo entries
+// counted alike.
+void expect_scans_ahead_find_what_one_finds(const std::string& bytes, const char* what, unsigned* kept) {
+  const Layout one = layout_of(bytes, {1024, 1, 1});
+  ASSERT_GE(one.parts.size(), 4u) << what;
+  std::map<uint64_t, size_t> batch_at_mark, batch_at_end;
+  for (size_t i = 0; i < one.parts.size(); ++i) {
+    batch_at_mark[one.parts[i].mark] = i;
+    batch_at_end[one.parts[i].end] = i;
+  }
+  for (const unsigned scanners : {2u, 3u, 4u, 7u, 16u}) {
+    const Layout many = layout_of(bytes, {1024, 1, scanners});
+    EXPECT_EQ(many.whole, one.whole) << what << ", " << scanners << " scanning";
+    EXPECT_TRUE(many.parts == one.parts) << what << ", " << scanners << " scanning";
+    EXPECT_TRUE(many.strings == one.strings) << what << ", " << scanners << " scanning";
+    *kept += many.scans_ahead_kept;
+
+    const Layout longer = layout_of(bytes, {1024, 64 << 10, scanners});
+    EXPECT_LE(longer.parts.size(), one.parts.size()) << what;
+    for (const auto& part : longer.parts) {
+      if (!batch_at_mark.count(part.mark) || !batch_at_end.count(part.end)) {
+        ADD_FAILURE() << what << ", " << scanners << " scanning: the part at " << part.mark << " is not a run of batches";
+        break;
+      }
+      const auto& first = one.parts[batch_at_mark[part.mark]];
+      const auto& last = one.parts[batch_at_end[part.end]];
+      EXPECT_EQ(part.memo_base, first.memo_base) << what << ", part at " << part.mark;
+      EXPECT_EQ(part.memo_base + part.memo_count, last.memo_base + last.memo_count) << what << ", part at " << part.mark;
+    }
+  }
+}
+
+TEST(PickleLayout, ScansAheadFindWhatOneScanFinds) {
+  unsigned kept = 0;
+  expect_scans_ahead_find_what_one_finds(pickle_file("pytorch-2.11-h100/transformer_s0.pickle.gz"), "PyTorch's pickle", &kept);
+  expect_scans_ahead_find_what_one_finds(pickle_file("pytorch-2.11-h100/expandable_streams.pickle"), "PyTorch's pickle, two streams", &kept);
+  expect_scans_ahead_find_what_one_finds(memsnap_written_pickle(), "memsnap's pickle", &kept);
+  EXPECT_GT(kept, 20u) << "the scans ahead were taken, not walked again";
+}
+
+// Lists of lists whose items hold "e(" (an APPENDS then a MARK, by their bytes) inside
+// strings, and a string ending in 'e' before a MARK: scans ahead that start inside a string
+// are thrown away, and those that start at a real MARK stop at the first APPENDS whose MARK
+// they did not see, where the scan before goes on.
+TEST(PickleLayout, ScansAheadStartingAnywhereChangeNothing) {
+  Pickle p;
+  p.op(']').memoize();
+  p.op('(');
+  for (int list = 0; list < 6; ++list) {
+    p.op(']').memoize();
+    for (int batch = 0; batch < 4; ++batch) {
+      p.op('(');
+      for (int item = 0; item < 1000; ++item) {
+        switch (item % 3) {
+          case 0: p.str("xe(e(y" + std::to_string(item)).memoize(); break;
+          case 1:  // [ "abce", ("a", "b", "c", "d") ]
+            p.op(']').memoize();
+            p.op('(').str("abce").memoize();
+            p.op('(').str("a").str("b").str("c").str("d").op('t').op('e');
+            break;
+          default: p.int1(static_cast<uint8_t>(item)); break;
+        }
+      }
+      p.op('e');
+    }
+  }
+  p.op('e').op('.');
+  unsigned kept = 0;
+  expect_scans_ahead_find_what_one_finds(p.bytes, "lists of lists", &kept);
+  EXPECT_GT(kept, 0u);
 }
 
 }  // namespace
