@@ -45,8 +45,8 @@ Body StoredSnapshot::cached(const std::string& key, const std::function<std::str
 Result<std::shared_ptr<const StoredSnapshot>> SnapshotStore::add_file(const std::string& path, std::string name) {
   // One core is left to the browser, which usually runs beside the server to show what it
   // reads: on two cores, reading on one thread painted the first view 7-17% sooner than on
-  // two (bench/README.md, web_first_view.sh). Past four cores the reading threads are as many
-  // as without it.
+  // two (bench/README.md, web_first_view.sh). With more cores than the threads a file is
+  // worth (four, or one per 3 MiB), the reading threads are as many as without it.
   PickleReadOptions read;
   read.spare_cores = 1;
   Result<LoadedSnapshot> loaded = load_snapshot(path, read);
