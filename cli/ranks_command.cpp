@@ -46,8 +46,9 @@ CommandRunner add_ranks_command(CLI::App& app) {
     job_options.outlier_percent = options->outlier_percent;
     job_options.threads = options->threads;
     job_options.progress = files_progress(files.value().size());
-    const SnapshotLoader load = [](const std::string& file) -> Result<std::shared_ptr<const Snapshot>> {
-      Result<LoadedSnapshot> loaded = load_snapshot(file);
+    const PickleReadOptions read = job_read_options(files.value().size(), job_options);
+    const SnapshotLoader load = [read](const std::string& file) -> Result<std::shared_ptr<const Snapshot>> {
+      Result<LoadedSnapshot> loaded = load_snapshot(file, read);
       if (!loaded) return Result<std::shared_ptr<const Snapshot>>::failure(loaded.error());
       return std::make_shared<const Snapshot>(std::move(std::move(loaded).value().snapshot));
     };

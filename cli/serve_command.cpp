@@ -136,10 +136,11 @@ CommandRunner add_serve_options(CLI::App& app) {
         JobRanksOptions job_options;
         job_options.rank_pattern = options->rank_pattern;
         job_options.progress = files_progress(files.value().size());
-        const SnapshotLoader load = [&opened](const std::string& file) -> Result<std::shared_ptr<const Snapshot>> {
+        const PickleReadOptions read = job_read_options(files.value().size(), job_options);
+        const SnapshotLoader load = [&opened, read](const std::string& file) -> Result<std::shared_ptr<const Snapshot>> {
           if (auto it = opened.find(file); it != opened.end())
             return std::shared_ptr<const Snapshot>(it->second, &it->second->loaded.snapshot);
-          Result<LoadedSnapshot> loaded = load_snapshot(file);
+          Result<LoadedSnapshot> loaded = load_snapshot(file, read);
           if (!loaded) return Result<std::shared_ptr<const Snapshot>>::failure(loaded.error());
           return std::make_shared<const Snapshot>(std::move(std::move(loaded).value().snapshot));
         };

@@ -145,6 +145,19 @@ void compare_ranks(JobRanks& job, const JobRanksOptions& options) {
                         " snapshot(s) name no rank, in the file or its name (--rank-pattern takes it from the name)");
 }
 
+size_t files_read_at_once(size_t files, const JobRanksOptions& options) {
+  const size_t threads = options.threads ? options.threads : std::min<size_t>(8, std::max(1u, std::thread::hardware_concurrency()));
+  return std::max<size_t>(1, std::min(threads, files));
+}
+
+PickleReadOptions job_read_options(size_t files, const JobRanksOptions& options) {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const auto share = static_cast<unsigned>(std::max<size_t>(1, cores / files_read_at_once(files, options)));
+  PickleReadOptions read;
+  read.spare_cores = cores - share;
+  return read;
+}
+
 Result<JobRanks> summarize_job(const std::vector<std::string>& files, const SnapshotLoader& load,
                                const JobRanksOptions& options) {
   std::optional<std::regex> pattern;
@@ -163,8 +176,7 @@ Result<JobRanks> summarize_job(const std::vector<std::string>& files, const Snap
 
   std::vector<std::optional<RankSummary>> summaries(files.size());
   std::vector<std::optional<std::string>> errors(files.size());
-  size_t threads = options.threads ? options.threads : std::min<size_t>(8, std::max(1u, std::thread::hardware_concurrency()));
-  threads = std::min(threads, files.size());
+  const size_t threads = files_read_at_once(files.size(), options);
   std::atomic<size_t> next{0};
   std::mutex progress_mutex;
   size_t done = 0;

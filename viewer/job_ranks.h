@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "allocator/result.h"
+#include "snapshot/pytorch_snapshot_reader.h"
 #include "snapshot/snapshot.h"
 #include "viewer/rank_summary.h"
 
@@ -64,6 +65,12 @@ struct JobRanks {
 // Gives a file's snapshot; shared so a caller that already holds it (memsnap serve's store)
 // lends it without a copy.
 using SnapshotLoader = std::function<Result<std::shared_ptr<const Snapshot>>(const std::string& file)>;
+
+// How many of `files` summarize_job reads at once (options.threads, or the cores up to 8).
+size_t files_read_at_once(size_t files, const JobRanksOptions& options);
+// What a loader reads each of them with: the reads at once share the cores, where alone a
+// large pickle would take up to one thread per 3 MiB.
+PickleReadOptions job_read_options(size_t files, const JobRanksOptions& options);
 
 // Fails when no file loads or the rank pattern is not a valid expression with one group.
 Result<JobRanks> summarize_job(const std::vector<std::string>& files, const SnapshotLoader& load,

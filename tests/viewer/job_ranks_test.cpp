@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
+#include <thread>
 
 #include "allocator/caching_allocator.h"
 #include "allocator/out_of_memory.h"
@@ -290,6 +292,22 @@ TEST(JobRanks, ABadRankPatternIsOneClearError) {
   job = summarize_job(names_of(files), loader_of(files), options);
   ASSERT_FALSE(job.ok());
   EXPECT_NE(job.error().find("needs a group"), std::string::npos) << job.error();
+}
+
+// The files read at once share the cores: each read may use its share of them, a lone file
+// all of them (a large pickle alone is read on a thread per 3 MiB).
+TEST(JobRanks, ReadsAtOnceShareTheCores) {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  JobRanksOptions options;
+  EXPECT_EQ(files_read_at_once(100, options), std::min<size_t>(8, cores));
+  EXPECT_EQ(files_read_at_once(1, options), 1u);
+  options.threads = 4;
+  EXPECT_EQ(files_read_at_once(3, options), 3u);
+  EXPECT_EQ(files_read_at_once(100, options), 4u);
+  const memsnap::PickleReadOptions shared = job_read_options(100, options);
+  EXPECT_EQ(shared.threads, 0u) << "the size still chooses, within the share";
+  EXPECT_EQ(cores - shared.spare_cores, std::max(1u, cores / 4));
+  EXPECT_EQ(job_read_options(1, options).spare_cores, 0u);
 }
 
 }  // namespace job_ranks_test
