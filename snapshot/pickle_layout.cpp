@@ -217,7 +217,8 @@ Halt Walk::run(ScanState& state, uint64_t until, bool& result) {
       MEMSNAP_WALK_NEXT();
 #undef MEMSNAP_WALK_NEXT
 #pragma GCC diagnostic pop
-    walk_cannot_follow:
+    walk_cannot_follow:  // before the opcode at pos
+      if (pos != state.pos) state.last_appends = kNone;  // (opcodes were walked since)
       state.memo = memo;
       state.last_string = last_string;
       return cannot_follow(state, pos, result);
