@@ -329,6 +329,31 @@ struct ScanAhead {
   std::thread thread;
 };
 
+// Where the scan before has landed on a scan ahead's start: goes on from where that one
+// stopped, its memo entries after the ones before, its parts after the one pending (which
+// its first batch cannot extend), its open marks on top. False when `found` said stop.
+bool take(ScanState& state, ScanAhead& scan, Walk& walk, MemoStrings& strings,
+          const std::function<bool(const PicklePart&)>& found) {
+  walk.publish(state);
+  if (state.stopped) return false;
+  const uint64_t base = state.memo;
+  strings.append(scan.strings, base, scan.state.memo);
+  strings.publish(base + scan.state.memo);
+  ScanState& after = scan.state;
+  after.published_end = state.published_end;
+  for (PicklePart part : scan.parts) {
+    part.memo_base += base;
+    after.published_end = part.end;
+    if (!found(part)) return state.stopped = true, false;
+  }
+  for (OpenMark& mark : after.marks) mark.memo += base;
+  after.marks.insert(after.marks.begin(), state.marks.begin(), state.marks.end());
+  if (after.pending) after.pending->memo_base += base;
+  after.memo += base;
+  state = std::move(after);
+  return true;
+}
+
 }  // namespace
 
 LayoutScanner::LayoutScanner(std::string_view pickle, LayoutOptions options)
@@ -409,33 +434,8 @@ bool LayoutScanner::scan(const std::function<bool(const PicklePart&)>& found,
     if (!scan.usable || state.memo + scan.state.memo > strings_.capacity() ||
         state.marks.size() + scan.state.most_marks > kMaxMarks)
       continue;  // this scan walks it instead
-    // Landed on the scan ahead's start: go on from where it stopped, its memo entries after
-    // these, its parts after the one pending here (which its first batch cannot extend).
-    walk.publish(state);
-    if (state.stopped) break;
+    if (!take(state, scan, walk, strings_, found)) break;
     ++scans_ahead_kept_;
-    const uint64_t base = state.memo;
-    strings_.append(scan.strings, base, scan.state.memo);
-    strings_.publish(base + scan.state.memo);
-    for (PicklePart part : scan.parts) {
-      part.memo_base += base;
-      if (!found(part)) state.stopped = true;
-      state.published_end = part.end;
-      if (state.stopped) break;
-    }
-    if (state.stopped) break;
-    for (OpenMark mark : scan.state.marks) {
-      mark.memo += base;
-      state.marks.push_back(mark);
-    }
-    state.pending = scan.state.pending;
-    if (state.pending) state.pending->memo_base += base;
-    state.pos = scan.state.pos;
-    state.memo = base + scan.state.memo;
-    state.last_appends = scan.state.last_appends;
-    state.last_string = scan.state.last_string;
-    state.scanned_from = scan.state.scanned_from;
-    state.next_progress = scan.state.next_progress;
   }
   return result && !state.stopped;
 }
