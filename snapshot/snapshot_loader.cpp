@@ -2,6 +2,7 @@
 
 #include "snapshot/byte_source.h"
 #include "snapshot/msgpack_reader.h"
+#include "snapshot/pytorch_parallel_read.h"
 #include "snapshot/pytorch_snapshot_reader.h"
 #include "snapshot/snapshot_checks.h"
 #include "snapshot/trace_history.h"
@@ -78,14 +79,18 @@ Result<LoadedSnapshot> load_snapshot(const std::string& path, const PickleReadOp
   return load_snapshot_from(*source.value(), path, pickle);
 }
 
-Result<LoadedSnapshot> load_snapshot_from_memory(std::string_view bytes) {
+Result<LoadedSnapshot> load_snapshot_from_memory(std::string_view bytes, const PickleReadOptions& pickle) {
   auto source = ByteSource::over_memory(bytes, kMaxSnapshotFileBytes);
-  return load_snapshot_from(*source, "");
+  return load_snapshot_from(*source, "", pickle);
 }
 
 Result<LoadedSnapshot> load_snapshot_streamed(ByteSource::Pull pull, uint64_t size_hint) {
   auto source = ByteSource::over_pull(std::move(pull), size_hint, kMaxSnapshotFileBytes);
   return load_snapshot_from(*source, "");
+}
+
+bool reads_faster_whole(int first_byte, uint64_t bytes, const PickleReadOptions& pickle) {
+  return detect(first_byte) == SnapshotFormat::kPickle && bytes <= kMaxSnapshotFileBytes && reads_in_parallel(bytes, pickle);
 }
 
 }  // namespace memsnap

@@ -27,9 +27,14 @@ Result<LoadedSnapshot> load_snapshot(const std::string& path, const PickleReadOp
 // From a source already opened; `name` (a path, or empty) begins each error.
 Result<LoadedSnapshot> load_snapshot_from(ByteSource& source, const std::string& name,
                                           const PickleReadOptions& pickle = {});
-Result<LoadedSnapshot> load_snapshot_from_memory(std::string_view bytes);
+Result<LoadedSnapshot> load_snapshot_from_memory(std::string_view bytes, const PickleReadOptions& pickle = {});
 // From bytes handed out in turn (ByteSource::over_pull), parsed as they come: an upload is read
 // while it arrives and never held whole. `size_hint`: the total when known, else 0.
 Result<LoadedSnapshot> load_snapshot_streamed(ByteSource::Pull pull, uint64_t size_hint);
+// Whether `bytes` bytes that begin with `first_byte` would be read on several threads if they
+// were held whole (a plain pickle, large enough, on a machine with the cores): bytes that
+// arrive in turn (an upload) are read faster gathered first than parsed on one thread as
+// they come.
+bool reads_faster_whole(int first_byte, uint64_t bytes, const PickleReadOptions& pickle);
 
 }  // namespace memsnap

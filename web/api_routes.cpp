@@ -107,6 +107,10 @@ void upload(SnapshotStore& store, ViewWarmer& warmer, const ApiLimits& limits, c
   if (store.full()) refuse(507, full_message(store));
   // Parsed while it arrives: a parser thread reads the body through a pipe of a few MiB as this
   // thread receives it, so the parse overlaps the transfer and the body is never held whole.
+  // But a plain pickle that would be read on several threads (a large one, on a machine with
+  // the cores: reads_faster_whole) is received whole first and read on them, as a file given
+  // to `memsnap serve` is: on one thread the parse, not the transfer, is what an upload waits
+  // for. The first byte decides.
   BytePipe pipe(size_t{8} << 20);
   Result<LoadedSnapshot> parsed = Result<LoadedSnapshot>::failure("");
   struct Parser {
@@ -117,11 +121,16 @@ void upload(SnapshotStore& store, ViewWarmer& warmer, const ApiLimits& limits, c
       if (thread.joinable()) thread.join();
     }
     ~Parser() { finish(); }  // also when receiving throws
-  } parser{pipe, std::thread([&] {
-             parsed = load_snapshot_streamed([&pipe](uint8_t* out, size_t capacity) { return pipe.read(out, capacity); },
-                                             *length);
-             pipe.stop_reading();  // the rest of the body, if any, is received and dropped
-           })};
+  } parser{pipe, {}};
+  const auto parse_as_it_arrives = [&] {
+    parser.thread = std::thread([&] {
+      parsed = load_snapshot_streamed([&pipe](uint8_t* out, size_t capacity) { return pipe.read(out, capacity); },
+                                      *length);
+      pipe.stop_reading();  // the rest of the body, if any, is received and dropped
+    });
+  };
+  std::string whole;
+  enum class Receiving { kUndecided, kAsItArrives, kWhole } receiving = Receiving::kUndecided;
   uint64_t received = 0;
   bool over = false;
   reader([&](const char* data, size_t size) {
@@ -129,12 +138,30 @@ void upload(SnapshotStore& store, ViewWarmer& warmer, const ApiLimits& limits, c
       over = true;
       return false;
     }
+    if (size == 0) return true;
+    if (receiving == Receiving::kUndecided) {
+      if (reads_faster_whole(static_cast<uint8_t>(data[0]), *length, limits.upload_reads)) {
+        receiving = Receiving::kWhole;
+        whole.reserve(*length);
+      } else {
+        receiving = Receiving::kAsItArrives;
+        parse_as_it_arrives();
+      }
+    }
     received += size;
-    pipe.write(data, size);
+    if (receiving == Receiving::kWhole)
+      whole.append(data, size);
+    else
+      pipe.write(data, size);
     return true;
   });
+  if (receiving == Receiving::kUndecided) parse_as_it_arrives();  // an empty body: the parser says so
   parser.finish();
   if (over || received != *length) refuse(400, "the upload's body does not match its Content-Length");
+  if (receiving == Receiving::kWhole) {
+    parsed = load_snapshot_from_memory(whole, limits.upload_reads);
+    std::string().swap(whole);
+  }
   const RequestParams params(request);
   const std::string name = clean_name(params.text("name", 4096).value_or("upload"));
   if (!parsed) throw ApiError(422, name + ": " + parsed.error());

@@ -16,6 +16,8 @@ namespace memsnap::web {
 
 struct ApiLimits {
   uint64_t max_upload_bytes = uint64_t{512} << 20;
+  // The threads an uploaded pickle may be read on (server_pickle_reads() unless a test says).
+  PickleReadOptions upload_reads = server_pickle_reads();
 };
 
 // `job` says (when asked, so it may be set after the routes) the ranks of a job the server was

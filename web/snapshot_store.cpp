@@ -42,14 +42,17 @@ Body StoredSnapshot::cached(const std::string& key, const std::function<std::str
   }
 }
 
-Result<std::shared_ptr<const StoredSnapshot>> SnapshotStore::add_file(const std::string& path, std::string name) {
-  // One core is left to the browser, which usually runs beside the server to show what it
-  // reads: on two cores, reading on one thread painted the first view 7-17% sooner than on
-  // two (bench/README.md, web_first_view.sh). With more cores than the threads a file is
-  // worth (four, or one per 3 MiB), the reading threads are as many as without it.
+PickleReadOptions server_pickle_reads() {
+  // On two cores, reading on one thread painted the first view 7-17% sooner than on two
+  // (bench/README.md, web_first_view.sh). With more cores than the threads a file is worth
+  // (four, or one per 3 MiB), the reading threads are as many as without the spare core.
   PickleReadOptions read;
   read.spare_cores = 1;
-  Result<LoadedSnapshot> loaded = load_snapshot(path, read);
+  return read;
+}
+
+Result<std::shared_ptr<const StoredSnapshot>> SnapshotStore::add_file(const std::string& path, std::string name) {
+  Result<LoadedSnapshot> loaded = load_snapshot(path, server_pickle_reads());
   if (!loaded) return Result<std::shared_ptr<const StoredSnapshot>>::failure(loaded.error());
   struct stat info {};
   const uint64_t file_bytes = ::stat(path.c_str(), &info) == 0 ? static_cast<uint64_t>(info.st_size) : 0;

@@ -48,6 +48,10 @@ struct StoredSnapshot {
   mutable uint64_t renders_ = 0;
 };
 
+// How the server reads a pickle it is given or sent: on as many threads as the cores and the
+// file's size allow, less one core left to the browser, which usually runs beside it.
+PickleReadOptions server_pickle_reads();
+
 class SnapshotStore {
  public:
   explicit SnapshotStore(size_t max_snapshots) : max_snapshots_(max_snapshots) {}

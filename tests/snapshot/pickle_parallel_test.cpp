@@ -15,6 +15,7 @@
 #include "snapshot/pytorch_parallel_read.h"
 #include "snapshot/pytorch_pickle_writer.h"
 #include "snapshot/pytorch_snapshot_reader.h"
+#include "snapshot/snapshot_loader.h"
 #include "tests/snapshot/cut_short_file.h"
 #include "tests/test_scale.h"
 
@@ -172,6 +173,23 @@ TEST(PickleParallel, SparedCoresAreNotReadOn) {
   EXPECT_FALSE(memsnap::reads_in_parallel(uint64_t{1} << 30, options));
   options.threads = 3;
   EXPECT_TRUE(memsnap::reads_in_parallel(uint64_t{1} << 30, options));
+}
+
+// Bytes that arrive in turn (an upload) are worth gathering whole only where they are a plain
+// pickle that would then be read on several threads.
+TEST(PickleParallel, OnlyPlainPicklesReadOnSeveralThreadsAreWorthHoldingWhole) {
+  PickleReadOptions threads;
+  threads.threads = 3;
+  const uint64_t big = uint64_t{64} << 20;
+  EXPECT_TRUE(memsnap::reads_faster_whole(0x80, big, threads));   // PROTO: a pickle
+  EXPECT_FALSE(memsnap::reads_faster_whole(0x1f, big, threads));  // gzip: read as it comes
+  EXPECT_FALSE(memsnap::reads_faster_whole(0x83, big, threads));  // a msgpack map
+  EXPECT_FALSE(memsnap::reads_faster_whole('{', big, threads));   // JSON
+  EXPECT_FALSE(memsnap::reads_faster_whole(0x80, threads.min_bytes - 1, threads)) << "too small for threads";
+  EXPECT_FALSE(memsnap::reads_faster_whole(0x80, uint64_t{3} << 30, threads)) << "over the size limit";
+  PickleReadOptions one = threads;
+  one.threads = 1;
+  EXPECT_FALSE(memsnap::reads_faster_whole(0x80, big, one));
 }
 
 // Damaged copies: whatever one thread makes of them (a snapshot or an error), so do several.

@@ -133,6 +133,58 @@ TEST(ServerHostile, UploadsAreCheckedBeforeTheyAreRead) {
   EXPECT_EQ(server.store().list().size(), 2u);
 }
 
+// A plain pickle that would be read on several threads is received whole, then read on them
+// (here in parts of 16 KiB): the same snapshot and views as a parse on one thread as it
+// arrives, and for damaged ones the same refusal.
+TEST(ServerHostile, UploadsReadWholeInPartsGiveWhatAParseAsTheyArriveGives) {
+  PickleReadStats stats;
+  {
+    ServerOptions whole_options;
+    whole_options.limits.upload_reads.threads = 3;
+    whole_options.limits.upload_reads.min_bytes = 0;
+    whole_options.limits.upload_reads.layout = {64, 16 << 10, 2};
+    whole_options.limits.upload_reads.stats = &stats;
+    ServerOptions arriving_options;
+    arriving_options.limits.upload_reads.threads = 1;
+    RunningServer whole(whole_options, 4), arriving(arriving_options, 4);
+    whole.start({});
+    arriving.start({});
+    auto whole_client = whole.client(), arriving_client = arriving.client();
+    // The answer to an upload, and the views of what was kept (deleted again).
+    const auto upload = [](httplib::Client& client, const std::string& body) {
+      auto made = client.Post("/api/snapshots?name=up.pickle", body, "application/octet-stream");
+      if (!made) return std::string("no answer");
+      std::string seen = std::to_string(made->status) + " " + made->body;
+      if (made->status == 201) {
+        const std::string id = nlohmann::json::parse(made->body)["id"];
+        for (const char* view : {"/stats", "/segments", "/timeline", "/flamegraph"}) {
+          auto answer = client.Get("/api/snapshots/" + id + view);
+          seen += std::string("\n") + view + ": " + (answer ? answer->body : "no answer");
+        }
+        client.Delete("/api/snapshots/" + id);
+      }
+      return seen;
+    };
+    for (const char* name : {"pytorch-2.11/mlp_train.pickle", "pytorch-2.11/expandable_segments.pickle",
+                             "pytorch-2.11-h100/expandable_streams.pickle"}) {
+      const std::string pickle = file_bytes(data_file(name));
+      const std::string read = upload(whole_client, pickle);
+      EXPECT_EQ(read.substr(0, 4), "201 ") << name << ": " << read.substr(0, 300);
+      EXPECT_EQ(read, upload(arriving_client, pickle)) << name;
+      for (const size_t cut : {size_t{1}, pickle.size() / 3, pickle.size() / 2, pickle.size() - 1}) {
+        const std::string damaged = pickle.substr(0, cut);
+        EXPECT_EQ(upload(whole_client, damaged), upload(arriving_client, damaged)) << name << " cut at " << cut;
+      }
+      for (size_t flip = 1; flip < 12; ++flip) {
+        std::string damaged = pickle;
+        damaged[damaged.size() * flip / 12] ^= static_cast<char>(0x10 << (flip % 4));
+        EXPECT_EQ(upload(whole_client, damaged), upload(arriving_client, damaged)) << name << " flip #" << flip;
+      }
+    }
+  }  // (the servers' threads joined: the reads' statistics are settled)
+  EXPECT_GT(stats.parts_decoded_alone, 0u) << "the uploads were read in parts";
+}
+
 TEST(ServerHostile, RepeatedUploadsAndDeletesLeaveNothingBehind) {
   RunningServer server(ServerOptions{}, 4);
   server.start({});
