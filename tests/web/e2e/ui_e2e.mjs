@@ -290,9 +290,21 @@ await runChecked({ browser, server, problems, current }, async () => {
     await page.waitForSelector('.tabs button[data-view="segments"][aria-selected="true"]');
   });
 
-  await step('upload a snapshot through the file picker', async () => {
+  await step('upload a snapshot through the file picker; its view is asked for before the list', async () => {
+    const asked = [];
+    const note = request => asked.push(`${request.method()} ${new URL(request.url()).pathname}`);
+    page.on('request', note);
+    const viewAsked = page.waitForRequest(request => /^\/api\/snapshots\/\d+\/segments$/.test(new URL(request.url()).pathname));
     await page.setInputFiles('#file-input', uploadFile);
     await page.waitForFunction(n => document.querySelectorAll('.chip').length === n, snapshots.length + 1);
+    await viewAsked;
+    page.off('request', note);
+    // The upload's answer is the new snapshot's summary: the page shows it without reading
+    // the list first (it reads the list again meanwhile).
+    const posted = asked.indexOf('POST /api/snapshots');
+    const view = asked.findIndex(a => /^GET \/api\/snapshots\/\d+\/segments$/.test(a));
+    const list = asked.indexOf('GET /api/snapshots', posted);
+    assert.ok(posted >= 0 && view > posted && (list < 0 || view < list), `requests after the upload: ${asked.join(', ')}`);
     assert.match(await page.locator('.chip[aria-checked="true"]').innerText(), new RegExp(path.basename(uploadFile).replace('.', '\\.')));
     await tab('stats');
     await page.waitForSelector('.cards .card');

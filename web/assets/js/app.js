@@ -93,9 +93,18 @@ async function upload(files) {
   }
   setMessage(last ? `Opened ${last.name}` : '');
   setTimeout(() => setMessage(''), 3000);
-  if (last) state.selected = last.id;
-  await refresh();
+  if (!last) {
+    await refresh();
+    renderView();
+    return;
+  }
+  // The upload's answer is the new snapshot's summary: its view is asked for at once, and the
+  // list (which may hold other new snapshots) is read again meanwhile.
+  state.snapshots = [...state.snapshots.filter(s => s.id !== last.id), last];
+  state.selected = last.id;
+  renderSnapshotList();
   renderView();
+  await refresh();
 }
 
 // Opens a rank of the job (loading its snapshot on the server) in `view`; with `beforeRow`, the
