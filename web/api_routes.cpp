@@ -1,5 +1,7 @@
 #include "web/api_routes.h"
 
+#include <atomic>
+#include <memory>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -86,8 +88,9 @@ httplib::Server::Handler guarded(Handler handler) {
   };
 }
 
-void upload(SnapshotStore& store, ViewWarmer& warmer, const ApiLimits& limits, const httplib::Request& request,
-            httplib::Response& response, const httplib::ContentReader& reader) {
+// `whole_slot`: set while an upload is being received whole (see below).
+void upload(SnapshotStore& store, ViewWarmer& warmer, const ApiLimits& limits, std::atomic<bool>& whole_slot,
+            const httplib::Request& request, httplib::Response& response, const httplib::ContentReader& reader) {
   // Refusals here come before the body is read, so the connection cannot be trusted to be at a
   // request boundary any more: close it.
   auto refuse = [&](int status, const std::string& message) {
@@ -110,7 +113,8 @@ void upload(SnapshotStore& store, ViewWarmer& warmer, const ApiLimits& limits, c
   // But a plain pickle that would be read on several threads (a large one, on a machine with
   // the cores: reads_faster_whole) is received whole first and read on them, as a file given
   // to `memsnap serve` is: on one thread the parse, not the transfer, is what an upload waits
-  // for. The first byte decides.
+  // for. The first byte decides. One upload at a time is received whole, the others as they
+  // arrive: however many clients send at once, the server holds at most one body.
   BytePipe pipe(size_t{8} << 20);
   Result<LoadedSnapshot> parsed = Result<LoadedSnapshot>::failure("");
   struct Parser {
@@ -131,6 +135,14 @@ void upload(SnapshotStore& store, ViewWarmer& warmer, const ApiLimits& limits, c
   };
   std::string whole;
   enum class Receiving { kUndecided, kAsItArrives, kWhole } receiving = Receiving::kUndecided;
+  struct Slot {
+    std::atomic<bool>& taken;
+    bool mine = false;
+    bool take() { return mine = !taken.exchange(true); }
+    ~Slot() {
+      if (mine) taken.store(false);
+    }
+  } slot{whole_slot};
   uint64_t received = 0;
   bool over = false;
   reader([&](const char* data, size_t size) {
@@ -140,7 +152,7 @@ void upload(SnapshotStore& store, ViewWarmer& warmer, const ApiLimits& limits, c
     }
     if (size == 0) return true;
     if (receiving == Receiving::kUndecided) {
-      if (reads_faster_whole(static_cast<uint8_t>(data[0]), *length, limits.upload_reads)) {
+      if (reads_faster_whole(static_cast<uint8_t>(data[0]), *length, limits.upload_reads) && slot.take()) {
         receiving = Receiving::kWhole;
         whole.reserve(*length);
       } else {
@@ -342,10 +354,13 @@ void add_api_routes(httplib::Server& server, SnapshotStore& store, ViewWarmer& w
     for (const Stored& s : store.list()) list.push_back(snapshot_summary_json(*s));
     response.set_content(json_body(json{{"snapshots", std::move(list)}, {"max_snapshots", store.max_snapshots()}}), kJson);
   }));
-  server.Post("/api/snapshots", [&store, &warmer, limits](const httplib::Request& request, httplib::Response& response,
-                                                 const httplib::ContentReader& reader) {
-    guarded([&](const httplib::Request& r, httplib::Response& out) { upload(store, warmer, limits, r, out, reader); })(request,
-                                                                                                            response);
+  auto whole_slot = std::make_shared<std::atomic<bool>>(false);
+  server.Post("/api/snapshots", [&store, &warmer, limits, whole_slot](const httplib::Request& request,
+                                                                     httplib::Response& response,
+                                                                     const httplib::ContentReader& reader) {
+    guarded([&](const httplib::Request& r, httplib::Response& out) {
+      upload(store, warmer, limits, *whole_slot, r, out, reader);
+    })(request, response);
   });
   server.Get(R"(/api/snapshots/(\d+))", guarded([&store](const httplib::Request& request, httplib::Response& response) {
     response.set_content(json_body(snapshot_summary_json(*find_or_404(store, request.matches[1]))), kJson);

@@ -1,6 +1,8 @@
 // memsnap serve against clients that are not browsers: traversal paths, foreign Host headers,
 // lying and oversized uploads, garbage and stalled requests, and many clients at once.
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <fstream>
 #include <sstream>
 
@@ -183,6 +185,35 @@ TEST(ServerHostile, UploadsReadWholeInPartsGiveWhatAParseAsTheyArriveGives) {
     }
   }  // (the servers' threads joined: the reads' statistics are settled)
   EXPECT_GT(stats.parts_decoded_alone, 0u) << "the uploads were read in parts";
+}
+
+// However many clients send at once, the server holds at most one body: while a client
+// stalls in the middle of a body received whole, another upload is parsed as it arrives.
+TEST(ServerHostile, OneUploadAtATimeIsHeldWhole) {
+  PickleReadStats stats;
+  {
+    ServerOptions options;
+    options.limits.upload_reads.threads = 3;
+    options.limits.upload_reads.min_bytes = 0;
+    options.limits.upload_reads.layout = {64, 16 << 10, 1};
+    options.limits.upload_reads.stats = &stats;
+    options.read_timeout_seconds = 2;
+    RunningServer server(options, 4);
+    server.start({});
+    const std::string pickle = file_bytes(data_file("pytorch-2.11-h100/expandable_streams.pickle"));
+    const std::string stalled_upload = "POST /api/snapshots HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\n"
+                                       "Content-Length: " + std::to_string(pickle.size()) + "\r\n\r\n" +
+                                       pickle.substr(0, pickle.size() / 2);
+    std::thread stalled([&] { server.raw(stalled_upload, 5); });
+    std::this_thread::sleep_for(std::chrono::seconds(1));  // its first half received
+    auto client = server.client();
+    auto meanwhile = client.Post("/api/snapshots", pickle, "application/octet-stream");
+    ASSERT_TRUE(meanwhile);
+    EXPECT_EQ(meanwhile->status, 201) << meanwhile->body;
+    stalled.join();  // dropped by the server's read timeout, never parsed
+    EXPECT_EQ(server.store().list().size(), 1u);
+  }  // (the server's threads joined: the reads' statistics are settled)
+  EXPECT_EQ(stats.parts_decoded_alone, 0u) << "the upload sent meanwhile was read whole, in parts";
 }
 
 TEST(ServerHostile, RepeatedUploadsAndDeletesLeaveNothingBehind) {
