@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <memory>
+#include <new>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -143,6 +144,15 @@ void upload(SnapshotStore& store, ViewWarmer& warmer, const ApiLimits& limits, s
       if (mine) taken.store(false);
     }
   } slot{whole_slot};
+  // Room for the whole body; without it (memory short) the body is parsed as it arrives.
+  const auto room_for_whole = [&] {
+    try {
+      whole.reserve(*length);
+      return true;
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
+  };
   uint64_t received = 0;
   bool over = false;
   reader([&](const char* data, size_t size) {
@@ -152,9 +162,9 @@ void upload(SnapshotStore& store, ViewWarmer& warmer, const ApiLimits& limits, s
     }
     if (size == 0) return true;
     if (receiving == Receiving::kUndecided) {
-      if (reads_faster_whole(static_cast<uint8_t>(data[0]), *length, limits.upload_reads) && slot.take()) {
+      if (reads_faster_whole(static_cast<uint8_t>(data[0]), *length, limits.upload_reads) && slot.take() &&
+          room_for_whole()) {
         receiving = Receiving::kWhole;
-        whole.reserve(*length);
       } else {
         receiving = Receiving::kAsItArrives;
         parse_as_it_arrives();
