@@ -2,9 +2,9 @@
 // lying and oversized uploads, garbage and stalled requests, and many clients at once.
 #include <atomic>
 #include <chrono>
-#include <thread>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -208,9 +208,9 @@ TEST(ServerHostile, OneUploadAtATimeIsHeldWhole) {
     std::this_thread::sleep_for(std::chrono::seconds(1));  // its first half received
     auto client = server.client();
     auto meanwhile = client.Post("/api/snapshots", pickle, "application/octet-stream");
+    stalled.join();  // dropped by the server's read timeout, never parsed
     ASSERT_TRUE(meanwhile);
     EXPECT_EQ(meanwhile->status, 201) << meanwhile->body;
-    stalled.join();  // dropped by the server's read timeout, never parsed
     EXPECT_EQ(server.store().list().size(), 1u);
   }  // (the server's threads joined: the reads' statistics are settled)
   EXPECT_EQ(stats.parts_decoded_alone, 0u) << "the upload sent meanwhile was read whole, in parts";
