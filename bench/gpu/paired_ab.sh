@@ -26,11 +26,7 @@ data="$root/tests/data/pytorch-2.11-h100"
                              "$data/pow2div_s3.trace:roundup_power2_divisions:4")
 source "$root/bench/gpu/env.sh"
 torch_dir=$(python3 -c "import os, torch; print(os.path.dirname(torch.__file__))")
-before=/tmp/memsnap-before
-rm -rf "$before"
-mkdir -p "$before"
-tar -C "$root" --exclude=./build-gpu --exclude=./build -cf - . | tar -C "$before" -xf -
-(cd "$before" && git apply -R "$patch_file")
+before=$(bash "$root/bench/gpu/before_tree.sh" "$patch_file")
 for tree in "$root" "$before"; do
   MEMSNAP_GPU_BUILD="$tree/build-gpu" MEMSNAP_GPU_TARGETS=memsnap_paired_bench \
     bash "$tree/bench/gpu/build.sh" -DMEMSNAP_TORCH_DIR="$torch_dir" >/dev/null

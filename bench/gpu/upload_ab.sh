@@ -16,11 +16,7 @@ shift $(($# < 2 ? $# : 2))
 steps=("$@")
 ((${#steps[@]})) || steps=(300 1000)
 source "$root/bench/gpu/env.sh"
-before=/tmp/memsnap-before
-rm -rf "$before"
-mkdir -p "$before"
-tar -C "$root" --exclude=./build-gpu --exclude=./build -cf - . | tar -C "$before" -xf -
-(cd "$before" && git apply -R "$patch_file")
+before=$(bash "$root/bench/gpu/before_tree.sh" "$patch_file")
 for tree in "$root" "$before"; do
   MEMSNAP_GPU_BUILD="$tree/build-gpu" MEMSNAP_GPU_TARGETS="memsnap memsnap-serve" bash "$tree/bench/gpu/build.sh" >/dev/null
 done

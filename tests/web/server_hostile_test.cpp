@@ -135,17 +135,24 @@ TEST(ServerHostile, UploadsAreCheckedBeforeTheyAreRead) {
   EXPECT_EQ(server.store().list().size(), 2u);
 }
 
+// A server that reads every plain pickle upload whole, on three threads in parts of 16 KiB
+// (with `scanners` layout scans), counting in `stats` what its reads did.
+ServerOptions reading_uploads_in_parts(PickleReadStats& stats, unsigned scanners) {
+  ServerOptions options;
+  options.limits.upload_reads.threads = 3;
+  options.limits.upload_reads.min_bytes = 0;
+  options.limits.upload_reads.layout = {64, 16 << 10, scanners};
+  options.limits.upload_reads.stats = &stats;
+  return options;
+}
+
 // A plain pickle that would be read on several threads is received whole, then read on them
 // (here in parts of 16 KiB): the same snapshot and views as a parse on one thread as it
 // arrives, and for damaged ones the same refusal.
 TEST(ServerHostile, UploadsReadWholeInPartsGiveWhatAParseAsTheyArriveGives) {
   PickleReadStats stats;
   {
-    ServerOptions whole_options;
-    whole_options.limits.upload_reads.threads = 3;
-    whole_options.limits.upload_reads.min_bytes = 0;
-    whole_options.limits.upload_reads.layout = {64, 16 << 10, 2};
-    whole_options.limits.upload_reads.stats = &stats;
+    const ServerOptions whole_options = reading_uploads_in_parts(stats, 2);
     ServerOptions arriving_options;
     arriving_options.limits.upload_reads.threads = 1;
     RunningServer whole(whole_options, 4), arriving(arriving_options, 4);
@@ -192,11 +199,7 @@ TEST(ServerHostile, UploadsReadWholeInPartsGiveWhatAParseAsTheyArriveGives) {
 TEST(ServerHostile, OneUploadAtATimeIsHeldWhole) {
   PickleReadStats stats;
   {
-    ServerOptions options;
-    options.limits.upload_reads.threads = 3;
-    options.limits.upload_reads.min_bytes = 0;
-    options.limits.upload_reads.layout = {64, 16 << 10, 1};
-    options.limits.upload_reads.stats = &stats;
+    ServerOptions options = reading_uploads_in_parts(stats, 1);
     options.read_timeout_seconds = 2;
     RunningServer server(options, 4);
     server.start({});
