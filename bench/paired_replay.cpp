@@ -3,8 +3,9 @@
 //
 // memsnap's caching allocator and PyTorch's, in one process on one GPU, replaying the same
 // trace in alternating turns: each round times `passes` passes of memsnap and as many of
-// PyTorch, the order flipping every round (memsnap first in even rounds). Both sides run the
-// same harness loop, on the same streams, with the same history setting. Separate processes
+// PyTorch (by default enough passes for 60,000 events, at least 3), the order flipping every
+// round (memsnap first in even rounds). Both sides run the same harness loop, on the same
+// streams, with the same history setting. Separate processes
 // (bench/side_by_side.py) see a virtual machine's noise differently from one run to the next;
 // here each round's two turns share it, so the ratio of a round is steady where the times
 // are not.
@@ -126,14 +127,18 @@ int usage() {
 
 int main(int argc, char** argv) {
   if (argc < 2) return usage();
-  int rounds = 21, passes = 3;
+  int rounds = 21, passes = 0;  // 0 until given: passes_for(the trace's events)
+  bool passes_given = false;
   bool json = false;
   std::string only;  // one mode alone
   std::vector<Harness> harnesses{Harness::kSlots, Harness::kMap};
   for (int i = 2; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--rounds" && i + 1 < argc) rounds = std::atoi(argv[++i]);
-    else if (arg == "--passes" && i + 1 < argc) passes = std::atoi(argv[++i]);
+    else if (arg == "--passes" && i + 1 < argc) {
+      passes = std::atoi(argv[++i]);
+      passes_given = true;
+    }
     else if (arg == "--only" && i + 1 < argc) only = argv[++i];
     else if (arg == "--json") json = true;
     else if (arg == "--harness" && i + 1 < argc) {
@@ -142,7 +147,8 @@ int main(int argc, char** argv) {
       harnesses = {harness};
     } else return usage();
   }
-  if (rounds < 1 || rounds > 100000 || passes < 1 || passes > 100000) return usage();
+  if (rounds < 1 || rounds > 100000 || (passes_given && passes < 1) || passes > 100000)
+    return usage();
   if (!only.empty() && only != "off" && only != "nostack" && only != "cpp_stacks") return usage();
   const auto timed = [&](const char* mode) { return only.empty() || only == mode; };
   auto trace = memsnap::read_allocation_trace(argv[1]);
@@ -169,6 +175,7 @@ int main(int argc, char** argv) {
     streams.push_back(it->second);
   }
   const ReplayPlan plan(trace.value());
+  if (passes == 0) passes = memsnap::bench::passes_for(trace->events.size());
 
   auto config = memsnap::allocator_config_from_environment();
   if (!config) {

@@ -9,7 +9,10 @@
 //   map    The ids map to live pointers in a std::unordered_map, as
 //          ../shared/bench/torch_cca_replay.cpp does. Its node allocation and hashing cost
 //          about 250 instructions an event, as much as memsnap's allocator itself; both sides
-//          pay it, which pulls their ratio towards 1.
+//          pay it, which pulls their ratio towards 1. One difference: what is live at the end
+//          of a pass is erased entry by entry, where the kit's loop calls clear(), which also
+//          zeroes all 65,536 buckets (512 KiB) every pass: on a trace of a few hundred events
+//          that zeroing took longer than the allocations.
 // Both see the same calls in the same order within a pass, except for the frees at the end of
 // a pass (slot order against the map's order).
 #pragma once
@@ -78,6 +81,14 @@ class ReplayPlan {
   std::vector<uint32_t> left_live_;
 };
 
+// Passes enough for a timed turn to replay at least `min_events` events (and at least 3), so
+// that a trace of a few hundred events is timed over as long a stretch as one of thousands.
+inline int passes_for(size_t trace_events, size_t min_events = 60000) {
+  if (trace_events == 0) return 3;
+  const size_t passes = (min_events + trace_events - 1) / trace_events;
+  return static_cast<int>(std::clamp<size_t>(passes, 3, 100000));
+}
+
 // Nanoseconds per event over `passes` passes. `streams` holds each event's stream as
 // `allocate(bytes, stream)` takes it; `release(pointer)` frees.
 template <typename Stream, typename Allocate, typename Release>
@@ -117,8 +128,7 @@ double replay_ns_per_event(const ReplayPlan& plan, const std::vector<Stream>& st
       }
     }
     n += events.size();
-    for (auto& [id, pointer] : live) release(pointer);
-    live.clear();
+    for (auto it = live.begin(); it != live.end(); it = live.erase(it)) release(it->second);
   }
   const auto elapsed = std::chrono::steady_clock::now() - start;
   return std::chrono::duration<double, std::nano>(elapsed).count() / static_cast<double>(n);

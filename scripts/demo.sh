@@ -33,7 +33,7 @@ pytorch="$root/tests/data/pytorch-2.11-h100/transformer_s0.pickle.gz"
 echo "views written (open them in a browser):"
 ls -1 "$views"/*.svg
 echo
-trace="$root/tests/data/mlp_train.trace"
+trace="$root/tests/data/pytorch-2.11/mlp_train.trace"
 echo "== memsnap replay $trace"
 "$memsnap" replay "$trace"
 echo

@@ -11,7 +11,7 @@ namespace {
 constexpr size_t kMiB = 1 << 20;
 
 AllocationTrace mlp_trace() {
-  auto trace = read_allocation_trace(MEMSNAP_TEST_DATA_DIR "/mlp_train.trace");
+  auto trace = read_allocation_trace(MEMSNAP_TEST_DATA_DIR "/pytorch-2.11/mlp_train.trace");
   EXPECT_TRUE(trace.ok()) << trace.error();
   return trace.ok() ? trace.value() : AllocationTrace{};
 }
