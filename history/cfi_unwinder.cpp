@@ -293,7 +293,8 @@ struct ThreadWalker {
   // ones, each step's rule likely evicted by the model's work since). Pages of a memo are
   // touched only as deep as its walks go.
   static constexpr size_t kMemos = MEMSNAP_WALK_MEMOS;
-  static constexpr unsigned kHintBits = 13;  // 8,192 hints, 192 KiB
+  static constexpr unsigned kHintSetBits = 11;  // 2,048 sets of kHintWays hints, 192 KiB
+  static constexpr size_t kHintWays = 4;
   static constexpr size_t kHintStride = 4;  // past the first steps, hints are probed at every 4th
   const StackBounds stack = thread_stack_bounds();
   RuleCache rules;
@@ -309,8 +310,14 @@ struct ThreadWalker {
   // The walk under way looks up its registers here, one probe every kHintStride steps,
   // instead of searching every memo at every step: most steps of a model's walks were never
   // walked from the same registers, and a search per memo per step cost more than the
-  // walking it saved.
-  JoinHint hints[size_t{1} << kHintBits];
+  // walking it saved. A set keeps the walks last remembered through its registers, the
+  // newest first: paths that share their first frames (every allocation made from one
+  // function, from one depth) name their own walks there side by side, where one hint each
+  // had them overwrite each other's, and each walk walked its first steps again.
+  struct HintSet {
+    JoinHint way[kHintWays];
+  };
+  HintSet hints[size_t{1} << kHintSetBits];
   // The walks last remembered or found under a caller's key (capture_stack's path_key) from
   // the registers a walk starts with, two to a set: where the key names the call path (the
   // interpreter's innermost frames do, mostly), a walk is found whole before its first step,
@@ -324,10 +331,29 @@ struct ThreadWalker {
   // Walks made and steps walked (not taken over), for cfi_walk_counts.
   CfiWalkCounts counts;
 
-  static size_t hint_slot(uintptr_t pc, uintptr_t sp) {
-    return static_cast<size_t>(((pc ^ (sp << 16)) * 0x9E3779B97F4A7C15ull) >> (64 - kHintBits));
+  const HintSet& hint_set(uintptr_t pc, uintptr_t sp) const {
+    return hints[static_cast<size_t>(((pc ^ (sp << 16)) * 0x9E3779B97F4A7C15ull) >> (64 - kHintSetBits))];
   }
-  JoinHint& hint(uintptr_t pc, uintptr_t sp) { return hints[hint_slot(pc, sp)]; }
+  // Step `step` of walk `memo` was at (pc, sp): its hint goes first in its set, in place of
+  // the memo's own earlier one there, or else of the oldest.
+  void leave_hint(uintptr_t pc, uintptr_t sp, uint16_t memo, uint16_t step) {
+    JoinHint* way = const_cast<HintSet&>(hint_set(pc, sp)).way;
+    size_t drop = 0;
+    while (drop + 1 < kHintWays && !(way[drop].memo == memo && way[drop].pc == pc && way[drop].sp == sp))
+      ++drop;
+    for (; drop > 0; --drop) way[drop] = way[drop - 1];
+    way[0] = {pc, sp, memo, step};
+  }
+  // A walk went on as `hint`, found at `at` in its set: it goes first, so that a path walked
+  // again and again is found at the first probe (unless the walk has rewritten the set).
+  void promote_hint(const JoinHint& hint, size_t at) {
+    JoinHint* way = const_cast<HintSet&>(hint_set(hint.pc, hint.sp)).way;
+    if (way[at].memo != hint.memo || way[at].step != hint.step || way[at].pc != hint.pc ||
+        way[at].sp != hint.sp)
+      return;
+    for (; at > 0; --at) way[at] = way[at - 1];
+    way[0] = hint;
+  }
   static uint32_t key_check(uint64_t key) { return static_cast<uint32_t>(key ^ (key >> 32)) | 1; }
   KeySet& key_set(uint64_t key, uintptr_t pc, uintptr_t sp) {
     const uint64_t mixed = (key ^ pc ^ (sp << 16)) * 0x9E3779B97F4A7C15ull;
@@ -353,7 +379,7 @@ struct ThreadWalker {
     const WalkMemo& kept = storage[scratch];
     for (size_t step = 0; step < kept.steps; ++step) {
       const WalkMemo::Registers& before = kept.record[step].before;
-      hint(before.pc, before.sp) = {before.pc, before.sp, scratch, static_cast<uint16_t>(step)};
+      leave_hint(before.pc, before.sp, scratch, static_cast<uint16_t>(step));
     }
     if (key != 0 && kept.steps > 0) remember_key(key, kept.record[0].before, scratch);
     ++counts.remembered;
@@ -532,13 +558,25 @@ __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max
         if (const size_t count = take_over(hint, 0); count != kNotTakenOver) return count;
   }
   for (size_t i = 0; i < step_limit; ++i) {
-    if (i > ThreadWalker::kHintStride && i % ThreadWalker::kHintStride != 0) {
-      // (Every step near the start, where walks from one place part: the step after they
-      // part finds the walk that went the same way. Then between probes: once two walks
-      // meet they go on together, so a join found a few steps late is found all the same.)
-    } else if (const JoinHint& hint = walker.hint(registers.pc, registers.sp);
-               hint.pc == registers.pc && hint.sp == registers.sp && hint.memo != walker.scratch) {
-      if (const size_t count = take_over(hint, i); count != kNotTakenOver) return count;
+    // (Every step near the start, where walks from one place part: the step after they part
+    // finds the walk that went the same way. Then between probes: once two walks meet they go
+    // on together, so a join found a few steps late is found all the same.)
+    if (i <= ThreadWalker::kHintStride || i % ThreadWalker::kHintStride == 0) {
+      const ThreadWalker::HintSet& set = walker.hint_set(registers.pc, registers.sp);
+      const auto names_a_walk_here = [&](const JoinHint& hint) {
+        return hint.pc == registers.pc && hint.sp == registers.sp && hint.memo != walker.scratch;
+      };
+      // (The first way apart: the path walked last through here is the likeliest.)
+      if (names_a_walk_here(set.way[0]))
+        if (const size_t count = take_over(set.way[0], i); count != kNotTakenOver) return count;
+      for (size_t way = 1; way < ThreadWalker::kHintWays; ++way) {
+        const JoinHint hint = set.way[way];
+        if (!names_a_walk_here(hint)) continue;
+        if (const size_t count = take_over(hint, i); count != kNotTakenOver) {
+          walker.promote_hint(hint, way);
+          return count;
+        }
+      }
     }
     ++walker.counts.steps_walked;
     WalkMemo::Step& at = memo.record[i];

@@ -62,7 +62,7 @@ __attribute__((noinline)) TwoWalks via_second() {
   return walks;
 }
 
-// Two paths that part above their innermost frames and meet again (through_one_of_two_middles).
+// Paths that part above their innermost frames and meet again (through_one_of_several_middles).
 // Each function's own constant keeps the compiler from folding the two sides into one.
 uint64_t g_path_key = 0;
 
@@ -160,9 +160,12 @@ TwoWalks through_one_of_several_callers(int which) {
   return walks;
 }
 
-std::vector<uintptr_t> through_one_of_two_middles(int side, uint64_t path_key) {
+std::vector<uintptr_t> through_one_of_several_middles(int side, uint64_t path_key) {
+  static constexpr std::vector<uintptr_t> (*kMiddle[kMiddles])() = {
+      &middle_level<0, 3>, &middle_level<1, 3>, &middle_level<2, 3>,
+      &middle_level<3, 3>, &middle_level<4, 3>, &middle_level<5, 3>};
   g_path_key = path_key;
-  return meet(side == 0 ? &middle_level<0, 3> : &middle_level<1, 3>);
+  return meet(kMiddle[side]);
 }
 
 TwoWalks walk_from_caller() {

@@ -24,10 +24,11 @@ TwoWalks through_signal_handler();            // a signal frame on the way
 // must not be reused where the stack above has changed.
 TwoWalks through_one_of_several_callers(int which);
 TwoWalks walk_from_caller();                  // whatever frame shape the caller has
-// The CFI walk, given `path_key`, of one of two call paths (`side` 0 or 1) that share their
-// five innermost frames, part for the three above, and meet again at one call site: they
-// start from the same registers and reach the same registers at step 8.
-std::vector<uintptr_t> through_one_of_two_middles(int side, uint64_t path_key);
+// The CFI walk, given `path_key`, of one of kMiddles call paths (`side` 0 to kMiddles - 1)
+// that share their five innermost frames, part for the three above, and meet again at one
+// call site: they start from the same registers and reach the same registers at step 8.
+inline constexpr int kMiddles = 6;
+std::vector<uintptr_t> through_one_of_several_middles(int side, uint64_t path_key);
 // A CFI walk (with its note) through a frame that saved %rbp holding `value` and addresses
 // nothing from %rbp, as code without frame pointers does with %rbp used for data.
 struct NotedWalk {

@@ -59,36 +59,47 @@ TEST(CfiUnwinder, MoreDistinctWalksThanTheWalkerRemembersAllComeOutRight) {
   }
 }
 
-// Two call paths that share their first frames, part, and meet again, walked in turn: the
-// hints at the steps where they agree name the other path's walk, so each walks its first
-// steps again and is remembered again as a join of the other. Given a key per path (as the
-// recorder gives the interpreter's innermost frames), each is found whole before its first
-// step. The frames are the same either way.
-TEST(CfiUnwinder, AWalkGivenItsPathsKeyIsFoundBeforeItsFirstStep) {
-  for (const bool keyed : {false, true}) {
-    SCOPED_TRACE(keyed ? "keyed" : "not keyed");
-    std::vector<uintptr_t> seen[2];
+// Call paths that share their first frames, part, and meet again, walked in turn. Where
+// they start, the walker keeps a hint to the last few walks that went through, so up to that
+// many paths are each found there and taken over whole. More paths than that push each
+// other's hints out: each walks its first steps again and is remembered again as a join of
+// another, unless the caller gives a key per path (as the recorder gives the interpreter's
+// innermost frames), under which each is found whole before its first step. The frames are
+// the same every way.
+TEST(CfiUnwinder, PathsThatShareTheirFirstFramesAreFoundWithoutWalkingThemAgain) {
+  struct Case {
+    int paths;
+    bool keyed;
+    bool walked_again;
+  };
+  for (const Case c : {Case{2, false, false}, Case{cfi_test_frames::kMiddles, false, true},
+                       Case{cfi_test_frames::kMiddles, true, false}}) {
+    SCOPED_TRACE(testing::Message() << c.paths << " paths, " << (c.keyed ? "keyed" : "not keyed"));
+    std::vector<std::vector<uintptr_t>> seen(static_cast<size_t>(c.paths));
     memsnap::CfiWalkCounts before;
     for (int round = 0; round < 22; ++round) {
       if (round == 2) before = memsnap::cfi_walk_counts();
-      for (int side = 0; side < 2; ++side) {
+      for (int side = 0; side < c.paths; ++side) {
         std::vector<uintptr_t> frames =
-            cfi_test_frames::through_one_of_two_middles(side, keyed ? 100 + side : 0);
+            cfi_test_frames::through_one_of_several_middles(side, c.keyed ? 100 + side : 0);
         ASSERT_GE(frames.size(), 10u);
         frames.resize(10);  // up to the frame that asked for the walk
-        if (round == 0) seen[side] = frames;
-        ASSERT_EQ(frames, seen[side]) << "round " << round << ", side " << side;
+        auto& first = seen[static_cast<size_t>(side)];
+        if (round == 0) first = frames;
+        ASSERT_EQ(frames, first) << "round " << round << ", side " << side;
       }
     }
-    EXPECT_NE(seen[0], seen[1]);
+    for (size_t a = 0; a < seen.size(); ++a)
+      for (size_t b = a + 1; b < seen.size(); ++b) EXPECT_NE(seen[a], seen[b]) << a << ", " << b;
     const memsnap::CfiWalkCounts after = memsnap::cfi_walk_counts();
-    EXPECT_EQ(after.walks - before.walks, 40u);
-    if (keyed) {
+    const uint64_t walks = 20u * static_cast<uint64_t>(c.paths);
+    EXPECT_EQ(after.walks - before.walks, walks);
+    if (c.walked_again) {
+      EXPECT_GE(after.steps_walked - before.steps_walked, walks * 5);
+      EXPECT_GT(after.remembered, before.remembered);
+    } else {
       EXPECT_EQ(after.steps_walked, before.steps_walked);
       EXPECT_EQ(after.remembered, before.remembered);
-    } else {
-      EXPECT_GE(after.steps_walked - before.steps_walked, 40u * 5);
-      EXPECT_GT(after.remembered, before.remembered);
     }
   }
 }
