@@ -12,6 +12,10 @@
 // or PYTORCH_CUDA_ALLOC_CONF, the first set), so a trace recorded under a setting replays
 // under it, as torch_cca_replay's PyTorch does.
 //
+// With C++ stacks timed, it also prints what the stack walker did there (cfi_unwinder.h):
+// walks per event, and per walk the steps walked afresh and the walks remembered anew (a walk
+// found whole among those remembered walks no step and remembers nothing).
+//
 // --harness map|slots: how the timed loop keeps the trace's ids (replay_harness.h). The
 // default, map, is torch_cca_replay's; slots times the allocator without it.
 //
@@ -45,6 +49,7 @@
 #include "allocator/allocator_config.h"
 #include "allocator/caching_allocator.h"
 #include "allocator/simulated_backend.h"
+#include "history/cfi_unwinder.h"
 #include "history/history_recorder.h"
 #include "bench/replay_harness.h"
 #include "replay/allocation_trace.h"
@@ -176,6 +181,22 @@ int usage() {
   return 2;
 }
 
+// What the stack walker did over a timed stretch with C++ stacks (cfi_unwinder.h).
+struct WalkFigures {
+  double walks_per_event = 0;
+  double steps_walked_per_walk = 0;
+  double remembered_per_walk = 0;
+};
+
+WalkFigures walk_figures(const memsnap::CfiWalkCounts& before, const memsnap::CfiWalkCounts& after,
+                         size_t events) {
+  const uint64_t walks = after.walks - before.walks;
+  if (walks == 0 || events == 0) return {};
+  return {static_cast<double>(walks) / static_cast<double>(events),
+          static_cast<double>(after.steps_walked - before.steps_walked) / static_cast<double>(walks),
+          static_cast<double>(after.remembered - before.remembered) / static_cast<double>(walks)};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -270,7 +291,10 @@ int main(int argc, char** argv) {
   recorder.configure({memsnap::HistoryLevel::kAll, 100000, /*cpp_stacks=*/false});
   const double nostack = measure("nostack");
   recorder.configure({memsnap::HistoryLevel::kAll, 100000, /*cpp_stacks=*/true});
+  const memsnap::CfiWalkCounts walks_before = memsnap::cfi_walk_counts();
   const double cpp_stacks = measure("cpp_stacks");
+  const WalkFigures walks =
+      walk_figures(walks_before, memsnap::cfi_walk_counts(), trace->events.size() * static_cast<size_t>(passes));
   // memsnap only: the same with stacks walked by frame pointer (this binary and memsnap are
   // built with them).
   recorder.configure({memsnap::HistoryLevel::kAll, 100000, true,
@@ -314,6 +338,10 @@ int main(int argc, char** argv) {
       std::printf(",\"off_after_recorded_over_fresh\":%.4f,\"off_after_fresh_over_fresh\":%.4f",
                   off_after->first.median, off_after->second.median);
     if (lock_cost) std::printf(",\"lock_atomic_over_plain\":%.4f", lock_cost->median);
+    if (walks.walks_per_event > 0)
+      std::printf(",\"cpp_stacks_walks_per_event\":%.3f,\"cpp_stacks_steps_walked_per_walk\":%.3f,"
+                  "\"cpp_stacks_remembered_per_walk\":%.4f",
+                  walks.walks_per_event, walks.steps_walked_per_walk, walks.remembered_per_walk);
     std::printf("}\n");
   } else {
     std::printf("memsnap on %s: %zu events, ns/event: %.1f history off, %.1f without stacks, "
@@ -334,6 +362,10 @@ int main(int argc, char** argv) {
                   "its plain one %.4f [%.4f, %.4f]\n",
                   memsnap::bench::harness_name(harness), lock_cost_rounds, lock_cost->median,
                   lock_cost->low, lock_cost->high);
+    if (walks.walks_per_event > 0)
+      std::printf("C++ stacks: %.3f walks per event; per walk, %.3f steps walked (the rest taken "
+                  "over from walks remembered) and %.4f walks remembered anew\n",
+                  walks.walks_per_event, walks.steps_walked_per_walk, walks.remembered_per_walk);
   }
   return 0;
 }

@@ -132,6 +132,8 @@ def worker(args):
         timed_steps(args.steps * args.cycles)
         return
     modes = MODES + (MEMSNAP_MODES if args.worker == "memsnap" else ())
+    if args.modes:  # (a worker of an A/B: bench/torch_recording_ab.py)
+        modes = tuple(args.modes.split(",")) + ("off",)
     times = {mode: [] for mode in ("fresh",) + modes + ("after",)}
     before = events_so_far(torch)
     times["fresh"] += timed_steps(args.steps * 2)
@@ -161,7 +163,7 @@ def worker(args):
     set_history(torch, "off", args.max_entries)
     times["after"] += timed_steps(args.steps * 2)
 
-    dumps = timed_dumps(args, torch, step)
+    dumps = timed_dumps(args, torch, step) if args.dump_steps > 0 else {}
     print(json.dumps({"times": times, "differences": differences, "events_per_step": events_per_step,
                       "dumps": dumps}))
 
@@ -222,6 +224,8 @@ def main():
                         help="dumps timed one after another (the first is the one compared)")
     parser.add_argument("--max-entries", type=int, default=1_000_000)
     parser.add_argument("--worker", choices=["pytorch", "memsnap"])
+    parser.add_argument("--modes", help="with --worker: the recording modes of the cycles, comma-separated "
+                                         "(default: all of them); --dump-steps 0 then skips the dumps")
     parser.add_argument("--only", choices=MODES + MEMSNAP_MODES + ("dumps",),
                         help="with --worker: record in this mode alone for --steps x --cycles steps "
                              "after the warmup, or ('dumps') only record and time the dumps (to run "
@@ -229,6 +233,15 @@ def main():
     args = parser.parse_args()
     if args.dump_repeats < 1:
         parser.error(f"--dump-repeats takes 1 or more (given {args.dump_repeats})")
+    if args.modes is not None:
+        if not args.worker:
+            parser.error("--modes goes with --worker")
+        unknown = [m for m in args.modes.split(",") if m not in MODES + MEMSNAP_MODES or m == "off"]
+        if unknown or not args.modes:
+            parser.error(f"--modes takes recording modes of {', '.join(MODES[:-1] + MEMSNAP_MODES)} "
+                         f"(given {args.modes!r})")
+    if args.dump_steps < (0 if args.worker else 1):
+        parser.error(f"--dump-steps takes 1 or more (given {args.dump_steps})")
     if args.worker:
         return worker(args)
 
