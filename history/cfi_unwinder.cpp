@@ -331,13 +331,13 @@ struct ThreadWalker {
   // Walks made and steps walked (not taken over), for cfi_walk_counts.
   CfiWalkCounts counts;
 
-  const HintSet& hint_set(uintptr_t pc, uintptr_t sp) const {
+  HintSet& hint_set(uintptr_t pc, uintptr_t sp) {
     return hints[static_cast<size_t>(((pc ^ (sp << 16)) * 0x9E3779B97F4A7C15ull) >> (64 - kHintSetBits))];
   }
   // Step `step` of walk `memo` was at (pc, sp): its hint goes first in its set, in place of
   // the memo's own earlier one there, or else of the oldest.
   void leave_hint(uintptr_t pc, uintptr_t sp, uint16_t memo, uint16_t step) {
-    JoinHint* way = const_cast<HintSet&>(hint_set(pc, sp)).way;
+    JoinHint* way = hint_set(pc, sp).way;
     size_t drop = 0;
     while (drop + 1 < kHintWays && !(way[drop].memo == memo && way[drop].pc == pc && way[drop].sp == sp))
       ++drop;
@@ -347,7 +347,7 @@ struct ThreadWalker {
   // A walk went on as `hint`, found at `at` in its set: it goes first, so that a path walked
   // again and again is found at the first probe (unless the walk has rewritten the set).
   void promote_hint(const JoinHint& hint, size_t at) {
-    JoinHint* way = const_cast<HintSet&>(hint_set(hint.pc, hint.sp)).way;
+    JoinHint* way = hint_set(hint.pc, hint.sp).way;
     if (way[at].memo != hint.memo || way[at].step != hint.step || way[at].pc != hint.pc ||
         way[at].sp != hint.sp)
       return;
