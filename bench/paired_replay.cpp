@@ -5,10 +5,9 @@
 // trace in alternating turns: each round times `passes` passes of memsnap and as many of
 // PyTorch (by default enough passes for 60,000 events, at least 3), the order flipping every
 // round (memsnap first in even rounds). Both sides run the same harness loop, on the same
-// streams, with the same history setting. Separate processes
-// (bench/side_by_side.py) see a virtual machine's noise differently from one run to the next;
-// here each round's two turns share it, so the ratio of a round is steady where the times
-// are not.
+// streams, with the same history setting. Separate processes (bench/side_by_side.py) see a
+// virtual machine's noise differently from one run to the next; here each round's two turns
+// share it, so the ratio of a round is steady where the times are not.
 //
 // Per history mode (off; without stacks; with C++ stacks, PyTorch's RecordContext::ALL as in
 // ../shared/bench/torch_cca_replay.cpp) it prints the median ns per event of each side, the

@@ -77,6 +77,16 @@ TEST(ReplayHarness, SlotsAndMapMakeTheSameCalls) {
   EXPECT_EQ(two.back(), "f 10");
 }
 
+TEST(ReplayHarness, TimesAShortTraceOverAsManyEventsAsALongOne) {
+  EXPECT_EQ(passes_for(19978), 4);    // 79,912 events a turn
+  EXPECT_EQ(passes_for(162), 371);    // 60,102
+  EXPECT_EQ(passes_for(6), 10000);    // 60,000
+  EXPECT_EQ(passes_for(60000), 3);    // never fewer than 3
+  EXPECT_EQ(passes_for(1000000), 3);
+  EXPECT_EQ(passes_for(0), 3);
+  EXPECT_EQ(passes_for(1, 1000000000), 100000);  // the benches' own limit
+}
+
 TEST(ReplayHarness, NamesItsHarnesses) {
   Harness harness = Harness::kMap;
   EXPECT_TRUE(parse_harness("slots", harness));
