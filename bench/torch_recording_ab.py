@@ -13,25 +13,17 @@ median of its pairs' differences over the events of a step. Printed: each run's 
 event, each side's median over its runs, and after / before.
 """
 import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from torch_recording_bench import run_worker  # (this folder is first on sys.path)
 
 
 def run(package_dir, args):
-    command = [sys.executable, os.path.join(HERE, "torch_recording_bench.py"), "--worker", "memsnap",
-               "--model", args.model, "--cycles", str(args.cycles), "--modes", args.modes,
-               "--dump-steps", "0"]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [package_dir] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        sys.exit(f"run with {package_dir} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_worker(["--worker", "memsnap", "--model", args.model, "--cycles", str(args.cycles),
+                         "--modes", args.modes, "--dump-steps", "0"], f"the run with {package_dir}", env)
     per_step = result["events_per_step"]
     return {mode: statistics.median(d) / per_step * 1e6 for mode, d in result["differences"].items()}
 

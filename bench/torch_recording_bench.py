@@ -201,15 +201,21 @@ def timed_dumps(args, torch, step):
     return dumps
 
 
-def run(args, kind):
-    command = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--model", args.model,
-               "--steps", str(args.steps), "--cycles", str(args.cycles), "--warmup", str(args.warmup),
-               "--dump-steps", str(args.dump_steps), "--dump-repeats", str(args.dump_repeats),
-               "--max-entries", str(args.max_entries)]
-    done = subprocess.run(command, capture_output=True, text=True)
+def run_worker(worker_args, what, env=None):
+    """Runs this script's worker in a fresh process and returns the JSON it printed last
+    (bench/torch_recording_ab.py runs it too)."""
+    command = [sys.executable, os.path.abspath(__file__)] + worker_args
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode != 0:
-        sys.exit(f"{kind} run failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+        sys.exit(f"{what} run failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run(args, kind):
+    return run_worker(["--worker", kind, "--model", args.model, "--steps", str(args.steps),
+                       "--cycles", str(args.cycles), "--warmup", str(args.warmup),
+                       "--dump-steps", str(args.dump_steps), "--dump-repeats", str(args.dump_repeats),
+                       "--max-entries", str(args.max_entries)], kind)
 
 
 def main():
