@@ -207,7 +207,7 @@ def run_worker(worker_args, what, env=None):
     command = [sys.executable, os.path.abspath(__file__)] + worker_args
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode != 0:
-        sys.exit(f"{what} run failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+        sys.exit(f"{what} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -215,7 +215,7 @@ def run(args, kind):
     return run_worker(["--worker", kind, "--model", args.model, "--steps", str(args.steps),
                        "--cycles", str(args.cycles), "--warmup", str(args.warmup),
                        "--dump-steps", str(args.dump_steps), "--dump-repeats", str(args.dump_repeats),
-                       "--max-entries", str(args.max_entries)], kind)
+                       "--max-entries", str(args.max_entries)], f"{kind} run")
 
 
 def main():
