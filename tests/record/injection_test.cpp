@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "snapshot/snapshot_checks.h"
@@ -21,21 +24,45 @@ namespace {
 namespace fs = std::filesystem;
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
+// A folder of its own under /tmp for one run, removed with what the run wrote in it unless the
+// test failed (then it is kept for a look, and its path is in the failure's message).
+class TempFolder {
+ public:
+  TempFolder() {
+    char name[] = "/tmp/memsnap-record-test-XXXXXX";
+    if (mkdtemp(name) == nullptr) {
+      ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
+      return;
+    }
+    path_ = name;
+  }
+  TempFolder(TempFolder&& other) noexcept : path_(std::exchange(other.path_, {})) {}
+  TempFolder& operator=(TempFolder&&) = delete;
+  ~TempFolder() {
+    std::error_code ignored;
+    if (!path_.empty() && !::testing::Test::HasFailure()) fs::remove_all(path_, ignored);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
 struct RecordRun {
   int status = -1;
   std::string out;
   std::string err;
-  fs::path folder;
+  TempFolder folder;
 
   std::vector<fs::path> files(const std::string& prefix) const {
     std::vector<fs::path> found;
-    for (const auto& entry : fs::directory_iterator(folder))
+    for (const auto& entry : fs::directory_iterator(folder.path()))
       if (entry.path().filename().string().starts_with(prefix)) found.push_back(entry.path());
     return found;
   }
   Snapshot only(const std::string& prefix) const {
     const std::vector<fs::path> found = files(prefix);
-    EXPECT_EQ(found.size(), 1u) << prefix << " in " << folder << "\n" << err;
+    EXPECT_EQ(found.size(), 1u) << prefix << " in " << folder.path() << "\n" << err;
     if (found.empty()) return {};
     Result<LoadedSnapshot> loaded = load_snapshot(found.front().string());
     EXPECT_TRUE(loaded) << loaded.error();
@@ -54,17 +81,15 @@ std::string read(const fs::path& path) {
 
 RecordRun record(const std::string& scenario, const std::string& options = "", const std::string& environment = "") {
   RecordRun run;
-  char folder[] = "/tmp/memsnap-record-test-XXXXXX";
-  run.folder = mkdtemp(folder);
   const std::string command = environment + " " + MEMSNAP_CLI + std::string(" record --cupti ") + MEMSNAP_FAKE_CUPTI +
-                              " -o " + (run.folder / "run-{pid}.msgpack").string() + " --oom " +
-                              (run.folder / "oom-{n}.msgpack").string() + " " + options + " -- " +
-                              MEMSNAP_FAKE_CUDA_PROGRAM + " " + scenario + " > " + (run.folder / "stdout").string() +
-                              " 2> " + (run.folder / "stderr").string();
+                              " -o " + (run.folder.path() / "run-{pid}.msgpack").string() + " --oom " +
+                              (run.folder.path() / "oom-{n}.msgpack").string() + " " + options + " -- " +
+                              MEMSNAP_FAKE_CUDA_PROGRAM + " " + scenario + " > " + (run.folder.path() / "stdout").string() +
+                              " 2> " + (run.folder.path() / "stderr").string();
   const int status = std::system(command.c_str());
   run.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  run.out = read(run.folder / "stdout");
-  run.err = read(run.folder / "stderr");
+  run.out = read(run.folder.path() / "stdout");
+  run.err = read(run.folder.path() / "stderr");
   return run;
 }
 
@@ -170,14 +195,12 @@ TEST(RecordInjection, AProcessThatAllocatedNothingWritesNoSnapshot) {
 
 TEST(RecordInjection, APathWrittenByTwoProcessesIsSaid) {
   RecordRun run;
-  char folder[] = "/tmp/memsnap-record-test-XXXXXX";
-  run.folder = mkdtemp(folder);
   const std::string program = std::string(MEMSNAP_FAKE_CUDA_PROGRAM) + " calls";
   const std::string command = std::string(MEMSNAP_CLI) + " record --cupti " + MEMSNAP_FAKE_CUPTI + " -o " +
-                              (run.folder / "same.msgpack").string() + " -- sh -c '" + program + "; " +
-                              program + "' 2> " + (run.folder / "stderr").string();
+                              (run.folder.path() / "same.msgpack").string() + " -- sh -c '" + program + "; " +
+                              program + "' 2> " + (run.folder.path() / "stderr").string();
   ASSERT_EQ(std::system(command.c_str()), 0);
-  run.err = read(run.folder / "stderr");
+  run.err = read(run.folder.path() / "stderr");
   EXPECT_NE(run.err.find("same.msgpack was written more than once"), std::string::npos) << run.err;
   EXPECT_NE(run.err.find("2 snapshots written"), std::string::npos) << run.err;
 }
