@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -25,7 +26,7 @@ namespace fs = std::filesystem;
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
 // A folder of its own under /tmp for one run, removed with what the run wrote in it unless the
-// test failed (then it is kept for a look, and its path is in the failure's message).
+// test failed: then it is kept for a look, and its path is printed.
 class TempFolder {
  public:
   TempFolder() {
@@ -39,8 +40,13 @@ class TempFolder {
   TempFolder(TempFolder&& other) noexcept : path_(std::exchange(other.path_, {})) {}
   TempFolder& operator=(TempFolder&&) = delete;
   ~TempFolder() {
+    if (path_.empty()) return;
+    if (::testing::Test::HasFailure()) {
+      std::cerr << "the run's files are kept in " << path_.string() << "\n";
+      return;
+    }
     std::error_code ignored;
-    if (!path_.empty() && !::testing::Test::HasFailure()) fs::remove_all(path_, ignored);
+    fs::remove_all(path_, ignored);
   }
   const fs::path& path() const { return path_; }
 
