@@ -472,14 +472,11 @@ __attribute__((noinline)) size_t capture_stack_cfi(uintptr_t* frames, size_t max
       const auto names_a_walk_here = [&](const JoinHint& hint) {
         return hint.pc == registers.pc && hint.sp == registers.sp && hint.memo != walker.scratch;
       };
-      // (The first way apart: the path walked last through here is the likeliest.)
-      if (names_a_walk_here(set.way[0]))
-        if (const size_t count = take_over(set.way[0], i); count != kNotTakenOver) return count;
-      for (size_t way = 1; way < ThreadWalker::kHintWays; ++way) {
+      for (size_t way = 0; way < ThreadWalker::kHintWays; ++way) {
         const JoinHint hint = set.way[way];
         if (!names_a_walk_here(hint)) continue;
         if (const size_t count = take_over(hint, i); count != kNotTakenOver) {
-          walker.promote_hint(hint, way);
+          if (way > 0) walker.promote_hint(hint, way);
           return count;
         }
       }
