@@ -7,7 +7,9 @@
 #include "allocator/allocator_config.h"
 
 #include <bit>
+#include <charconv>
 #include <cstdlib>
+#include <set>
 #include <sstream>
 
 namespace memsnap {
@@ -51,8 +53,8 @@ class ConfigParser {
  public:
   explicit ConfigParser(std::vector<std::string> tokens) : tokens_(std::move(tokens)) {}
 
-  AllocatorConfig parse() {
-    AllocatorConfig config;
+  // The settings the string holds, on top of `config`; keys_set() then names the keys it set.
+  AllocatorConfig parse(AllocatorConfig config = {}) {
     while (pos_ < tokens_.size()) {
       const std::string key = tokens_[pos_++];
       if (key == ",") continue;
@@ -60,12 +62,14 @@ class ConfigParser {
         throw ConfigError("unexpected " + quoted(key) + " where a key was expected");
       expect(key, ":");
       parse_value(key, config);
+      keys_set_.insert(key);
       if (pos_ < tokens_.size() && tokens_[pos_] != ",")
         throw ConfigError(key + ": unexpected " + quoted(tokens_[pos_]) +
                           " after the value (separate settings with ',')");
     }
     return config;
   }
+  const std::set<std::string>& keys_set() const { return keys_set_; }
 
  private:
   void parse_value(const std::string& key, AllocatorConfig& config) {
@@ -75,8 +79,8 @@ class ConfigParser {
       config.max_non_split_rounding_size =
           mebibytes(key, next_word(key, "an integer number of MiB"), 20);
     } else if (key == "large_segment_size_mb") {
-      // Must hold any request below kMinLargeAlloc (10 MiB).
-      config.large_segment_size = mebibytes(key, next_word(key, "an integer number of MiB"), 9);
+      // Must hold any request below kMinLargeAlloc (10 MiB), and more (PyTorch: above 10).
+      config.large_segment_size = mebibytes(key, next_word(key, "an integer number of MiB"), 11);
     } else if (key == "garbage_collection_threshold") {
       config.garbage_collection_threshold = fraction(key, next_word(key, "a number"));
     } else if (key == "roundup_power2_divisions") {
@@ -85,16 +89,18 @@ class ConfigParser {
       config.expandable_segments = boolean(key);
     } else if (key == "release_lock_on_cudamalloc") {
       config.release_lock_on_cudamalloc = boolean(key);
+    } else if (key == "per_process_memory_fraction") {
+      config.per_process_memory_fraction = closed_fraction(key, next_word(key, "a number"));
     } else if (key == "backend") {
       const std::string value = next_word(key, "'native'");
       if (value != "native")
         throw ConfigError("backend: memsnap implements the native caching allocator only, got " +
                           quoted(value));
-    } else if (key == "pinned_use_cuda_host_register" || key == "pinned_use_background_threads" ||
-               key == "graph_capture_record_stream_reuse") {
+    } else if (key == "graph_capture_record_stream_reuse") {
+      config.graph_capture_record_stream_reuse = boolean(key);
+    } else if (key == "pinned_use_cuda_host_register" || key == "pinned_use_background_threads") {
       boolean(key);
-      config.notices.push_back(key + " has no effect in memsnap (it configures PyTorch's " +
-                               (key.starts_with("pinned") ? "host allocator)" : "CUDA graphs)"));
+      config.notices.push_back(key + " has no effect in memsnap (it configures PyTorch's host allocator)");
     } else if (key == "pinned_num_register_threads" || key == "pinned_reserve_segment_size_mb") {
       integer(key, next_word(key, "an integer"));
       config.notices.push_back(key + " has no effect in memsnap (it configures PyTorch's host "
@@ -104,7 +110,8 @@ class ConfigParser {
                         " (expected one of max_split_size_mb, max_non_split_rounding_mb, "
                         "large_segment_size_mb, garbage_collection_threshold, "
                         "roundup_power2_divisions, expandable_segments, "
-                        "release_lock_on_cudamalloc, backend, pinned_*)");
+                        "release_lock_on_cudamalloc, per_process_memory_fraction, backend, "
+                        "pinned_*)");
     }
   }
 
@@ -176,11 +183,10 @@ class ConfigParser {
     return std::stoull(word);
   }
 
-  static size_t mebibytes(const std::string& key, const std::string& word, size_t must_exceed) {
+  static size_t mebibytes(const std::string& key, const std::string& word, size_t at_least) {
     const size_t mib = integer(key, word);
-    if (mib <= must_exceed)
-      throw ConfigError(key + ": must be greater than " + std::to_string(must_exceed) +
-                        " (MiB), got " + word);
+    if (mib < at_least)
+      throw ConfigError(key + ": must be at least " + std::to_string(at_least) + " (MiB), got " + word);
     if (mib > std::numeric_limits<size_t>::max() / kMiB)
       return std::numeric_limits<size_t>::max();
     return mib * kMiB;
@@ -195,6 +201,15 @@ class ConfigParser {
     return value;
   }
 
+  // 0 <= value <= 1, in PyTorch's words for a value outside.
+  static double closed_fraction(const std::string& key, const std::string& word) {
+    char* end = nullptr;
+    const double value = std::strtod(word.c_str(), &end);
+    if (end == word.c_str() || *end != '\0' || !(value >= 0.0 && value <= 1.0))
+      throw ConfigError(key + " is invalid, set it in [0.0, 1.0], got " + quoted(word));
+    return value;
+  }
+
   bool boolean(const std::string& key) {
     const std::string word = next_word(key, "True or False");
     if (word == "True") return true;
@@ -204,6 +219,7 @@ class ConfigParser {
 
   std::vector<std::string> tokens_;
   size_t pos_ = 0;
+  std::set<std::string> keys_set_;
 };
 
 }  // namespace
@@ -214,6 +230,37 @@ Result<AllocatorConfig> parse_allocator_config(std::string_view text) {
   try {
     AllocatorConfig config = ConfigParser(tokenize(text)).parse();
     config.source = std::string(text);
+    return config;
+  } catch (const ConfigError& error) {
+    return Result<AllocatorConfig>::failure("allocator config: " + error.message);
+  }
+}
+
+Result<AllocatorConfig> update_allocator_config(const AllocatorConfig& base, std::string_view text) {
+  if (text.size() > kMaxConfigLength)
+    return Result<AllocatorConfig>::failure("allocator config: longer than 64 KiB");
+  try {
+    ConfigParser parser(tokenize(text));
+    const AllocatorConfig given = parser.parse();
+    const std::set<std::string>& keys = parser.keys_set();
+    const auto set = [&](const char* key) { return keys.count(key) != 0; };
+    const AllocatorConfig defaults;
+    AllocatorConfig config = base;
+    config.max_split_size = set("max_split_size_mb") ? given.max_split_size : defaults.max_split_size;
+    config.roundup_power2_divisions =
+        set("roundup_power2_divisions") ? given.roundup_power2_divisions : defaults.roundup_power2_divisions;
+    config.garbage_collection_threshold =
+        set("garbage_collection_threshold") ? given.garbage_collection_threshold : 0.0;
+    if (set("large_segment_size_mb")) config.large_segment_size = given.large_segment_size;
+    config.max_non_split_rounding_size =
+        set("max_non_split_rounding_mb") ? given.max_non_split_rounding_size : config.large_segment_size;
+    if (set("expandable_segments")) config.expandable_segments = given.expandable_segments;
+    if (set("release_lock_on_cudamalloc")) config.release_lock_on_cudamalloc = given.release_lock_on_cudamalloc;
+    if (set("graph_capture_record_stream_reuse"))
+      config.graph_capture_record_stream_reuse = given.graph_capture_record_stream_reuse;
+    if (set("per_process_memory_fraction")) config.per_process_memory_fraction = given.per_process_memory_fraction;
+    config.notices = given.notices;
+    config.source = to_config_string(config);
     return config;
   } catch (const ConfigError& error) {
     return Result<AllocatorConfig>::failure("allocator config: " + error.message);
@@ -252,6 +299,15 @@ Result<bool> caching_from_environment() {
   return caching;
 }
 
+namespace {
+// The shortest text that reads back as the same double: 0.6, not 0.59999999999999998.
+std::string shortest_text(double value) {
+  char text[32];
+  const auto [end, error] = std::to_chars(text, text + sizeof(text), value);
+  return error == std::errc{} ? std::string(text, end) : std::to_string(value);
+}
+}  // namespace
+
 std::string to_config_string(const AllocatorConfig& config) {
   std::ostringstream out;
   const AllocatorConfig defaults;
@@ -266,12 +322,8 @@ std::string to_config_string(const AllocatorConfig& config) {
     put("max_non_split_rounding_mb", std::to_string(config.max_non_split_rounding_size / kMiB));
   if (config.large_segment_size != defaults.large_segment_size)
     put("large_segment_size_mb", std::to_string(config.large_segment_size / kMiB));
-  if (config.garbage_collection_threshold != 0.0) {
-    std::ostringstream value;
-    value.precision(17);
-    value << config.garbage_collection_threshold;
-    put("garbage_collection_threshold", value.str());
-  }
+  if (config.garbage_collection_threshold != 0.0)
+    put("garbage_collection_threshold", shortest_text(config.garbage_collection_threshold));
   if (config.roundup_power2_divisions != defaults.roundup_power2_divisions) {
     std::string list = "[";
     for (size_t i = 0; i < config.roundup_power2_divisions.size(); ++i) {
@@ -282,6 +334,9 @@ std::string to_config_string(const AllocatorConfig& config) {
   }
   if (config.expandable_segments) put("expandable_segments", "True");
   if (config.release_lock_on_cudamalloc) put("release_lock_on_cudamalloc", "True");
+  if (config.graph_capture_record_stream_reuse) put("graph_capture_record_stream_reuse", "True");
+  if (config.per_process_memory_fraction != 1.0)
+    put("per_process_memory_fraction", shortest_text(config.per_process_memory_fraction));
   return out.str();
 }
 

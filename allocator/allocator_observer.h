@@ -4,6 +4,7 @@
 // events happen; an observer must be quick and must not call back into the allocator.
 #pragma once
 
+#include "allocator/allocator_config.h"
 #include "allocator/block.h"
 #include "allocator/out_of_memory.h"
 
@@ -26,6 +27,12 @@ class AllocatorObserver {
   virtual void on_segment_unmap(int /*device*/, const Segment& /*segment*/, uintptr_t /*address*/,
                                 size_t /*bytes*/) {}
   virtual void on_oom(int /*device*/, const OomInfo& /*info*/) {}
+  // The settings changed while running (DeviceCachingAllocator::set_config); `config` holds
+  // from the next event on. `request` is what the program asked for, when known
+  // (_set_allocator_settings' string; update_allocator_config of the old settings with it gives
+  // `config`).
+  virtual void on_settings_changed(int /*device*/, const AllocatorConfig& /*config*/,
+                                   const std::string& /*request*/) {}
 };
 
 }  // namespace memsnap

@@ -44,6 +44,9 @@ struct Block {
   bool expandable = false;  // lies in an expandable segment (segment->expandable, kept here
                             // because the fast path asks on every allocation and free)
   bool mapped = true;  // false: address space of an expandable segment with no memory yet
+  // Counted in oversize_allocations while allocated (it was at or above max_split_size when it
+  // was allocated). Kept so the count stays true when max_split_size changes while it lives.
+  bool counted_oversize = false;
   // Outstanding events before a pending free completes; 1, with no event yet, while a block
   // freed during a capture waits for the capture to end to record its events
   // (DeviceCachingAllocator::frees_awaiting_events_, which keeps its stream_uses until then).
@@ -77,6 +80,7 @@ struct Segment {
   // `address`; reserved bytes are only the mapped ones.
   bool expandable = false;
   size_t page_size = 0;
+  bool counted_oversize = false;  // counted in oversize_segments (as Block::counted_oversize)
   mutable uint32_t observer_hint = 0;  // as Block::observer_hint
 };
 

@@ -19,18 +19,40 @@ std::string hex(uintptr_t address) { return format_hex(address); }
 }
 }  // namespace
 
+namespace {
+void check_backend_can_honour(const AllocatorConfig& config, DeviceBackend& backend) {
+  for (int d = 0; config.expandable_segments && d < backend.device_count(); ++d)
+    if (!backend.supports_expandable_segments(d))
+      throw std::invalid_argument("allocator config: expandable_segments:True needs a device that " +
+                                  std::string("can map memory into reserved address space; the ") +
+                                  backend.name() + " backend's device " + std::to_string(d) +
+                                  " cannot");
+}
+}  // namespace
+
 CachingAllocator::CachingAllocator(std::shared_ptr<DeviceBackend> backend, AllocatorConfig config)
     : backend_(std::move(backend)), config_(std::move(config)) {
   if (!backend_) throw std::invalid_argument("CachingAllocator needs a device backend");
+  check_backend_can_honour(config_, *backend_);
   const int count = backend_->device_count();
-  for (int d = 0; config_.expandable_segments && d < count; ++d)
-    if (!backend_->supports_expandable_segments(d))
-      throw std::invalid_argument("allocator config: expandable_segments:True needs a device that " +
-                                  std::string("can map memory into reserved address space; the ") +
-                                  backend_->name() + " backend's device " + std::to_string(d) +
-                                  " cannot");
-  for (int d = 0; d < count; ++d)
+  for (int d = 0; d < count; ++d) {
     devices_.push_back(std::make_unique<DeviceCachingAllocator>(d, *backend_, config_));
+    // As PyTorch 2.11 applies per_process_memory_fraction: once, to each device as it is made.
+    if (config_.per_process_memory_fraction < 1.0)
+      devices_.back()->set_memory_fraction(config_.per_process_memory_fraction);
+  }
+}
+
+void CachingAllocator::set_config(AllocatorConfig config, const std::string& request) {
+  check_backend_can_honour(config, *backend_);
+  std::lock_guard<std::mutex> lock(config_mutex_);
+  for (auto& device : devices_) device->set_config(config, request);
+  config_ = std::move(config);
+}
+
+AllocatorConfig CachingAllocator::config() const {
+  std::lock_guard<std::mutex> lock(config_mutex_);
+  return config_;
 }
 
 CachingAllocator::~CachingAllocator() = default;
@@ -56,6 +78,28 @@ void* CachingAllocator::allocate_listed(DeviceCachingAllocator& owner, size_t by
   AllocatorLockGuard lock(shard.mutex);
   shard.owners.insert(address, &owner);
   return reinterpret_cast<void*>(address);
+}
+
+void* CachingAllocator::allocate_reporting(size_t bytes, int device_index, StreamId stream,
+                                           MemoryReport& report) {
+  if (bytes == 0) return nullptr;
+  DeviceCachingAllocator& owner = device(device_index);
+  DirectoryOperation counted(*this);
+  const uintptr_t address = owner.allocate_reporting(bytes, stream, report);
+  if (uses_directory()) {
+    Shard& shard = shard_for(address);
+    AllocatorLockGuard lock(shard.mutex);
+    shard.owners.insert(address, &owner);
+  }
+  return reinterpret_cast<void*>(address);
+}
+
+int CachingAllocator::deallocate_reporting(void* ptr, MemoryReport& report) {
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  DirectoryOperation counted(*this);
+  DeviceCachingAllocator* owner = owner_of(address, /*forget=*/true);
+  if (owner == nullptr || !owner->deallocate_reporting(address, report)) throw_not_allocated(address);
+  return owner->device();
 }
 
 std::vector<void*> CachingAllocator::restore_segment(const SegmentRecord& layout) {

@@ -15,6 +15,7 @@
 #include <array>
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,11 @@ class CachingAllocator {
   // Frees a pointer from allocate(); nullptr is ignored. Throws std::invalid_argument for a
   // pointer this allocator does not own (including a second free of the same pointer).
   void deallocate(void* ptr);
+  // allocate and deallocate (of a pointer that is not nullptr), telling what PyTorch's profiler
+  // is told of each: the block's bytes and the device's totals right after (MemoryReport).
+  // deallocate_reporting returns the pointer's device.
+  void* allocate_reporting(size_t bytes, int device, StreamId stream, MemoryReport& report);
+  int deallocate_reporting(void* ptr, MemoryReport& report);
   void record_stream(void* ptr, StreamId stream);
   // The block size (after rounding) behind a live pointer.
   size_t allocated_size(void* ptr) const;
@@ -59,10 +65,16 @@ class CachingAllocator {
   void add_free_memory_callback(FreeMemoryCallback callback);  // every device
   void set_observer(AllocatorObserver* observer);              // every device
 
+  // Changes the settings while the program runs (PyTorch's _set_allocator_settings): every
+  // device applies them from its next request on (DeviceCachingAllocator::set_config).
+  // `request` is the string the program gave, when there was one (recorded with the change).
+  // Throws std::invalid_argument, changing nothing, for settings the devices cannot honour.
+  void set_config(AllocatorConfig config, const std::string& request = {});
+
   int device_count() const { return static_cast<int>(devices_.size()); }
   DeviceCachingAllocator& device(int index) const;
   DeviceBackend& backend() const { return *backend_; }
-  const AllocatorConfig& config() const { return config_; }
+  AllocatorConfig config() const;  // the settings in effect (a copy: they may change)
 
   // Every violated invariant, as readable lines (empty when all hold). Takes each lock in
   // turn; for tests and debugging, not the hot path. Safe while other threads allocate: the
@@ -103,6 +115,7 @@ class CachingAllocator {
   DeviceCachingAllocator* owner_of(uintptr_t address, bool forget) const;
 
   std::shared_ptr<DeviceBackend> backend_;
+  mutable std::mutex config_mutex_;  // config_; set_config holds it until every device has its copy
   AllocatorConfig config_;
   std::vector<std::unique_ptr<DeviceCachingAllocator>> devices_;
   mutable std::array<Shard, kShards> shards_;

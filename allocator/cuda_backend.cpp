@@ -58,6 +58,38 @@ CudaBackend::~CudaBackend() {
   for (uintptr_t stream : streams_) cudaStreamDestroy(reinterpret_cast<cudaStream_t>(stream));
 }
 
+DeviceBackend::CaptureState CudaBackend::capture_state(int, StreamId stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  cudaGraph_t graph = nullptr;
+  const cudaGraphNode_t* terminals = nullptr;
+  size_t count = 0;
+  check(cudaStreamGetCaptureInfo(reinterpret_cast<cudaStream_t>(stream), &status, &id, &graph, &terminals,
+                                 nullptr, &count),
+        "cudaStreamGetCaptureInfo");
+  if (status == cudaStreamCaptureStatusInvalidated) throw DeviceError("CUDA: a stream's graph capture was invalidated");
+  CaptureState state;
+  if (status != cudaStreamCaptureStatusActive) return state;
+  state.capturing = true;
+  state.capture_id = id;
+  for (size_t i = 0; i < count; ++i) state.terminals.push_back(reinterpret_cast<uintptr_t>(terminals[i]));
+  return state;
+}
+
+std::vector<uintptr_t> CudaBackend::node_dependencies(int, uintptr_t node) {
+  const auto graph_node = reinterpret_cast<cudaGraphNode_t>(node);
+  size_t count = 0;
+  check(cudaGraphNodeGetDependencies(graph_node, nullptr, nullptr, &count), "cudaGraphNodeGetDependencies");
+  std::vector<cudaGraphNode_t> nodes(count);
+  std::vector<cudaGraphEdgeData> edges(count);
+  if (count > 0)
+    check(cudaGraphNodeGetDependencies(graph_node, nodes.data(), edges.data(), &count),
+          "cudaGraphNodeGetDependencies");
+  std::vector<uintptr_t> out;
+  for (size_t i = 0; i < count; ++i) out.push_back(reinterpret_cast<uintptr_t>(nodes[i]));
+  return out;
+}
+
 std::optional<uintptr_t> CudaBackend::reserve(int device, size_t bytes) {
   DeviceGuard guard(device);
   void* ptr = nullptr;

@@ -34,6 +34,8 @@ class CudaBackend final : public DeviceBackend {
   void synchronize_event(EventHandle event) override;
   void release_event(EventHandle event) override;
   StreamId create_stream(int device) override;
+  CaptureState capture_state(int device, StreamId stream) override;
+  std::vector<uintptr_t> node_dependencies(int device, uintptr_t node) override;
   bool supports_expandable_segments(int device) override { return vmm_->supported(device); }
   std::optional<uintptr_t> reserve_address_space(int device, size_t bytes) override {
     return vmm_->reserve(device, bytes);

@@ -19,6 +19,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace memsnap {
 
@@ -83,6 +84,19 @@ class DeviceBackend {
   // A new stream for work on `device` (besides stream 0, the default stream). Programs
   // that choose their backend at run time create their streams through it.
   virtual StreamId create_stream(int device) = 0;
+
+  // --- CUDA graph capture (graph_capture_record_stream_reuse) ---
+  // What a stream is capturing into: the capture's id and its terminal nodes, the graph nodes
+  // the stream's next captured work will depend on. A backend that cannot tell says "not
+  // capturing": blocks freed during a capture then wait for its end.
+  struct CaptureState {
+    bool capturing = false;
+    uint64_t capture_id = 0;
+    std::vector<uintptr_t> terminals;
+  };
+  virtual CaptureState capture_state(int /*device*/, StreamId /*stream*/) { return {}; }
+  // The nodes a captured graph node depends on.
+  virtual std::vector<uintptr_t> node_dependencies(int /*device*/, uintptr_t /*node*/) { return {}; }
 };
 
 }  // namespace memsnap

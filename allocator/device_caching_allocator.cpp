@@ -8,12 +8,28 @@
 
 namespace memsnap {
 
+namespace {
+int64_t max_split_size_stat(const AllocatorConfig& config) {
+  return config.max_split_size == kNoMaxSplitSize ? -1 : static_cast<int64_t>(config.max_split_size);
+}
+}  // namespace
+
 DeviceCachingAllocator::DeviceCachingAllocator(int device, DeviceBackend& backend,
                                                const AllocatorConfig& config)
     : device_(device), backend_(backend), config_(config) {
-  stats_.max_split_size = config.max_split_size == kNoMaxSplitSize
-                              ? -1
-                              : static_cast<int64_t>(config.max_split_size);
+  stats_.max_split_size = max_split_size_stat(config);
+}
+
+void DeviceCachingAllocator::set_config(const AllocatorConfig& config, const std::string& request) {
+  AllocatorLockGuard lock(mutex_);
+  config_ = config;
+  stats_.max_split_size = max_split_size_stat(config);
+  if (observer_) observer_->on_settings_changed(device_, config_, request);
+}
+
+AllocatorConfig DeviceCachingAllocator::config() const {
+  AllocatorLockGuard lock(mutex_);
+  return config_;
 }
 
 DeviceCachingAllocator::~DeviceCachingAllocator() {
@@ -30,8 +46,12 @@ DeviceCachingAllocator::~DeviceCachingAllocator() {
   for (auto& [address, segment] : segments_) {
     if (segment->expandable) continue;
     try {
-      backend_.release(device_, segment->address, segment->size);
-    } catch (const DeviceError&) {
+      if (SegmentSource* source = segment_source_of(*segment))
+        source->release(device_, segment->address, segment->size, segment->stream);
+      else
+        backend_.release(device_, segment->address, segment->size);
+    } catch (const std::exception&) {
+      // The device (or the pool's own allocator) may already be gone at process exit.
     }
   }
 }
@@ -57,6 +77,27 @@ DeviceCachingAllocator::~DeviceCachingAllocator() {
   return true;
 }
 
+uintptr_t DeviceCachingAllocator::allocate_reporting(size_t size, StreamId stream, MemoryReport& report) {
+  AllocatorLock lock(mutex_);
+  Block* block = observer_ == nullptr ? malloc(size, stream, lock) : malloc_observed(size, stream, lock);
+  live_blocks_.insert(block->address, block);
+  report = {block->size, DeviceStats::total(stats_.allocated_bytes), DeviceStats::total(stats_.reserved_bytes)};
+  return block->address;
+}
+
+bool DeviceCachingAllocator::deallocate_reporting(uintptr_t address, MemoryReport& report) {
+  AllocatorLockGuard lock(mutex_);
+  Block* block = live_blocks_.erase(address);
+  if (block == nullptr) return false;
+  const size_t size = block->size;  // (free may merge the block with its neighbours)
+  if (observer_ == nullptr)
+    free(block);
+  else
+    free_observed(block);
+  report = {size, DeviceStats::total(stats_.allocated_bytes), DeviceStats::total(stats_.reserved_bytes)};
+  return true;
+}
+
 // Kept out of the flattened functions above: an observer walks the stack from in here, and
 // its walks went slower through the merged frame.
 [[gnu::noinline]] Block* DeviceCachingAllocator::malloc_observed(size_t size, StreamId stream, AllocatorLock& lock) {
@@ -71,8 +112,10 @@ bool DeviceCachingAllocator::record_stream(uintptr_t address, StreamId stream) {
   if (block == nullptr) return false;
   if (stream != block->stream &&
       std::find(block->stream_uses.begin(), block->stream_uses.end(), stream) ==
-          block->stream_uses.end())
+          block->stream_uses.end()) {
     block->stream_uses.push_back(stream);
+    if (!allocating_to_.empty()) note_stream_use_in_capture(block, stream);
+  }
   return true;
 }
 
@@ -92,7 +135,9 @@ Block* DeviceCachingAllocator::malloc(size_t size, StreamId stream, AllocatorLoc
     pool = is_small_request(rounded) ? &small_blocks_ : &large_blocks_;
   } else {
     // Querying events is illegal while a graph captures: PyTorch waits until no pool is being
-    // allocated to.
+    // allocated to, or the capture's graph says a block's uses are over.
+    if (config_.graph_capture_record_stream_reuse && !frees_awaiting_events_.empty())
+      free_blocks_safe_in_capture(stream);
     pool = &routed_pool_for(rounded, stream);
   }
   Block* block = config_.caching ? take_free_block(*pool, stream, rounded) : nullptr;
@@ -106,7 +151,15 @@ Block* DeviceCachingAllocator::take_free_block(BlockPool& pool, StreamId stream,
                                                size_t rounded_size) {
   if (gc_enabled()) pool.count_search();
   Block* block = pool.lower_bound(stream, rounded_size);
-  if (block != nullptr && block->expandable) block = best_fit_by_expandable_size(pool, block);
+  if (block != nullptr && block->expandable) {
+    if (config_.expandable_segments) {
+      block = best_fit_by_expandable_size(pool, block);
+    } else {
+      // Expandable segments were turned off after some were made: as PyTorch, only blocks
+      // of fixed segments are taken until they are turned on again.
+      while (block != nullptr && block->expandable) block = pool.next_in_order(block);
+    }
+  }
   if (block == nullptr || !block_fits_split_rules(block->size, rounded_size, config_))
     return nullptr;
   pool.erase(block);
@@ -122,8 +175,11 @@ Block* DeviceCachingAllocator::finish_allocation(Block* block, size_t rounded_si
   const bool already_split = block->is_split();
   // Expandable memory is left out of the split statistics, as in PyTorch.
   const bool counts_split = !block->expandable;
+  // A pool with its own segment source never has expandable segments (PyTorch's
+  // is_expandable_segments_active), so its blocks split by the fixed-segment rules.
+  const bool expandable_active = config_.expandable_segments && segment_source_of(pool) == nullptr;
   if (split_any_remainder ? block->size > rounded_size
-                          : should_split(block->size, rounded_size, small, config_) &&
+                          : should_split(block->size, rounded_size, small, expandable_active, config_) &&
                                 (pool.owner() == nullptr || !pool.owner()->no_split)) {
     Block* remaining = split_block_at(block, rounded_size);
     pool.insert(remaining);
@@ -148,7 +204,8 @@ Block* DeviceCachingAllocator::finish_allocation(Block* block, size_t rounded_si
   DeviceStats::increase(stats_.active, small, 1);
   DeviceStats::increase(stats_.active_bytes, small, bytes);
   DeviceStats::increase(stats_.requested_bytes, small, static_cast<int64_t>(requested_size));
-  if (block->size >= config_.max_split_size) stats_.oversize_allocations.increase(1);
+  block->counted_oversize = block->size >= config_.max_split_size;
+  if (block->counted_oversize) stats_.oversize_allocations.increase(1);
   if (observer_) observer_->on_alloc(device_, *block);
   return block;
 }
@@ -188,14 +245,17 @@ void DeviceCachingAllocator::free(Block* block) {
   block->allocated = false;
   DeviceStats::decrease(stats_.allocation, small, 1);
   DeviceStats::decrease(stats_.allocated_bytes, small, static_cast<int64_t>(block->size));
-  if (block->size >= config_.max_split_size) stats_.oversize_allocations.decrease(1);
+  if (block->counted_oversize) stats_.oversize_allocations.decrease(1);
+  block->counted_oversize = false;
   if (observer_) observer_->on_free_requested(device_, *block);
-  if (block->stream_uses.empty())
+  if (block->stream_uses.empty()) {
     free_block(block);
-  else if (allocating_to_.empty())
+  } else if (allocating_to_.empty()) {
+    capture_stream_uses_.erase(block);  // (a capture that ended; its events are recordable)
     insert_events(block);  // becomes reusable once the other streams catch up
-  else
+  } else {
     defer_events(block);
+  }
 }
 
 // Returns a block whose frees (and events) are complete to its pool, merged with its free

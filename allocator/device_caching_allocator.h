@@ -19,6 +19,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <unordered_set>
 #include <vector>
 
 #include "allocator/allocator_config.h"
@@ -48,6 +49,10 @@ class DeviceCachingAllocator {
   // Frees a live allocation of this device. Returns false, changing nothing, when `address`
   // is not one (never allocated here, or already freed).
   bool deallocate(uintptr_t address);
+  // The same, telling what PyTorch's profiler is told of each (MemoryReport): the block's
+  // bytes and this device's totals right after, read under the same lock.
+  uintptr_t allocate_reporting(size_t size, StreamId stream, MemoryReport& report);
+  bool deallocate_reporting(uintptr_t address, MemoryReport& report);
   // Marks a live allocation as used on `stream`: its memory is reused only after the work
   // queued on `stream` at the time of the free has completed. False when not live here.
   bool record_stream(uintptr_t address, StreamId stream);
@@ -62,8 +67,9 @@ class DeviceCachingAllocator {
 
   // --- private pools (private_pool.h) ---
   // Creates the pool with one use, or adds a use to it (PyTorch's createOrIncrefPool: a MemPool
-  // made, a graph sharing another's pool).
-  void create_or_incref_pool(MempoolId pool);
+  // made, a graph sharing another's pool). A pool made with a segment source gets its segments
+  // from it; giving one for a pool that exists throws std::invalid_argument.
+  void create_or_incref_pool(MempoolId pool, std::shared_ptr<SegmentSource> source = nullptr);
   // From now until end_allocate_to_pool(pool), requests whose stream `filter` accepts are
   // served from the pool (created, or given one more use, here). Throws
   // std::invalid_argument for the global pool or a pool already being allocated to.
@@ -129,8 +135,16 @@ class DeviceCachingAllocator {
     return fn();
   }
 
+  // Changes the settings from the next request on, as PyTorch applies
+  // torch.cuda.memory._set_allocator_settings: segments and blocks already made keep what they
+  // are (an expandable segment stays expandable; with expandable_segments off, best fit passes
+  // over its blocks). The observer is told under the lock, between the events it falls between.
+  void set_config(const AllocatorConfig& config, const std::string& request = {});
+
   int device() const { return device_; }
-  const AllocatorConfig& config() const { return config_; }
+  AllocatorConfig config() const;  // a copy: settings may change while others read them
+  // The settings, for a caller that holds this device's lock (inside with_lock).
+  const AllocatorConfig& config_while_locked() const { return config_; }
 
  private:
   friend class InvariantChecker;
@@ -146,7 +160,7 @@ class DeviceCachingAllocator {
   // While some pool is being allocated to: the pool that serves a request on `stream`.
   BlockPool& routed_pool_for(size_t rounded_size, StreamId stream);
   PrivatePool* find_pool(MempoolId pool) const;
-  std::pair<PrivatePool*, bool> find_or_make_pool(MempoolId pool);
+  std::pair<PrivatePool*, bool> find_or_make_pool(MempoolId pool, std::shared_ptr<SegmentSource> source = nullptr);
   PrivatePool& add_pool_use(MempoolId pool);
   Block* take_from_fallback_pools(bool small, StreamId stream, size_t rounded_size);
   size_t private_pool_free_bytes() const;
@@ -156,6 +170,14 @@ class DeviceCachingAllocator {
   Block* finish_allocation(Block* block, size_t rounded_size, size_t requested_size,
                            bool split_any_remainder = false);
   void free_block(Block* block);
+  // The pool's own segment source, when it has one (a MemPool with its own allocator).
+  static SegmentSource* segment_source_of(const BlockPool& pool) {
+    return pool.owner() != nullptr ? pool.owner()->segment_source.get() : nullptr;
+  }
+  SegmentSource* segment_source_of(const Segment& segment) const {
+    const PrivatePool* pool = segment.pool_id.is_global() ? nullptr : find_pool(segment.pool_id);
+    return pool != nullptr ? pool->segment_source.get() : nullptr;
+  }
   Block* merge_free_neighbours(Block* block, int64_t& inactive_split_blocks_change,
                                int64_t& inactive_split_bytes_change);
   Block* split_block_at(Block* block, size_t offset);
@@ -182,8 +204,13 @@ class DeviceCachingAllocator {
   void garbage_collect_cached_blocks();
   void insert_events(Block* block);
   void process_events();
+  // --- frees during a CUDA graph capture (device_capture_reuse.cpp) ---
   void defer_events(Block* block);
   void insert_deferred_events();
+  void note_stream_use_in_capture(Block* block, StreamId stream);
+  std::vector<uintptr_t> free_markers(const Block* block);
+  void free_blocks_safe_in_capture(StreamId stream);
+  void forget_capture_of(MempoolId pool);
   // Waits for the pending frees (of one private pool's blocks alone, when given).
   void synchronize_and_free_events(const PrivatePool* only = nullptr);
   [[noreturn]] void report_out_of_memory(size_t requested_size, size_t rounded_size,
@@ -206,7 +233,7 @@ class DeviceCachingAllocator {
 
   const int device_;
   DeviceBackend& backend_;
-  const AllocatorConfig config_;
+  AllocatorConfig config_;  // under mutex_, as everything below
 
   mutable AllocatorMutex mutex_;
   // Live allocations by address, under the same lock as the policy, so a call takes one lock.
@@ -221,7 +248,17 @@ class DeviceCachingAllocator {
   std::vector<std::pair<PrivatePool*, PoolFilter>> allocating_to_;
   // Blocks freed while a pool was being allocated to, used on other streams: events cannot
   // be recorded and queried during a capture, so theirs wait until no pool is.
-  std::vector<Block*> frees_awaiting_events_;
+  struct DeferredFree {
+    Block* block;
+    std::vector<uintptr_t> markers;  // graph nodes after its last uses; none: wait for the end
+  };
+  std::vector<DeferredFree> frees_awaiting_events_;
+  // Streams a block was used on (record_stream) during a capture: their uses end with it.
+  std::map<Block*, std::vector<StreamId>> capture_stream_uses_;
+  // graph_capture_record_stream_reuse: by capture, by stream, the graph nodes known to be
+  // ancestors of (or to be) the stream's terminals; and the capture each pool's graph is.
+  std::map<uint64_t, std::map<StreamId, std::unordered_set<uintptr_t>>> capture_reuse_;
+  std::map<MempoolId, uint64_t> pool_capture_ids_;
   DeviceStats stats_;  // unsettled (device_stats.h): stats() settles a copy
   bool memory_fraction_set_ = false;
   size_t allowed_bytes_ = 0;  // reserved-memory cap when memory_fraction_set_

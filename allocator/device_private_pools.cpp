@@ -28,9 +28,13 @@ PrivatePool* DeviceCachingAllocator::find_pool(MempoolId pool) const {
 }
 
 // The pool, made with one use when it does not exist; true when made here.
-std::pair<PrivatePool*, bool> DeviceCachingAllocator::find_or_make_pool(MempoolId pool) {
+std::pair<PrivatePool*, bool> DeviceCachingAllocator::find_or_make_pool(MempoolId pool,
+                                                                        std::shared_ptr<SegmentSource> source) {
   auto [it, made] = private_pools_.try_emplace(pool);
-  if (made) it->second = std::make_unique<PrivatePool>(pool);
+  if (made) {
+    it->second = std::make_unique<PrivatePool>(pool);
+    it->second->segment_source = std::move(source);
+  }
   return {it->second.get(), made};
 }
 
@@ -45,10 +49,16 @@ PrivatePool& DeviceCachingAllocator::add_pool_use(MempoolId pool) {
   return *found;
 }
 
-void DeviceCachingAllocator::create_or_incref_pool(MempoolId pool) {
+void DeviceCachingAllocator::create_or_incref_pool(MempoolId pool, std::shared_ptr<SegmentSource> source) {
   if (pool.is_global()) refuse("the global pools are not a private pool:", pool);
   AllocatorLockGuard lock(mutex_);
-  add_pool_use(pool);
+  if (source == nullptr) {
+    add_pool_use(pool);
+    return;
+  }
+  // A pool's source is given when it is made, never to a pool that exists (PyTorch asserts).
+  if (find_pool(pool) != nullptr) refuse("a segment source can only be given to a new pool, not to", pool);
+  find_or_make_pool(pool, std::move(source));
 }
 
 void DeviceCachingAllocator::begin_allocate_to_pool(MempoolId pool, PoolFilter filter) {
@@ -64,6 +74,7 @@ void DeviceCachingAllocator::end_allocate_to_pool(MempoolId pool) {
   AllocatorLockGuard lock(mutex_);
   for (auto it = allocating_to_.begin(); it != allocating_to_.end(); ++it) {
     if (it->first->id == pool) {
+      forget_capture_of(pool);
       allocating_to_.erase(it);
       return;
     }

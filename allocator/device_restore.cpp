@@ -103,12 +103,14 @@ std::vector<uintptr_t> DeviceCachingAllocator::restore_segment(const SegmentReco
     DeviceStats::increase(stats_.active, small, 1);
     DeviceStats::increase(stats_.active_bytes, small, bytes);
     DeviceStats::increase(stats_.requested_bytes, small, static_cast<int64_t>(record.requested_size));
-    if (block->size >= config_.max_split_size) stats_.oversize_allocations.increase(1);
+    block->counted_oversize = block->size >= config_.max_split_size;
+    if (block->counted_oversize) stats_.oversize_allocations.increase(1);
   }
+  segment->counted_oversize = layout.size >= config_.max_split_size;
+  if (segment->counted_oversize) stats_.oversize_segments.increase(1);
   segments_.emplace(layout.address, std::move(segment));
   DeviceStats::increase(stats_.segment, small, 1);
   DeviceStats::increase(stats_.reserved_bytes, small, static_cast<int64_t>(layout.size));
-  if (layout.size >= config_.max_split_size) stats_.oversize_segments.increase(1);
   return live;
 }
 

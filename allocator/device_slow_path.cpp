@@ -93,22 +93,29 @@ Block* DeviceCachingAllocator::reserve_segment(BlockPool& pool, StreamId stream,
   const size_t size = segment_size_for(rounded_size, config_);
   if (is_retry) stats_.num_alloc_retries += 1;
   if (memory_fraction_set_ && reserved_bytes() + size > allowed_bytes_) return nullptr;
-  if (config_.expandable_segments && config_.caching)
+  // A pool with its own segment source takes fixed segments from it, expandable segments or not.
+  const std::shared_ptr<SegmentSource> source =
+      pool.owner() != nullptr ? pool.owner()->segment_source : nullptr;
+  if (config_.expandable_segments && config_.caching && source == nullptr)
     return allocate_expandable(pool, stream, rounded_size);
+  const auto reserve = [&] {
+    return source != nullptr ? source->reserve(device_, size, stream) : backend_.reserve(device_, size);
+  };
   std::optional<uintptr_t> address;
   if (config_.release_lock_on_cudamalloc) {
     ScopedUnlock unlocked(lock);
-    address = backend_.reserve(device_, size);
+    address = reserve();
   } else {
-    address = backend_.reserve(device_, size);
+    address = reserve();
   }
   if (!address) return nullptr;
 
   Block* block = add_segment(pool, stream, *address, size, /*page_size=*/0);
-  const Segment& added = *block->segment;
+  Segment& added = *block->segment;
   DeviceStats::increase(stats_.segment, pool.is_small(), 1);
   DeviceStats::increase(stats_.reserved_bytes, pool.is_small(), static_cast<int64_t>(size));
-  if (size >= config_.max_split_size) stats_.oversize_segments.increase(1);
+  added.counted_oversize = size >= config_.max_split_size;
+  if (added.counted_oversize) stats_.oversize_segments.increase(1);
   stats_.num_device_alloc += 1;
   if (observer_) observer_->on_segment_alloc(device_, added);
   return block;
@@ -222,10 +229,13 @@ void DeviceCachingAllocator::release_segment(Block* head) {
   Segment& segment = *found->second;
   const bool small = head->pool->is_small();
   if (observer_) observer_->on_segment_free(device_, segment);
-  backend_.release(device_, segment.address, segment.size);
+  if (SegmentSource* source = segment_source_of(segment))
+    source->release(device_, segment.address, segment.size, segment.stream);
+  else
+    backend_.release(device_, segment.address, segment.size);
   DeviceStats::decrease(stats_.segment, small, 1);
   DeviceStats::decrease(stats_.reserved_bytes, small, static_cast<int64_t>(segment.size));
-  if (segment.size >= config_.max_split_size) stats_.oversize_segments.decrease(1);
+  if (segment.counted_oversize) stats_.oversize_segments.decrease(1);
   stats_.num_device_free += 1;
   head->pool->erase(head);
   recycle_block(head);
@@ -298,23 +308,6 @@ void DeviceCachingAllocator::process_events() {
   }
 }
 
-// A block freed during a capture, used on other streams: no event may be recorded now, so it
-// stays active (event_count 1, no event yet) until no pool is being allocated to.
-void DeviceCachingAllocator::defer_events(Block* block) {
-  block->event_count = 1;
-  frees_awaiting_events_.push_back(block);
-}
-
-// Blocks freed during a capture get their events now that none is underway.
-void DeviceCachingAllocator::insert_deferred_events() {
-  std::vector<Block*> blocks = std::move(frees_awaiting_events_);
-  frees_awaiting_events_.clear();
-  for (Block* block : blocks) {
-    block->event_count = 0;
-    insert_events(block);
-  }
-}
-
 void DeviceCachingAllocator::synchronize_and_free_events(const PrivatePool* only) {
   stats_.num_sync_all_streams += 1;
   if (allocating_to_.empty() && !frees_awaiting_events_.empty()) insert_deferred_events();
@@ -365,14 +358,16 @@ void DeviceCachingAllocator::empty_cache() {
   release_cached_memory(MempoolId{});
 }
 
+// As PyTorch 2.11: a fraction below 1 caps reserved memory (and lets garbage collection run,
+// garbage_collection_threshold being a fraction of that cap); 1 removes the cap.
 void DeviceCachingAllocator::set_memory_fraction(double fraction) {
   if (!(fraction >= 0.0 && fraction <= 1.0))
     throw std::invalid_argument("memory fraction must be between 0 and 1, got " +
                                 std::to_string(fraction));
   const DeviceMemoryInfo memory = backend_.memory_info(device_);
   AllocatorLockGuard lock(mutex_);
-  allowed_bytes_ = static_cast<size_t>(fraction * static_cast<double>(memory.total_bytes));
-  memory_fraction_set_ = true;
+  memory_fraction_set_ = fraction < 1.0;
+  allowed_bytes_ = memory_fraction_set_ ? static_cast<size_t>(fraction * static_cast<double>(memory.total_bytes)) : 0;
 }
 
 }  // namespace memsnap

@@ -19,6 +19,14 @@
 
 namespace memsnap {
 
+// What PyTorch's profiler is told of one allocation or free (c10::reportMemoryUsageToProfiler):
+// the block's bytes and the device's allocated and reserved bytes right after it.
+struct MemoryReport {
+  size_t block_bytes = 0;
+  int64_t allocated_bytes = 0;
+  int64_t reserved_bytes = 0;
+};
+
 struct Stat {
   int64_t current = 0;
   int64_t peak = 0;

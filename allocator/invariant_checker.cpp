@@ -55,7 +55,6 @@ InvariantReport InvariantChecker::check(const DeviceCachingAllocator& allocator)
   AllocatorLockGuard lock(allocator.mutex_);
   InvariantReport report;
   auto& problems = report.problems;
-  const AllocatorConfig& config = allocator.config_;
   Expected expected;
   std::set<const Block*> free_blocks;
   std::map<const Block*, int> pending;  // block -> events expected
@@ -76,7 +75,7 @@ InvariantReport InvariantChecker::check(const DeviceCachingAllocator& allocator)
     if (!segment.expandable) {
       expected.add(expected.stats.segment, small, 1);
       expected.add(expected.stats.reserved_bytes, small, static_cast<int64_t>(segment.size));
-      if (segment.size >= config.max_split_size) expected.stats.oversize_segments.increase(1);
+      if (segment.counted_oversize) expected.stats.oversize_segments.increase(1);
     } else if (segment.page_size == 0 || segment.size % segment.page_size != 0) {
       problems.push_back(where + ": expandable segment size is not whole pages");
       continue;
@@ -108,6 +107,8 @@ InvariantReport InvariantChecker::check(const DeviceCachingAllocator& allocator)
         problems.push_back(at + ": size not a positive multiple of 512");
       if (block->allocated && block->event_count != 0)
         problems.push_back(at + ": allocated with pending events");
+      if (block->counted_oversize && !block->allocated)
+        problems.push_back(at + ": counted as an oversize allocation while not allocated");
       if (block->expandable != segment.expandable)
         problems.push_back(at + ": disagrees with its segment on being expandable");
       if (!block->mapped) {
@@ -129,7 +130,7 @@ InvariantReport InvariantChecker::check(const DeviceCachingAllocator& allocator)
           problems.push_back(at + ": allocated but missing from the live-allocation map");
         expected.add(expected.stats.allocation, small, 1);
         expected.add(expected.stats.allocated_bytes, small, size);
-        if (block->size >= config.max_split_size) expected.stats.oversize_allocations.increase(1);
+        if (block->counted_oversize) expected.stats.oversize_allocations.increase(1);
       }
       if (!is_free) {
         expected.add(expected.stats.active, small, 1);
@@ -195,7 +196,7 @@ InvariantReport InvariantChecker::check(const DeviceCachingAllocator& allocator)
   for (const auto& [stream, queue] : allocator.pending_events_)
     for (const auto& [event, block] : queue) queued[block] += 1;
   // A block freed during a capture holds one event to come, recorded when the capture ends.
-  for (const Block* block : allocator.frees_awaiting_events_) {
+  for (const auto& [block, markers] : allocator.frees_awaiting_events_) {
     queued[block] += 1;
     if (block->stream_uses.empty())
       problems.push_back("block " + std::to_string(block->address) +

@@ -70,12 +70,17 @@ inline size_t segment_size_for(size_t rounded_size, const AllocatorConfig& confi
 }
 
 // Whether a free block of `block_size` bytes taken for a request of `rounded_size` bytes
-// is split, leaving the remainder free in the pool.
+// is split, leaving the remainder free in the pool. `expandable_active`: expandable segments
+// are on for the block's pool (the setting, except in a pool with its own segment source).
+inline bool should_split(size_t block_size, size_t rounded_size, bool small_pool,
+                         bool expandable_active, const AllocatorConfig& config) {
+  const size_t remaining = block_size - rounded_size;
+  if (small_pool || expandable_active) return remaining >= kMinBlockSize;
+  return rounded_size < config.max_split_size && remaining > kSmallSize;
+}
 inline bool should_split(size_t block_size, size_t rounded_size, bool small_pool,
                          const AllocatorConfig& config) {
-  const size_t remaining = block_size - rounded_size;
-  if (small_pool || config.expandable_segments) return remaining >= kMinBlockSize;
-  return rounded_size < config.max_split_size && remaining > kSmallSize;
+  return should_split(block_size, rounded_size, small_pool, config.expandable_segments, config);
 }
 
 // The max_split_size rules of best fit: a request below max_split_size never takes a block

@@ -10,7 +10,8 @@
 #pragma once
 
 #include <functional>
-
+#include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -26,6 +27,20 @@ namespace memsnap {
 // use_mem_pool" for a MemPool.
 using PoolFilter = std::function<bool(StreamId)>;
 
+// Where a pool's segments come from when not from the device backend: a torch.cuda.MemPool
+// made with its own allocator (NCCL's memory for symmetric collectives, a
+// CUDAPluggableAllocator) has every segment reserved and released through it, as PyTorch does.
+// Such a pool never has expandable segments. Called with the device's allocator lock held
+// (unless release_lock_on_cudamalloc lets it go around reserve), so it must not call back
+// into memsnap's allocator.
+class SegmentSource {
+ public:
+  virtual ~SegmentSource() = default;
+  // `size` bytes for use on `stream`, or nothing when it has none to give (out of memory).
+  virtual std::optional<uintptr_t> reserve(int device, size_t size, StreamId stream) = 0;
+  virtual void release(int device, uintptr_t address, size_t size, StreamId stream) = 0;
+};
+
 struct PrivatePool {
   explicit PrivatePool(MempoolId pool_id) : id(pool_id) {
     small_blocks.set_owner(this);
@@ -39,6 +54,9 @@ struct PrivatePool {
   int segment_count = 0;  // segments reserved for it and not yet returned
   bool use_on_oom = false;  // a global request the device cannot serve may take its free blocks
   bool no_split = false;    // its blocks are never split
+  // Its own source of segments (nullptr: the device backend). The pool keeps it alive until
+  // the pool is gone, after its last segment went back: tensors outlive a MemPool object.
+  std::shared_ptr<SegmentSource> segment_source;
   BlockPool small_blocks{true};
   BlockPool large_blocks{false};
 };

@@ -227,6 +227,55 @@ EventHandle SimulatedBackend::record_event(int device, StreamId stream) {
   return handle;
 }
 
+DeviceBackend::CaptureState SimulatedBackend::capture_state(int, StreamId stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  CaptureState state;
+  auto it = capturing_.find(stream);
+  if (it == capturing_.end()) return state;
+  state.capturing = true;
+  state.capture_id = capture_id_;
+  state.terminals = it->second;
+  return state;
+}
+
+std::vector<uintptr_t> SimulatedBackend::node_dependencies(int, uintptr_t node) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = node_dependencies_.find(node);
+  return it == node_dependencies_.end() ? std::vector<uintptr_t>{} : it->second;
+}
+
+void SimulatedBackend::capture_begin(StreamId stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (capturing_.empty()) ++capture_id_;
+  capturing_[stream];
+}
+
+uintptr_t SimulatedBackend::capture_work(StreamId stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = capturing_.find(stream);
+  if (it == capturing_.end()) throw std::invalid_argument("capture_work: the stream is not capturing");
+  const uintptr_t node = next_node_++;
+  node_dependencies_[node] = it->second;
+  it->second = {node};
+  return node;
+}
+
+void SimulatedBackend::capture_wait(StreamId waiter, StreamId other) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto from = capturing_.find(other);
+  if (from == capturing_.end()) throw std::invalid_argument("capture_wait: the stream waited on is not capturing");
+  const std::vector<uintptr_t> joined = from->second;
+  std::vector<uintptr_t>& terminals = capturing_[waiter];
+  for (uintptr_t node : joined)
+    if (std::find(terminals.begin(), terminals.end(), node) == terminals.end()) terminals.push_back(node);
+}
+
+void SimulatedBackend::capture_end(StreamId) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  capturing_.clear();
+  node_dependencies_.clear();
+}
+
 StreamId SimulatedBackend::create_stream(int device) {
   std::lock_guard<std::mutex> lock(mutex_);
   state(device);

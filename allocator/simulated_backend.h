@@ -55,6 +55,17 @@ class SimulatedBackend final : public DeviceBackend {
   bool event_completed(EventHandle event) override;
   void synchronize_event(EventHandle event) override;
   void release_event(EventHandle event) override;
+  CaptureState capture_state(int device, StreamId stream) override;
+  std::vector<uintptr_t> node_dependencies(int device, uintptr_t node) override;
+
+  // --- a modelled CUDA graph capture (graph_capture_record_stream_reuse's tests) ---
+  // Streams capture into one graph: capture_begin starts it on a stream; capture_work adds a
+  // node after the stream's terminals (its new terminal); capture_wait makes `waiter` capture
+  // too and follow `other`'s work (stream.wait_stream); capture_end ends it on every stream.
+  void capture_begin(StreamId stream);
+  uintptr_t capture_work(StreamId stream);
+  void capture_wait(StreamId waiter, StreamId other);
+  void capture_end(StreamId stream);
 
   // --- controls for tests and replay ---
   // The next successful reservation (of a segment or of address space) on `device` gets
@@ -115,6 +126,11 @@ class SimulatedBackend final : public DeviceBackend {
   uint64_t failed_reserves_ = 0;
   uint64_t map_calls_ = 0;
   uint64_t unmap_calls_ = 0;
+  // The modelled capture: each capturing stream's terminals, every node's dependencies.
+  uint64_t capture_id_ = 0;
+  std::map<StreamId, std::vector<uintptr_t>> capturing_;
+  std::map<uintptr_t, std::vector<uintptr_t>> node_dependencies_;
+  uintptr_t next_node_ = 0x1000;
 };
 
 }  // namespace memsnap

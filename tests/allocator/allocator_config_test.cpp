@@ -46,7 +46,7 @@ TEST(AllocatorConfig, HostAllocatorKeysAreAcceptedWithANotice) {
 }
 
 TEST(AllocatorConfig, ErrorsNameTheKeyAndWhatWasExpected) {
-  EXPECT_NE(error_of("max_split_size_mb:20").find("max_split_size_mb: must be greater than 20"),
+  EXPECT_NE(error_of("max_split_size_mb:19").find("max_split_size_mb: must be at least 20"),
             std::string::npos);
   EXPECT_NE(error_of("max_split_size_mb:lots").find("max_split_size_mb"), std::string::npos);
   EXPECT_NE(error_of("max_split_sise_mb:200").find("unknown key 'max_split_sise_mb'"),
@@ -125,6 +125,45 @@ TEST(AllocatorConfig, EnvironmentPrefersMemsnapThenPyTorchVariables) {
   EXPECT_EQ(bad.error().rfind("PYTORCH_CUDA_ALLOC_CONF: ", 0), 0u) << bad.error();
   ::unsetenv("PYTORCH_CUDA_ALLOC_CONF");
   EXPECT_TRUE(allocator_config_from_environment().ok());
+}
+
+// PyTorch's _set_allocator_settings on top of the settings in effect: max_split_size,
+// roundup_power2_divisions and garbage_collection_threshold return to their defaults unless
+// given, max_non_split_rounding to the large segment size; the rest keep their values.
+TEST(AllocatorConfig, AnUpdateResetsWhatPyTorchResetsAndKeepsTheRest) {
+  const AllocatorConfig base = config_from(
+      "max_split_size_mb:128,roundup_power2_divisions:4,garbage_collection_threshold:0.6,"
+      "expandable_segments:True,release_lock_on_cudamalloc:True,large_segment_size_mb:40,"
+      "max_non_split_rounding_mb:64,graph_capture_record_stream_reuse:True");
+  Result<AllocatorConfig> updated = update_allocator_config(base, "max_split_size_mb:256");
+  ASSERT_TRUE(updated.ok()) << updated.error();
+  const AllocatorConfig& u = updated.value();
+  EXPECT_EQ(u.max_split_size, size_t{256} << 20);
+  EXPECT_EQ(u.roundup_power2_divisions, AllocatorConfig{}.roundup_power2_divisions);
+  EXPECT_EQ(u.garbage_collection_threshold, 0.0);
+  EXPECT_TRUE(u.expandable_segments);
+  EXPECT_TRUE(u.release_lock_on_cudamalloc);
+  EXPECT_TRUE(u.graph_capture_record_stream_reuse);
+  EXPECT_EQ(u.large_segment_size, size_t{40} << 20);
+  EXPECT_EQ(u.max_non_split_rounding_size, size_t{40} << 20);
+  EXPECT_EQ(u.source, to_config_string(u));
+  EXPECT_FALSE(update_allocator_config(base, "max_split_size_mb:2").ok());
+}
+
+TEST(AllocatorConfig, PyTorch211KeysAreSettingsOfTheirOwn) {
+  const AllocatorConfig config =
+      config_from("per_process_memory_fraction:0.25,graph_capture_record_stream_reuse:True");
+  EXPECT_EQ(config.per_process_memory_fraction, 0.25);
+  EXPECT_TRUE(config.graph_capture_record_stream_reuse);
+  EXPECT_TRUE(config.notices.empty());
+  EXPECT_EQ(to_config_string(config), "graph_capture_record_stream_reuse:True,per_process_memory_fraction:0.25");
+  EXPECT_NE(error_of("per_process_memory_fraction:1.1").find("per_process_memory_fraction is invalid"),
+            std::string::npos);
+  EXPECT_TRUE(parse_allocator_config("max_split_size_mb:20").ok()) << "PyTorch accepts 20 MiB";
+}
+
+TEST(AllocatorConfig, NumbersReadBackAsTheyWereWritten) {
+  EXPECT_EQ(to_config_string(config_from("garbage_collection_threshold:0.6")), "garbage_collection_threshold:0.6");
 }
 
 }  // namespace
