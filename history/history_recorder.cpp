@@ -66,8 +66,19 @@ void HistoryRecorder::configure(const HistorySettings& settings, std::optional<i
     const bool records = settings.level != HistoryLevel::kOff;
     if (records) watched.set_observer(this);
     locked(d, [&](DeviceRecord& record) {
+      const bool was_recording = record.settings.level != HistoryLevel::kOff;
       record.settings = settings;
       record.trace.set_capacity(settings.level >= HistoryLevel::kAlloc ? settings.max_entries : 0);
+      if (records) {
+        // Changes of settings are seen only while watching: the settings now are where the
+        // log picks up.
+        const std::string config = to_config_string(watched.config_while_locked());
+        if (!was_recording) record.settings_changed = false;
+        if (record.state.current(TraceStateKind::kSettings) != config) {
+          if (record.state.current(TraceStateKind::kSettings)) record.settings_changed = true;
+          set_state(record, TraceStateKind::kSettings, config);
+        }
+      }
     });
     if (!records) watched.set_observer(nullptr);
   }
@@ -144,7 +155,7 @@ StackId HistoryRecorder::capture_with_interpreter(DeviceRecord& record) const {
 void HistoryRecorder::push(DeviceRecord& record, TraceAction action, uintptr_t address,
                            size_t size, StreamId stream, StackId stack) {
   if (skips(record, action)) return;
-  record.trace.push({action, address, size, stream, now_ticks(), stack});
+  record.trace.push({action, address, size, stream, now_ticks(), stack, trace_labels::current()});
 }
 
 void HistoryRecorder::on_alloc(int device, const Block& block) {
@@ -159,38 +170,48 @@ void HistoryRecorder::on_alloc(int device, const Block& block) {
                                   {block.address, block.size, block.requested_size, stack, now},
                                   {block.segment->observer_hint, block.observer_hint});
   if (record->settings.level >= HistoryLevel::kAlloc && !skips(*record, TraceAction::kAlloc))
-    record->trace.push({TraceAction::kAlloc, block.address, block.requested_size, block.stream, now, stack});
+    record->trace.push({TraceAction::kAlloc, block.address, block.requested_size, block.stream, now,
+                        record->settings.stack_context >= StackContext::kAlloc ? stack : kNoStack,
+                        trace_labels::current()});
 }
 
 void HistoryRecorder::on_free_requested(int device, const Block& block) {
   DeviceRecord* record = record_at(device, HistoryLevel::kAll);
   if (record == nullptr) return;
-  // With no other streams to wait for, the completion is reported next, on this thread.
+  // As PyTorch: the free's own stack under context "all"; the allocation's under "alloc".
+  const StackId stack = record->settings.stack_context == StackContext::kAll     ? capture(*record)
+                        : record->settings.stack_context == StackContext::kAlloc ? block.observer_tag
+                                                                                 : kNoStack;
+  // With no other streams to wait for, the completion is reported next, on this thread, with
+  // the same stack.
   record->last_freed_address = block.stream_uses.empty() ? block.address : 0;
   record->last_freed_ticks = now_ticks();
-  record->last_freed_allocation_stack = block.observer_tag;
+  record->last_freed_stack = stack;
   if (skips(*record, TraceAction::kFreeRequested)) return;
   record->trace.push({TraceAction::kFreeRequested, block.address, block.requested_size,
-                      block.stream, record->last_freed_ticks, capture(*record)});
+                      block.stream, record->last_freed_ticks, stack, trace_labels::current()});
 }
 
 void HistoryRecorder::on_free_completed(int device, const Block& block) {
   DeviceRecord* record = record_at(device, HistoryLevel::kAll);
   if (record == nullptr) return;
-  // Like PyTorch, the completion carries the stack of the allocation it ends.
+  // As PyTorch: a completion right after its free carries the free's stack (its own under
+  // context "all", the allocation's under "alloc"); a deferred one (record_stream) the stack of
+  // the call that completed it, a later allocation or empty_cache. Under "state" trace entries
+  // carry none.
   Ticks ticks;
   StackId stack;
-  if (record->last_freed_address == block.address) {  // completes the free just requested
+  if (record->last_freed_address == block.address) {
     ticks = record->last_freed_ticks;
-    stack = record->last_freed_allocation_stack;
+    stack = record->last_freed_stack;
     record->last_freed_address = 0;
-  } else {  // a deferred free (record_stream), completing later
+  } else {
     ticks = now_ticks();
-    stack = block.observer_tag;
+    stack = record->settings.stack_context >= StackContext::kAlloc ? capture(*record) : kNoStack;
   }
   if (skips(*record, TraceAction::kFreeCompleted)) return;
   record->trace.push({TraceAction::kFreeCompleted, block.address, block.requested_size,
-                      block.stream, ticks, stack});
+                      block.stream, ticks, stack, trace_labels::current()});
 }
 
 void HistoryRecorder::on_segment_alloc(int device, const Segment& segment) {
@@ -201,7 +222,7 @@ void HistoryRecorder::on_segment_alloc(int device, const Segment& segment) {
   record->segment_stack = capture(*record);
   if (record->settings.level >= HistoryLevel::kAll)
     push(*record, TraceAction::kSegmentAlloc, segment.address, segment.size, segment.stream,
-         record->segment_stack);
+         record->settings.stack_context >= StackContext::kAlloc ? record->segment_stack : kNoStack);
 }
 
 void HistoryRecorder::on_segment_free(int device, const Segment& segment) {
@@ -210,7 +231,7 @@ void HistoryRecorder::on_segment_free(int device, const Segment& segment) {
   record->last_allocations.forget(segment.address, segment.size);
   if (record->settings.level >= HistoryLevel::kAll)
     push(*record, TraceAction::kSegmentFree, segment.address, segment.size, segment.stream,
-         capture(*record));
+         capture_for(*record, StackContext::kAll));
 }
 
 void HistoryRecorder::on_segment_map(int device, const Segment& segment, uintptr_t address,
@@ -220,7 +241,8 @@ void HistoryRecorder::on_segment_map(int device, const Segment& segment, uintptr
   // As for a new segment, the allocation that needed these pages follows on this thread.
   record->segment_stack = capture(*record);
   if (record->settings.level >= HistoryLevel::kAll)
-    push(*record, TraceAction::kSegmentMap, address, bytes, segment.stream, record->segment_stack);
+    push(*record, TraceAction::kSegmentMap, address, bytes, segment.stream,
+         record->settings.stack_context >= StackContext::kAlloc ? record->segment_stack : kNoStack);
 }
 
 void HistoryRecorder::on_segment_unmap(int device, const Segment& segment, uintptr_t address,
@@ -229,7 +251,8 @@ void HistoryRecorder::on_segment_unmap(int device, const Segment& segment, uintp
   if (record == nullptr) return;
   record->last_allocations.forget(address, bytes);  // unmapped bytes keep no history
   if (record->settings.level >= HistoryLevel::kAll)
-    push(*record, TraceAction::kSegmentUnmap, address, bytes, segment.stream, capture(*record));
+    push(*record, TraceAction::kSegmentUnmap, address, bytes, segment.stream,
+         capture_for(*record, StackContext::kAll));
 }
 
 void HistoryRecorder::on_oom(int device, const OomInfo& info) {
@@ -242,7 +265,15 @@ void HistoryRecorder::on_oom(int device, const OomInfo& info) {
   // Like PyTorch, the address of an oom entry holds the device's free bytes at the time
   // (what explain-oom and replay need), and `size` the request.
   push(*record, TraceAction::kOom, info.device_free_bytes, info.requested_bytes, info.stream,
-       capture(*record));
+       capture_for(*record, StackContext::kAll));
+}
+
+void HistoryRecorder::on_settings_changed(int device, const AllocatorConfig& config,
+                                          const std::string& request) {
+  DeviceRecord* record = record_at(device, HistoryLevel::kState);
+  if (record == nullptr) return;
+  record->settings_changed = true;
+  set_state(*record, TraceStateKind::kSettings, to_config_string(config), request);
 }
 
 void HistoryRecorder::annotate(std::string name, bool start, std::optional<int> device) {
@@ -272,8 +303,26 @@ std::vector<HistoryEvent> HistoryRecorder::trace(int device) const {
   std::vector<HistoryEvent> out;
   out.reserve(recorded.size());
   for (const RecordedEvent& e : recorded)
-    out.push_back({e.action, e.address, e.size, e.stream, to_us(e.ticks), e.stack});
+    out.push_back({e.action, e.address, e.size, e.stream, to_us(e.ticks), e.stack, e.label()});
   return out;
+}
+
+HistoryRecorder::TraceRead HistoryRecorder::trace_read(int device) const {
+  std::vector<RecordedEvent> recorded;
+  TraceRead read;
+  locked(device, [&](const DeviceRecord& record) {
+    recorded = record.trace.entries();
+    read.changes = record.state.changes_for(record.trace.oldest_sequence(), recorded.size());
+    if (!record.settings_changed)
+      std::erase_if(read.changes, [](const TraceStateChange& change) {
+        return change.kind == TraceStateKind::kSettings;
+      });
+  });
+  const TicksToMicroseconds to_us;
+  read.events.reserve(recorded.size());
+  for (const RecordedEvent& e : recorded)
+    read.events.push_back({e.action, e.address, e.size, e.stream, to_us(e.ticks), e.stack, e.label()});
+  return read;
 }
 
 uint64_t HistoryRecorder::dropped_trace_entries(int device) const {

@@ -30,6 +30,8 @@
 #include "history/stack_table.h"
 #include "history/tick_clock.h"
 #include "history/trace_ring.h"
+#include "history/trace_state.h"
+#include "history/trace_state_log.h"
 
 static_assert(memsnap::kNoStack == memsnap::Block::kNoObserverTag,
               "a block without a tag reads as a block without a stack");
@@ -42,6 +44,13 @@ enum class HistoryLevel : uint8_t { kOff, kState, kAlloc, kAll };
 std::string_view history_level_name(HistoryLevel level);
 std::optional<HistoryLevel> history_level_from_name(std::string_view name);
 
+// Which records carry a stack, as PyTorch's `context` of _record_memory_history: kState, live
+// allocations only; kAlloc, also the trace's allocations (and segments made for them), and its
+// frees carry the stack of the allocation they end; kAll, frees their own stack, and segment
+// releases and out-of-memory errors theirs. A free completed later than requested
+// (record_stream) carries the stack of the call that completed it.
+enum class StackContext : uint8_t { kState, kAlloc, kAll };
+
 struct HistorySettings {
   HistoryLevel level = HistoryLevel::kOff;
   size_t max_entries = 100000;  // trace entries kept per device
@@ -51,6 +60,7 @@ struct HistorySettings {
   bool interpreter_stacks = false;
   // Trace actions not to record (bit 1 << TraceAction), as PyTorch's skip_actions.
   uint32_t skipped_actions = 0;
+  StackContext stack_context = StackContext::kAll;
 };
 
 // The allocation that last occupied a stretch of a segment.
@@ -77,6 +87,7 @@ struct HistoryEvent {
   StreamId stream = 0;
   int64_t time_us = 0;
   StackId stack = kNoStack;
+  LabelId label = kNoLabel;  // what the recording thread worked under (trace_labels.h)
 };
 
 int64_t steady_time_us();
@@ -110,9 +121,18 @@ class HistoryRecorder final : public AllocatorObserver {
   void annotate(std::string name, bool start, std::optional<int> device = std::nullopt);
   void record_snapshot_taken(int device);
 
+
   // --- reads, for snapshots ---
   int device_count() const { return static_cast<int>(devices_.size()); }
   std::vector<HistoryEvent> trace(int device) const;
+  // The trace and where the settings its events were recorded under changed (the allocator's
+  // settings changed while recording: TraceStateKind::kSettings), read together so the
+  // changes' event indices are those of `events`.
+  struct TraceRead {
+    std::vector<HistoryEvent> events;
+    std::vector<TraceStateChange> changes;
+  };
+  TraceRead trace_read(int device) const;
   uint64_t dropped_trace_entries(int device) const;
   // History entries that lie within [address, address + size), in address order.
   std::vector<BlockHistoryEntry> history_within(int device, uintptr_t address, size_t size) const;
@@ -131,6 +151,7 @@ class HistoryRecorder final : public AllocatorObserver {
   void on_segment_unmap(int device, const Segment& segment, uintptr_t address,
                         size_t bytes) override;
   void on_oom(int device, const OomInfo& info) override;
+  void on_settings_changed(int device, const AllocatorConfig& config, const std::string& request) override;
 
  private:
   // Guarded by the device's allocator lock (see the top of this file).
@@ -145,8 +166,19 @@ class HistoryRecorder final : public AllocatorObserver {
     // second report reuses the first one's time and lookup.
     uintptr_t last_freed_address = 0;
     Ticks last_freed_ticks = 0;
-    StackId last_freed_allocation_stack = kNoStack;
+    StackId last_freed_stack = kNoStack;
+    // The allocator's settings, and where they changed.
+    TraceStateLog state;
+    bool settings_changed = false;  // since recording began: only then are settings logged
   };
+  void set_state(DeviceRecord& record, TraceStateKind kind, std::string value, std::string request = {}) {
+    record.state.set(kind, std::move(value), record.trace.next_sequence(), record.trace.oldest_sequence(),
+                     std::move(request));
+  }
+  // Captures a stack for a record of this context, or none when the settings ask for none.
+  StackId capture_for(DeviceRecord& record, StackContext needed) const {
+    return record.settings.stack_context >= needed ? capture(record) : kNoStack;
+  }
 
   // The device's record when its level is at least `at_least`; for hooks, which hold the lock.
   DeviceRecord* record_at(int device, HistoryLevel at_least) const {

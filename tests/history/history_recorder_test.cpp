@@ -158,26 +158,38 @@ TEST(HistoryRecorder, ARepeatedPathGetsEachTablesOwnId) {
   EXPECT_EQ(second.recorder.stack_count(0), 2u);
 }
 
-TEST(HistoryRecorder, FreeCompletionsCarryTheAllocationsStackEvenWhenDeferred) {
-  Recording s;
-  s.record(HistoryLevel::kAll);
-  void* now = allocate_parameters(s.allocator);
-  s.allocator.deallocate(now);  // completes at once
-  void* later = allocate_parameters(s.allocator);
-  s.allocator.record_stream(later, 7);
-  s.allocator.deallocate(later);              // waits for stream 7
-  s.allocator.deallocate(s.allocator.allocate(512));  // the next malloc completes it
-  memsnap::StackId allocation_stack = memsnap::kNoStack;
-  int completions = 0;
-  for (const auto& event : s.recorder.trace(0)) {
-    if (event.action == TraceAction::kAlloc && event.size == 300 * kKiB) allocation_stack = event.stack;
-    if (event.action == TraceAction::kFreeCompleted && event.size == 300 * kKiB) {
-      ++completions;
-      EXPECT_EQ(event.stack, allocation_stack);
+// As PyTorch's: under context "all" a free's entries carry the free's stack, a completion
+// deferred by record_stream the stack of the allocation that completed it; under "alloc" both
+// entries of a free carry the allocation's stack.
+TEST(HistoryRecorder, FreeEntriesCarryTheStacksPyTorchGivesThem) {
+  for (const memsnap::StackContext context : {memsnap::StackContext::kAll, memsnap::StackContext::kAlloc}) {
+    Recording s;
+    memsnap::HistorySettings settings;
+    settings.level = HistoryLevel::kAll;
+    settings.stack_context = context;
+    s.recorder.configure(settings);
+    void* now = allocate_parameters(s.allocator);
+    s.allocator.deallocate(now);  // completes at once
+    void* later = allocate_parameters(s.allocator);
+    s.allocator.record_stream(later, 7);
+    s.allocator.deallocate(later);                      // waits for stream 7
+    s.allocator.deallocate(s.allocator.allocate(512));  // the next malloc completes it
+    std::vector<memsnap::HistoryEvent> frees, allocs;
+    for (const auto& event : s.recorder.trace(0)) {
+      if (event.size != 300 * kKiB) continue;
+      (event.action == TraceAction::kAlloc ? allocs : frees).push_back(event);
     }
+    ASSERT_EQ(allocs.size(), 2u);
+    ASSERT_EQ(frees.size(), 4u);  // requested, completed; requested, (deferred) completed
+    EXPECT_EQ(frees[0].stack, frees[1].stack) << "a completion at once carries its free's stack";
+    if (context == memsnap::StackContext::kAlloc) {
+      EXPECT_EQ(frees[0].stack, allocs[0].stack);
+      EXPECT_EQ(frees[2].stack, allocs[1].stack);
+    } else {
+      EXPECT_NE(frees[0].stack, allocs[0].stack) << "the free's own stack";
+    }
+    EXPECT_NE(frees[3].stack, memsnap::kNoStack) << "the completing call's stack";
   }
-  EXPECT_EQ(completions, 2);
-  EXPECT_NE(allocation_stack, memsnap::kNoStack);
 }
 
 // While nothing records, allocations leave a block's tag (its allocation's stack) as it was;
@@ -185,7 +197,10 @@ TEST(HistoryRecorder, FreeCompletionsCarryTheAllocationsStackEvenWhenDeferred) {
 // allocation of the same block as theirs, whether they complete at once or after an event.
 TEST(HistoryRecorder, FreesOfAllocationsMadeWhileOffCarryNoStack) {
   Recording s;
-  s.record(HistoryLevel::kAll);
+  memsnap::HistorySettings allocation_stacks;  // context "alloc": frees carry their allocation's
+  allocation_stacks.level = HistoryLevel::kAll;
+  allocation_stacks.stack_context = memsnap::StackContext::kAlloc;
+  s.recorder.configure(allocation_stacks);
   void* first = allocate_parameters(s.allocator);
   void* second = allocate_parameters(s.allocator);
   s.allocator.deallocate(first);  // both blocks now carry a stack as their tag
@@ -195,17 +210,17 @@ TEST(HistoryRecorder, FreesOfAllocationsMadeWhileOffCarryNoStack) {
   void* later = allocate_parameters(s.allocator);
   s.allocator.record_stream(later, 7);
   s.allocator.deallocate(later);  // waits for stream 7
-  s.record(HistoryLevel::kAll);
+  s.recorder.configure(allocation_stacks);
   s.allocator.deallocate(now);
   s.allocator.deallocate(s.allocator.allocate(512));  // this malloc completes `later`
-  int completions = 0;
+  int frees = 0;
   for (const auto& event : s.recorder.trace(0)) {
-    if (event.action == TraceAction::kFreeCompleted && event.size == 300 * kKiB) {
-      ++completions;
+    if (event.action == TraceAction::kFreeRequested && event.size == 300 * kKiB) {
+      ++frees;
       EXPECT_EQ(event.stack, memsnap::kNoStack);
     }
   }
-  EXPECT_EQ(completions, 2);
+  EXPECT_EQ(frees, 1);  // (`later` was requested while off)
 }
 
 TEST(HistoryRecorder, WithoutStacksEntriesCarryNone) {
