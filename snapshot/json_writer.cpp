@@ -145,6 +145,23 @@ class JsonStream {
       statistics.push_back(values);
     }
     put(text(statistics));
+    if (!snapshot_.trace_state_changes.empty()) {
+      // By device: where what the trace's events were recorded under changed (FORMAT.md).
+      nlohmann::json by_device = nlohmann::json::array();
+      for (const auto& changes : snapshot_.trace_state_changes) {
+        nlohmann::json list = nlohmann::json::array();
+        for (const TraceStateChange& change : changes) {
+          nlohmann::json item = {{"event_index", change.event_index},
+                                 {"kind", std::string(trace_state_kind_name(change.kind))},
+                                 {"value", change.value}};
+          if (!change.request.empty()) item["request"] = change.request;
+          list.push_back(std::move(item));
+        }
+        by_device.push_back(std::move(list));
+      }
+      put(",\"trace_state_changes\":");
+      put(text(by_device));
+    }
     put(",\"version\":");
     put(std::to_string(kSnapshotFormatVersion));
     put("}");

@@ -89,6 +89,7 @@ class Reader {
     else if (key == "segments") read_segments(value);
     else if (key == "device_traces") read_traces(value);
     else if (key == "external_annotations") read_annotations(value);
+    else if (key == "trace_state_changes") read_trace_state_changes(value);
     else if (key == "statistics") read_statistics(value);
     else value.skip(where);  // unknown keys: newer writers may add fields
   }
@@ -284,6 +285,27 @@ class Reader {
       std::string stage(in.str(item));
       std::string name(in.str(item));
       snapshot_.external_annotations.push_back({device, std::move(stage), std::move(name), in.integer(item)});
+    }
+  }
+
+  void read_trace_state_changes(MsgpackCursor& in) {
+    const Where where{nullptr, "trace_state_changes"};
+    const size_t devices = in.array(where);
+    snapshot_.trace_state_changes.reserve(devices);
+    for (size_t d = 0; d < devices; ++d) {
+      const Where device = where.element(d);
+      const size_t count = in.array(device);
+      auto& changes = snapshot_.trace_state_changes.emplace_back();
+      changes.reserve(count);
+      for (size_t i = 0; i < count; ++i) {
+        const Where item = device.element(i);
+        in.array(item, 4);
+        const uint64_t event_index = in.uint(item);
+        const std::optional<TraceStateKind> kind = trace_state_kind_from_name(in.str(item));
+        if (!kind) fail(item, "unknown kind of trace state change");
+        std::string value(in.str(item));
+        changes.push_back({event_index, *kind, std::move(value), std::string(in.str(item))});
+      }
     }
   }
 

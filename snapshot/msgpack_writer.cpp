@@ -92,12 +92,28 @@ void pack_trace(Packer& out, const DeviceTrace& trace) {
   }
 }
 
+// [event_index, kind, value, request] per change, by device.
+void pack_trace_state_changes(Packer& out, const std::vector<std::vector<TraceStateChange>>& by_device) {
+  pack_array_header(out, by_device);
+  for (const auto& changes : by_device) {
+    pack_array_header(out, changes);
+    for (const TraceStateChange& change : changes) {
+      out.pack_array(4);
+      out.pack_uint64(change.event_index);
+      pack_string(out, std::string(trace_state_kind_name(change.kind)));
+      pack_string(out, change.value);
+      pack_string(out, change.request);
+    }
+  }
+}
+
 }  // namespace
 
 void write_msgpack(const Snapshot& snapshot, const ByteSink& sink) {
   SinkBuffer buffer(sink);
   Packer out(buffer);
-  out.pack_map(12);
+  const bool has_state_changes = !snapshot.trace_state_changes.empty();
+  out.pack_map(has_state_changes ? 13 : 12);
   pack_string(out, "format");
   pack_string(out, "memsnap-snapshot");
   pack_string(out, "version");
@@ -146,6 +162,11 @@ void write_msgpack(const Snapshot& snapshot, const ByteSink& sink) {
   pack_string(out, "device_traces");
   pack_array_header(out, snapshot.device_traces);
   for (const auto& trace : snapshot.device_traces) pack_trace(out, trace);
+
+  if (has_state_changes) {
+    pack_string(out, "trace_state_changes");
+    pack_trace_state_changes(out, snapshot.trace_state_changes);
+  }
 
   pack_string(out, "external_annotations");
   pack_array_header(out, snapshot.external_annotations);

@@ -348,20 +348,34 @@ class SnapshotPickler {
     p_.op(kEmptyList);
     if (s_.device_traces.empty()) return;
     p_.op(kMark);
-    for (const DeviceTrace& trace : s_.device_traces) {
+    for (size_t d = 0; d < s_.device_traces.size(); ++d) {
+      const DeviceTrace& trace = s_.device_traces[d];
       p_.op(kEmptyList);
       if (trace.empty()) continue;
+      // What each entry was recorded under, as PyTorch writes it on every entry.
+      static const std::vector<TraceStateChange> kNone;
+      const std::vector<TraceStateChange>& changes = d < s_.trace_state_changes.size() ? s_.trace_state_changes[d] : kNone;
+      size_t next_change = 0;
+      std::string user_metadata;
+      std::string compile_context;
       // Python's pickler batches a list's items by the thousand; so does this.
       for (size_t start = 0; start < trace.size(); start += 1000) {
         p_.op(kMark);
-        for (size_t i = start; i < std::min(trace.size(), start + 1000); ++i) entry(trace[i], to_unix_us);
-        p_.op(kAppends);
+        for (size_t i = start; i < std::min(trace.size(), start + 1000); ++i) {
+          for (; next_change < changes.size() && changes[next_change].event_index <= i; ++next_change) {
+            if (changes[next_change].kind == TraceStateKind::kUserMetadata) user_metadata = changes[next_change].value;
+            if (changes[next_change].kind == TraceStateKind::kCompileContext) compile_context = changes[next_change].value;
+          }
+          entry(trace[i], to_unix_us, user_metadata, compile_context);
         }
+        p_.op(kAppends);
+      }
     }
     p_.op(kAppends);
   }
 
-  void entry(const TraceEntry& e, int64_t to_unix_us) {
+  void entry(const TraceEntry& e, int64_t to_unix_us, const std::string& user_metadata,
+             const std::string& compile_context) {
     p_.op(kEmptyDict);
     p_.op(kMark);
     p_.literal("action");
@@ -376,9 +390,15 @@ class SnapshotPickler {
     p_.literal("time_us");
     p_.integer(e.time_us + to_unix_us);
     p_.literal("compile_context");
-    p_.literal("N/A");
+    if (compile_context.empty())
+      p_.literal("N/A");  // PyTorch's word for none
+    else
+      p_.text(compile_context);
     p_.literal("user_metadata");
-    p_.literal("");
+    if (user_metadata.empty())
+      p_.literal("");
+    else
+      p_.text(user_metadata);
     // PyTorch's snapshot marker entries (empty_cache's, _snapshot()'s) carry no frames.
     if (e.action != TraceAction::kSnapshot || e.stack != kNoStackIndex) stack_items(e.stack);
     p_.op(kSetItems);

@@ -13,6 +13,7 @@
 
 #include "allocator/allocator_state.h"
 #include "history/trace_action.h"
+#include "history/trace_state.h"
 #include "snapshot/annotation_list.h"
 #include "snapshot/device_trace.h"
 
@@ -119,6 +120,9 @@ struct Snapshot {
   std::vector<std::vector<uint32_t>> stacks;  // frame indices, innermost first
   std::vector<SnapshotSegment> segments;
   std::vector<DeviceTrace> device_traces;  // by device, oldest first
+  // By device (may be shorter than device_traces): where what the trace's events were recorded
+  // under changed (history/trace_state.h), in event order; empty when nothing was ever set.
+  std::vector<std::vector<TraceStateChange>> trace_state_changes;
   // Key and value, the value as JSON text ("true", "-1", "{\"1\":0}", "\"max_split_size_mb:128\""),
   // so settings keep their types; files of older versions hold plain text.
   std::vector<std::pair<std::string, std::string>> allocator_settings;

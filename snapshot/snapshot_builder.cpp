@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <string>
 #include <unordered_map>
 
@@ -11,6 +12,7 @@
 
 #include "allocator/device_stats.h"
 #include "history/symbolizer.h"
+#include "history/trace_labels.h"
 #include "snapshot/snapshot_stacks.h"
 
 namespace memsnap {
@@ -180,6 +182,35 @@ SnapshotSegment segment_of(const SegmentRecord& record, const HistoryRecorder* r
   return segment;
 }
 
+// Adds to the settings changes where the events' labels (trace_labels.h) change: a user
+// metadata or compile context change at each event whose text differs from the event before
+// (at event 0 when set there), in event order.
+std::vector<TraceStateChange> with_label_changes(std::vector<TraceStateChange> settings,
+                                                 const std::vector<HistoryEvent>& events) {
+  std::vector<TraceStateChange> labels;
+  LabelId previous = kNoLabel;
+  TraceLabel before;
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (events[i].label == previous) continue;
+    previous = events[i].label;
+    TraceLabel label = trace_labels::resolve(previous);
+    if (label.user_metadata != before.user_metadata)
+      labels.push_back({i, TraceStateKind::kUserMetadata, label.user_metadata, {}});
+    if (label.compile_context != before.compile_context)
+      labels.push_back({i, TraceStateKind::kCompileContext, label.compile_context, {}});
+    before = std::move(label);
+  }
+  if (labels.empty()) return settings;
+  std::vector<TraceStateChange> merged;
+  merged.reserve(settings.size() + labels.size());
+  std::merge(std::make_move_iterator(settings.begin()), std::make_move_iterator(settings.end()),
+             std::make_move_iterator(labels.begin()), std::make_move_iterator(labels.end()),
+             std::back_inserter(merged), [](const TraceStateChange& a, const TraceStateChange& b) {
+               return a.event_index < b.event_index;
+             });
+  return merged;
+}
+
 }  // namespace
 
 Snapshot take_snapshot(CachingAllocator& allocator, HistoryRecorder* recorder,
@@ -189,7 +220,7 @@ Snapshot take_snapshot(CachingAllocator& allocator, HistoryRecorder* recorder,
   snapshot.process = process_at_snapshot(options.job);
   snapshot.allocator_settings = settings_of(allocator.config());
   for (int d = 0; d < allocator.device_count(); ++d) {
-    if (recorder != nullptr) recorder->record_snapshot_taken(d);
+    if (recorder != nullptr && options.mark_in_trace) recorder->record_snapshot_taken(d);
     for (const SegmentRecord& record : allocator.device(d).segment_records())
       snapshot.segments.push_back(segment_of(record, recorder, stacks));
     snapshot.statistics.push_back(to_memory_stats(allocator.device_stats(d)));
@@ -197,11 +228,16 @@ Snapshot take_snapshot(CachingAllocator& allocator, HistoryRecorder* recorder,
     snapshot.devices.push_back({d, allocator.backend().device_name(d), memory.total_bytes});
     DeviceTrace& trace = snapshot.device_traces.emplace_back();
     if (recorder != nullptr && options.include_traces) {
-      const std::vector<HistoryEvent> events = recorder->trace(d);
-      trace.reserve(events.size() + 1);  // (and an out-of-memory entry)
-      for (const HistoryEvent& event : events)
+      HistoryRecorder::TraceRead read = recorder->trace_read(d);
+      trace.reserve(read.events.size() + 1);  // (and an out-of-memory entry)
+      for (const HistoryEvent& event : read.events)
         trace.push_back({event.action, event.address, event.size, event.stream, event.time_us,
                          stacks.index_of(d, event.stack)});
+      std::vector<TraceStateChange> changes = with_label_changes(std::move(read.changes), read.events);
+      if (!changes.empty()) {
+        snapshot.trace_state_changes.resize(static_cast<size_t>(d) + 1);
+        snapshot.trace_state_changes[static_cast<size_t>(d)] = std::move(changes);
+      }
     }
     if (options.oom && options.oom->device == d && !has_recent_oom(trace, *options.oom))
       trace.push_back({TraceAction::kOom, options.oom->device_free_bytes, options.oom->requested_bytes,

@@ -19,6 +19,10 @@ namespace memsnap {
 struct SnapshotOptions {
   JobPlace job;  // what is unset comes from $RANK, $LOCAL_RANK, $WORLD_SIZE (process_identity.h)
   bool include_traces = true;
+  // Marks the moment in each device's trace (a `snapshot` entry, at history level "all"), so a
+  // trace read later shows when each snapshot was taken. PyTorch's own snapshots
+  // (torch.cuda.memory._snapshot, _dump_snapshot) add none; memsnap.torch answers them without.
+  bool mark_in_trace = true;
   // The out-of-memory error this snapshot is taken for: its device's trace ends with the `oom`
   // entry even when history was off or kept no such entry, so explain-oom can read the request.
   std::optional<OomInfo> oom;

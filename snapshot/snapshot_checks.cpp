@@ -74,6 +74,20 @@ std::optional<std::string> check_snapshot(const Snapshot& snapshot) {
   for (const auto& trace : snapshot.device_traces)
     for (const TraceEntry& e : trace)
       if (!stack_ok(snapshot, e.stack)) return "a trace entry has a stack index out of range";
+  // Changes of what events were recorded under name events of their device's trace, in order.
+  if (snapshot.trace_state_changes.size() > snapshot.device_traces.size())
+    return "trace_state_changes names " + std::to_string(snapshot.trace_state_changes.size()) +
+           " devices, the traces " + std::to_string(snapshot.device_traces.size());
+  for (size_t d = 0; d < snapshot.trace_state_changes.size(); ++d) {
+    const auto& changes = snapshot.trace_state_changes[d];
+    for (size_t i = 0; i < changes.size(); ++i) {
+      if (changes[i].event_index > snapshot.device_traces[d].size())
+        return "device " + std::to_string(d) + ": a trace state change names event " +
+               std::to_string(changes[i].event_index) + " of " + std::to_string(snapshot.device_traces[d].size());
+      if (i > 0 && changes[i].event_index < changes[i - 1].event_index)
+        return "device " + std::to_string(d) + ": trace state changes are out of event order";
+    }
+  }
   return std::nullopt;
 }
 
