@@ -96,21 +96,44 @@ RecordedReserve recorded_reserve(const DeviceTrace& trace, const StartState& sta
   return out;
 }
 
+// The settings changes a device's trace records (trace_state.h), in event order.
+std::vector<TraceStateChange> settings_changes(const Snapshot& snapshot, int device) {
+  std::vector<TraceStateChange> out;
+  if (static_cast<size_t>(device) < snapshot.trace_state_changes.size())
+    for (const TraceStateChange& change : snapshot.trace_state_changes[static_cast<size_t>(device)])
+      if (change.kind == TraceStateKind::kSettings) out.push_back(change);
+  return out;
+}
+
+// The recorded settings in effect at the trace's first event: the final ones unless the program
+// changed them while the trace ran (then the trace starts with the earlier ones).
+AllocatorConfig settings_at_start(const std::vector<TraceStateChange>& changes, const AllocatorConfig& recorded) {
+  if (changes.empty() || changes.front().event_index != 0) return recorded;
+  Result<AllocatorConfig> start = parse_allocator_config(changes.front().value);
+  if (!start) return recorded;
+  start.value().caching = recorded.caching;
+  return start.value();
+}
+
 class DeviceReplayer {
  public:
   DeviceReplayer(const Snapshot& snapshot, int device, const SnapshotReplayOptions& options,
                  const AllocatorConfig& recorded)
       : trace_(snapshot.device_traces[static_cast<size_t>(device)]),
         options_(options),
-        recorded_caching_(recorded.caching) {
+        recorded_caching_(recorded.caching),
+        settings_changes_(settings_changes(snapshot, device)),
+        follows_recording_(options.config == recorded),
+        start_config_(follows_recording_ ? settings_at_start(settings_changes_, recorded) : options.config) {
+    const AllocatorConfig recorded_start = settings_at_start(settings_changes_, recorded);
     out_.device = device;
-    out_.start = reconstruct_start_state(snapshot, device, recorded);
+    out_.start = reconstruct_start_state(snapshot, device, recorded_start);
     for (const SnapshotSegment& s : snapshot.segments) {
       if (s.device != device) continue;
       out_.recorded_final_reserved += s.total_size;
       final_segments_.push_back(&s);
     }
-    const RecordedReserve reserve = recorded_reserve(trace_, out_.start, recorded);
+    const RecordedReserve reserve = recorded_reserve(trace_, out_.start, recorded_start);
     out_.recorded_peak_reserved = reserve.peak;
     size_t capacity = kDefaultCapacity;
     out_.capacity_source = "default";
@@ -149,13 +172,16 @@ class DeviceReplayer {
     device.capacity_bytes = out_.capacity_bytes;
     device.events_complete_immediately = false;  // deferred frees complete when the trace says
     backend_ = std::make_shared<SimulatedBackend>(device);
-    CachingAllocator allocator(backend_, options_.config);
+    CachingAllocator allocator(backend_, start_config_);
     allocator_ = &allocator;
     restore_start_state();
     allocator.set_observer(&watcher_);
+    size_t next_change = 0;
     for (index_ = 0; index_ < end; ++index_) {
       const TraceEntry& e = trace_[index_];
       ++out_.events;
+      while (next_change < settings_changes_.size() && settings_changes_[next_change].event_index <= index_)
+        change_settings(settings_changes_[next_change++]);
       // The replay's own releases are matched with the recorded ones that follow the event
       // which made them (a free with caching off, an allocation's recovery).
       if (!is_segment_shrink(e.action)) watcher_.released.clear();
@@ -226,6 +252,27 @@ class DeviceReplayer {
       if (trace_[j].address - r.address >= r.size) continue;
       if (pools_in_use_.erase(r.pool_id)) allocator_->device(0).release_pool(r.pool_id);
     }
+  }
+
+  // The program changed the allocator's settings before this event. Under the recorded settings
+  // the replay takes what the recording had from here on; under other settings, what the
+  // program's request does to them (as PyTorch applies it), or the recorded result when the
+  // request is not known. The state the trace starts in (event 0, no request) is the replay's
+  // own starting settings.
+  void change_settings(const TraceStateChange& change) {
+    if (change.event_index == 0 && change.request.empty()) return;
+    const AllocatorConfig current = allocator_->config();
+    Result<AllocatorConfig> next = follows_recording_ || change.request.empty()
+                                       ? parse_allocator_config(change.value)
+                                       : update_allocator_config(current, change.request);
+    if (!next) next = parse_allocator_config(change.value);
+    if (!next) {
+      out_.start.problems.push_back("a recorded settings change cannot be read: " + next.error());
+      return;
+    }
+    next.value().caching = current.caching;
+    allocator_->set_config(next.value(), change.request);
+    ++out_.settings_changes;
   }
 
   void restore_start_state() {
@@ -468,6 +515,9 @@ class DeviceReplayer {
   const DeviceTrace& trace_;
   const SnapshotReplayOptions& options_;
   const bool recorded_caching_;  // the recording cached freed blocks (its settings said so)
+  const std::vector<TraceStateChange> settings_changes_;  // the program's, in event order
+  const bool follows_recording_;  // replaying under the recorded settings
+  const AllocatorConfig start_config_;  // the replay's settings at the first event
   std::vector<const SnapshotSegment*> final_segments_;
   std::unordered_map<size_t, MempoolId> allocation_pools_;  // trace index -> private pool
   std::set<MempoolId> pools_in_use_;  // pools the replay holds one use of

@@ -57,6 +57,7 @@ struct DeviceReplay {
   size_t deferred_frees = 0;      // completed later than requested (cross-stream use)
   size_t empty_cache_calls = 0;   // releases the recording did between allocations
   size_t recorded_ooms = 0;
+  size_t settings_changes = 0;    // the program changed the settings while the trace ran
   size_t reproduced_ooms = 0;     // recorded OOMs that failed in the replay too
   size_t failed_allocs = 0;       // allocations that succeeded when recorded, not replayed
   // Frees of blocks neither live at the start nor allocated in the trace, and allocations at

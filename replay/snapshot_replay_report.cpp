@@ -43,6 +43,7 @@ nlohmann::json device_json(const DeviceReplay& d) {
       {"deferred_frees", d.deferred_frees},
       {"empty_cache_calls", d.empty_cache_calls},
       {"recorded_ooms", d.recorded_ooms},
+      {"settings_changes", d.settings_changes},
       {"reproduced_ooms", d.reproduced_ooms},
       {"failed_allocs", d.failed_allocs},
       {"unknown_frees", d.unknown_frees},
