@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Run HERE (the Debian 12 development machine), before a GPU run: downloads memsnap's Debian
-# build dependencies into bench/gpu/debs/ and copies the shared bench kit (PyTorch's replay
-# harness, ../shared/bench) into bench/gpu/shared-bench/. Both folders are ignored by git;
-# name them in the device call's `carry`. The GPU machine has no network and none of these.
+# build dependencies into bench/gpu/debs/, copies the shared bench kit (PyTorch's replay
+# harness, ../shared/bench) into bench/gpu/shared-bench/ and the memory part of PyTorch's CUDA
+# test suite (../shared/pytorch-tests) into bench/gpu/pytorch-tests/. The three folders are
+# ignored by git (PyTorch's tests are run, never committed); name them in the device call's
+# `carry`. The GPU machine has no network and none of these.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -28,4 +30,9 @@ if [[ -d "$root/../shared/bench" ]]; then
   cp -r "$root/../shared/bench" "$here/shared-bench"
   chmod -R u+w "$here/shared-bench"
 fi
-echo "carry: bench/gpu/debs bench/gpu/shared-bench ($(du -sh "$here/debs" | cut -f1) of packages)"
+rm -rf "$here/pytorch-tests"
+if [[ -d "$root/../shared/pytorch-tests" ]]; then
+  cp -r "$root/../shared/pytorch-tests" "$here/pytorch-tests"
+  chmod -R u+w "$here/pytorch-tests"
+fi
+echo "carry: bench/gpu/debs bench/gpu/shared-bench bench/gpu/pytorch-tests ($(du -sh "$here/debs" | cut -f1) of packages)"

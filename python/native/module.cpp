@@ -23,6 +23,9 @@ TorchAllocator& require_installed() {
   TorchAllocator* allocator = installed_allocator();
   if (allocator == nullptr)
     throw std::runtime_error("memsnap is not PyTorch's allocator: call memsnap.torch.install() first");
+  if (c10::cuda::CUDACachingAllocator::get() != allocator)
+    throw std::runtime_error("memsnap is not PyTorch's allocator any more: " +
+                             c10::cuda::CUDACachingAllocator::get()->name() + " serves this process");
   return *allocator;
 }
 
@@ -36,9 +39,10 @@ uint32_t action_bits(const std::vector<std::string>& names) {
   return bits;
 }
 
-// level: off|state|alloc|all; stacks: all|python|cpp|none.
+// level: off|state|alloc|all; stacks: all|python|cpp|none; context (which records carry a
+// stack, as PyTorch's `context`): state|alloc|all.
 void record_history(const std::string& level, const std::string& stacks, size_t max_entries,
-                    bool clear, const std::vector<std::string>& skip_actions) {
+                    bool clear, const std::vector<std::string>& skip_actions, const std::string& context) {
   const std::optional<HistoryLevel> parsed = history_level_from_name(level);
   if (!parsed) throw std::invalid_argument("level must be one of off, state, alloc, all; got '" + level + "'");
   HistorySettings settings;
@@ -53,10 +57,16 @@ void record_history(const std::string& level, const std::string& stacks, size_t 
   if (max_entries == 0) throw std::invalid_argument("max_entries must be at least 1");
   settings.max_entries = max_entries;
   settings.skipped_actions = action_bits(skip_actions);
-  HistoryRecorder& recorder = require_installed().recorder();
+  if (context == "state") settings.stack_context = StackContext::kState;
+  else if (context == "alloc") settings.stack_context = StackContext::kAlloc;
+  else if (context == "all") settings.stack_context = StackContext::kAll;
+  else throw std::invalid_argument("context must be one of state, alloc, all; got '" + context + "'");
+  TorchAllocator& torch = require_installed();
+  HistoryRecorder& recorder = torch.recorder();
   py::gil_scoped_release unlocked;
   if (clear) recorder.clear();
   recorder.configure(settings);
+  torch.forget_context_recorder();  // memsnap's own frames answer the snapshots
 }
 
 py::dict history_settings() {
@@ -76,8 +86,10 @@ void dump(const std::string& path, bool always_pickle) {
   std::optional<std::string> error;
   {
     py::gil_scoped_release unlocked;
-    error = always_pickle ? dump_pytorch_pickle(torch.allocator(), &torch.recorder(), path, torch.snapshot_options())
-                          : dump_snapshot(torch.allocator(), &torch.recorder(), path, torch.snapshot_options());
+    SnapshotOptions options = torch.snapshot_options();
+    options.mark_in_trace = !always_pickle;  // PyTorch's _dump_snapshot marks nothing
+    error = always_pickle ? dump_pytorch_pickle(torch.allocator(), &torch.recorder(), path, options)
+                          : dump_snapshot(torch.allocator(), &torch.recorder(), path, options);
   }
   if (error) throw std::runtime_error(*error);
 }
@@ -89,6 +101,7 @@ py::dict torch_layout_snapshot(bool include_traces) {
     py::gil_scoped_release unlocked;
     SnapshotOptions options = torch.snapshot_options();
     options.include_traces = include_traces;
+    options.mark_in_trace = false;  // as PyTorch's _snapshot()
     snapshot = take_snapshot(torch.allocator(), &torch.recorder(), options);
   }
   return to_torch_snapshot(snapshot);
@@ -116,6 +129,11 @@ PYBIND11_MODULE(_native, m) {
     return mine != nullptr && c10::cuda::CUDACachingAllocator::get() == mine;
   });
   m.def("settings", [] { return require_installed().config().source; });
+  m.def("apply_settings", [](const std::string& request) {
+    TorchAllocator& torch = require_installed();
+    py::gil_scoped_release unlocked;
+    torch.apply_settings(request);
+  }, py::arg("request"));
   m.def("recording_environment", [] {
     const Result<RecordingEnvironment> environment = recording_environment();
     if (!environment) throw py::value_error(environment.error());
@@ -130,7 +148,7 @@ PYBIND11_MODULE(_native, m) {
   });
   m.def("record_history", &record_history, py::arg("level"), py::arg("stacks"),
         py::arg("max_entries"), py::arg("clear") = false,
-        py::arg("skip_actions") = std::vector<std::string>{});
+        py::arg("skip_actions") = std::vector<std::string>{}, py::arg("context") = std::string("all"));
   m.def("follow_record_functions", &follow_record_functions, py::arg("on"));
   m.def("history_settings", &history_settings);
   m.def("dump_snapshot", [](const std::string& path) { dump(path, false); }, py::arg("path"));
@@ -153,6 +171,7 @@ PYBIND11_MODULE(_native, m) {
   });
   m.def("torch_snapshot", &torch_layout_snapshot, py::arg("include_traces") = true);
   m.def("memory_stats", &memory_stats, py::arg("device"));
+  m.def("watching_code_objects", [] { return python::watch_code_objects(); });
   m.def("python_frames_supported", [] {
     return py::make_tuple(python::frames_supported(), python::frames_unsupported_reason());
   });

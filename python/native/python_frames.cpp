@@ -43,6 +43,10 @@ std::atomic<bool> watching_code{false};
 std::atomic<uint64_t> code_deaths{0};
 std::mutex interned_mutex;
 std::unordered_set<const void*>* interned_codes = new std::unordered_set<const void*>;  // never destroyed
+// Addresses of interned code objects that died since: what a table knows of such an address
+// is stale, however alike the next code object there looks (two FX graphs of the same source
+// share name, line table and often the very objects holding them).
+std::unordered_set<const void*>* dead_codes = new std::unordered_set<const void*>;  // never destroyed
 
 // What identifies a code object beyond its address: its immutable fields' identities.
 struct Fingerprint {
@@ -129,7 +133,10 @@ namespace {
 int on_code_event(PyCodeEvent event, PyCodeObject* code) {
   if (event != PY_CODE_EVENT_DESTROY) return 0;
   std::lock_guard<std::mutex> lock(interned_mutex);
-  if (interned_codes->erase(code) > 0) code_deaths.fetch_add(1, std::memory_order_release);
+  if (interned_codes->erase(code) > 0) {
+    dead_codes->insert(code);
+    code_deaths.fetch_add(1, std::memory_order_release);
+  }
   return 0;
 }
 
@@ -239,13 +246,19 @@ size_t PythonFrames::capture(uintptr_t* tokens, size_t max) {
         id = slot->id;
       } else {
         const Fingerprint fingerprint = fingerprint_of(code);
+        bool died = false;  // a code object interned at this address died: this is another
         if (watching) {  // so that its death is counted
           std::lock_guard<std::mutex> lock(interned_mutex);
+          died = dead_codes->erase(code) > 0;
           interned_codes->insert(code);
         }
         std::lock_guard<std::mutex> lock(table_->mutex);
         auto found = table_->by_address.find(code);
-        if (found != table_->by_address.end() && found->second.fingerprint == fingerprint) {
+        // (The file's text too: a new code object can hold a new filename string at the address
+        // of the dead one's, as two FX graphs compiled in turn do.)
+        if (found != table_->by_address.end() && !died && found->second.fingerprint == fingerprint &&
+            found->second.id < table_->codes.size() &&
+            table_->codes[found->second.id].file == utf8_of(code->co_filename)) {
           id = found->second.id;
         } else if (table_->codes.size() >= kMaxCodes) {
           id = kMaxCodes;

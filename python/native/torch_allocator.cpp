@@ -1,6 +1,9 @@
 #include "python/native/torch_allocator.h"
 
 #include <c10/core/Allocator.h>
+#include <c10/core/AllocatorConfig.h>
+#include <c10/core/impl/GPUTrace.h>
+#include <c10/cuda/CUDAAllocatorConfig.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
@@ -10,6 +13,7 @@
 #include <cstdio>
 
 #include "allocator/cuda_backend.h"
+#include "history/trace_labels.h"
 #include "python/native/autograd_frames.h"
 #include "python/native/oom_message.h"
 #include "python/native/python_frames.h"
@@ -25,9 +29,30 @@ std::atomic<TorchAllocator*> the_allocator{nullptr};
 // each); memsnap.torch warns when it holds a request to this.
 constexpr size_t kPyTorchDefaultEntryLimit = 2'000'000;
 
+// PyTorch's limit, checked before anything else: no device holds an exabyte.
+constexpr size_t kOneExabyte = size_t{1} << 60;
+
+// The deleter of memory from memsnap's cache (the DataPtr keeps it, whatever is enabled later).
 void delete_allocation(void* ptr) {
-  if (ptr != nullptr) the_allocator.load(std::memory_order_acquire)->raw_delete(ptr);
+  if (ptr != nullptr) the_allocator.load(std::memory_order_acquire)->free_cached(ptr);
 }
+
+// With caching turned off by torch.cuda.caching_allocator_enable(False), memory comes straight
+// from the device and goes straight back, unseen by statistics and history, as in PyTorch.
+void* uncached_allocate(size_t size) {
+  void* ptr = nullptr;
+  C10_CUDA_CHECK(cudaMalloc(&ptr, size));
+  if (const c10::impl::PyInterpreter* trace = c10::impl::GPUTrace::get_trace())
+    (*trace)->trace_gpu_memory_allocation(c10::kCUDA, reinterpret_cast<uintptr_t>(ptr));
+  return ptr;
+}
+
+void uncached_delete(void* ptr) {
+  if (const c10::impl::PyInterpreter* trace = c10::impl::GPUTrace::get_trace())
+    (*trace)->trace_gpu_memory_deallocation(c10::kCUDA, reinterpret_cast<uintptr_t>(ptr));
+  C10_CUDA_CHECK(cudaFree(ptr));
+}
+
 
 [[noreturn]] void unsupported(const char* what) {
   TORCH_CHECK(false, "memsnap: ", what,
@@ -50,7 +75,75 @@ uint32_t skipped_action_bits(const std::vector<std::string>& names) {
 
 TorchAllocator* installed_allocator() { return the_allocator.load(std::memory_order_acquire); }
 
-TorchAllocator::TorchAllocator(AllocatorConfig config) : config_(std::move(config)) {}
+TorchAllocator::TorchAllocator(AllocatorConfig config)
+    : config_(std::move(config)), expandable_segments_(config_.expandable_segments) {}
+
+std::shared_ptr<c10::GatheredContext> TorchAllocator::gather_context() {
+  torch_alloc::CreateContextFn recorder;
+  {
+    std::lock_guard<std::mutex> lock(contexts_mutex_);
+    recorder = context_recorder_;
+  }
+  return recorder != nullptr ? recorder() : nullptr;
+}
+
+void TorchAllocator::keep_context(void* ptr, std::shared_ptr<c10::GatheredContext> context) {
+  std::lock_guard<std::mutex> lock(contexts_mutex_);
+  contexts_[ptr] = std::move(context);
+  contexts_kept_.store(contexts_.size(), std::memory_order_relaxed);
+}
+
+void TorchAllocator::drop_context(void* ptr) {
+  std::shared_ptr<c10::GatheredContext> dropped;  // released after the lock (it may take the GIL)
+  std::lock_guard<std::mutex> lock(contexts_mutex_);
+  if (auto it = contexts_.find(ptr); it != contexts_.end()) {
+    dropped = std::move(it->second);
+    contexts_.erase(it);
+  }
+  contexts_kept_.store(contexts_.size(), std::memory_order_relaxed);
+}
+
+void TorchAllocator::forget_context_recorder() {
+  std::lock_guard<std::mutex> lock(contexts_mutex_);
+  keeps_contexts_.store(false, std::memory_order_relaxed);
+  context_recorder_ = nullptr;
+}
+
+AllocatorConfig TorchAllocator::config() {
+  std::lock_guard<std::mutex> lock(init_mutex_);
+  return allocator_ ? allocator_->config() : config_;
+}
+
+// PyTorch parses the string itself (torch._C._accelerator_setAllocatorSettings: its keys, its
+// resets of max_split_size, roundup_power2_divisions and garbage_collection_threshold at every
+// call, its errors) into its configuration singletons; memsnap takes the result from there, so
+// a run's settings are exactly PyTorch's. The pinned_* keys stay with PyTorch's host allocator.
+void TorchAllocator::apply_settings(const std::string& request) {
+  using c10::CachingAllocator::AcceleratorAllocatorConfig;
+  using c10::cuda::CUDACachingAllocator::CUDAAllocatorConfig;
+  std::lock_guard<std::mutex> lock(init_mutex_);
+  AllocatorConfig updated = allocator_ ? allocator_->config() : config_;
+  updated.max_split_size = AcceleratorAllocatorConfig::max_split_size();
+  updated.max_non_split_rounding_size = AcceleratorAllocatorConfig::max_non_split_rounding_size();
+  updated.large_segment_size = AcceleratorAllocatorConfig::large_segment_size();
+  updated.garbage_collection_threshold = AcceleratorAllocatorConfig::garbage_collection_threshold();
+  const std::vector<size_t>& divisions = AcceleratorAllocatorConfig::roundup_power2_divisions();
+  updated.roundup_power2_divisions.fill(0);
+  std::copy_n(divisions.begin(), std::min(divisions.size(), updated.roundup_power2_divisions.size()),
+              updated.roundup_power2_divisions.begin());
+  updated.expandable_segments = AcceleratorAllocatorConfig::use_expandable_segments();
+  updated.release_lock_on_cudamalloc = CUDAAllocatorConfig::release_lock_on_cudamalloc();
+  updated.graph_capture_record_stream_reuse = CUDAAllocatorConfig::graph_capture_record_stream_reuse();
+  updated.source = to_config_string(updated);
+  updated.notices.clear();
+  try {
+    if (allocator_) allocator_->set_config(updated, request);
+  } catch (const std::exception& error) {
+    TORCH_CHECK(false, "memsnap: ", error.what());
+  }
+  expandable_segments_.store(updated.expandable_segments, std::memory_order_relaxed);
+  config_ = std::move(updated);
+}
 
 void TorchAllocator::init(int device_count) {
   std::lock_guard<std::mutex> lock(init_mutex_);
@@ -64,7 +157,8 @@ void TorchAllocator::init(int device_count) {
   allocator_ = std::make_unique<CachingAllocator>(backend, config_);
   recorder_ = std::make_unique<HistoryRecorder>(*allocator_);
   if (python::frames_supported()) recorder_->set_interpreter_frames(&process_autograd_frames());
-  fractions_.assign(static_cast<size_t>(std::max(device_count, allocator_->device_count())), 1.0);
+  fractions_.assign(static_cast<size_t>(std::max(device_count, allocator_->device_count())),
+                    config_.per_process_memory_fraction);
   allocator_->add_oom_observer([this](const OomInfo& info) { write_oom_snapshot(info); });
   {
     std::lock_guard<std::mutex> controls(controls_mutex_);
@@ -99,27 +193,83 @@ void TorchAllocator::check_device(c10::DeviceIndex device) const {
               static_cast<int>(device), " (", allocator_->device_count(), " CUDA devices)");
 }
 
+// As PyTorch's allocator: the profiler (torch.profiler with profile_memory) is told of every
+// allocation and free with the device's totals right after it, the CUDA sanitizer's trace
+// (torch.cuda._sanitizer) of every pointer, and the contexts PyTorch's C++ snapshot API reads
+// are kept.
 void* TorchAllocator::malloc(size_t size, c10::DeviceIndex device, cudaStream_t stream) {
   ensure_initialized();
   check_device(device);
+  std::shared_ptr<c10::GatheredContext> context;
+  if (C10_UNLIKELY(keeps_contexts())) context = gather_context();  // (outside every lock)
+  void* ptr = nullptr;
+  const auto on_stream = reinterpret_cast<StreamId>(stream);
   try {
-    return allocator_->allocate(size, device, reinterpret_cast<StreamId>(stream));
+    if (C10_UNLIKELY(c10::memoryProfilingEnabled())) {
+      MemoryReport report;
+      ptr = allocator_->allocate_reporting(size, device, on_stream, report);
+      c10::reportMemoryUsageToProfiler(ptr, static_cast<int64_t>(report.block_bytes),
+                                       static_cast<size_t>(report.allocated_bytes),
+                                       static_cast<size_t>(report.reserved_bytes),
+                                       c10::Device(c10::DeviceType::CUDA, device));
+    } else {
+      ptr = allocator_->allocate(size, device, on_stream);
+    }
   } catch (const OutOfMemoryError& error) {
-    TORCH_CHECK_WITH(OutOfMemoryError, false, torch_oom_message(error.info()));
+    const OomInfo& info = error.info();
+    if (c10::memoryProfilingEnabled())
+      c10::reportOutOfMemoryToProfiler(static_cast<int64_t>(info.rounded_bytes), info.allocated_bytes,
+                                       info.reserved_bytes, c10::Device(c10::DeviceType::CUDA, device));
+    TORCH_CHECK_WITH(OutOfMemoryError, false, torch_oom_message(info));
+  } catch (const c10::Error&) {
+    throw;  // (a MemPool's own allocator failed: its error as it raised it)
+  } catch (const std::exception& error) {
+    TORCH_CHECK(false, "memsnap: ", error.what());
+  }
+  if (const c10::impl::PyInterpreter* trace = c10::impl::GPUTrace::get_trace())
+    (*trace)->trace_gpu_memory_allocation(c10::kCUDA, reinterpret_cast<uintptr_t>(ptr));
+  if (context) keep_context(ptr, std::move(context));
+  return ptr;
+}
+
+void TorchAllocator::free_cached(void* ptr) {
+  if (ptr == nullptr) return;
+  if (const c10::impl::PyInterpreter* trace = c10::impl::GPUTrace::get_trace())
+    (*trace)->trace_gpu_memory_deallocation(c10::kCUDA, reinterpret_cast<uintptr_t>(ptr));
+  if (C10_UNLIKELY(contexts_kept_.load(std::memory_order_relaxed) != 0)) drop_context(ptr);
+  try {
+    if (C10_UNLIKELY(c10::memoryProfilingEnabled())) {
+      MemoryReport report;
+      const int device = allocator_->deallocate_reporting(ptr, report);
+      c10::reportMemoryUsageToProfiler(ptr, -static_cast<int64_t>(report.block_bytes),
+                                       static_cast<size_t>(report.allocated_bytes),
+                                       static_cast<size_t>(report.reserved_bytes),
+                                       c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)));
+    } else {
+      allocator_->deallocate(ptr);
+    }
   } catch (const std::exception& error) {
     TORCH_CHECK(false, "memsnap: ", error.what());
   }
 }
 
 c10::DataPtr TorchAllocator::allocate(size_t size) {
+  TORCH_CHECK_WITH(OutOfMemoryError, size < kOneExabyte,
+                   "CUDA out of memory. Tried to allocate more than 1EB memory.");
   c10::DeviceIndex device = 0;
   C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
+  if (C10_UNLIKELY(!isEnabled())) {
+    void* ptr = uncached_allocate(size);
+    return {ptr, ptr, &uncached_delete, c10::Device(c10::DeviceType::CUDA, device)};
+  }
   void* ptr = nullptr;
   if (size != 0) ptr = malloc(size, device, c10::cuda::getCurrentCUDAStream(device).stream());
   return {ptr, ptr, &delete_allocation, c10::Device(c10::DeviceType::CUDA, device)};
 }
 
-c10::DeleterFnPtr TorchAllocator::raw_deleter() const { return &delete_allocation; }
+c10::DeleterFnPtr TorchAllocator::raw_deleter() const {
+  return isEnabled() ? &delete_allocation : &uncached_delete;
+}
 
 void TorchAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
   C10_CUDA_CHECK(cudaMemcpy(dest, src, count, cudaMemcpyDeviceToDevice));
@@ -127,6 +277,7 @@ void TorchAllocator::copy_data(void* dest, const void* src, std::size_t count) c
 
 void* TorchAllocator::raw_alloc(size_t nbytes) {
   if (nbytes == 0) return nullptr;
+  if (!isEnabled()) return uncached_allocate(nbytes);
   c10::DeviceIndex device = 0;
   C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
   return malloc(nbytes, device, c10::cuda::getCurrentCUDAStream(device).stream());
@@ -134,18 +285,21 @@ void* TorchAllocator::raw_alloc(size_t nbytes) {
 
 void* TorchAllocator::raw_alloc_with_stream(size_t nbytes, cudaStream_t stream) {
   if (nbytes == 0) return nullptr;
+  if (!isEnabled()) return uncached_allocate(nbytes);
   c10::DeviceIndex device = 0;
   C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
   return malloc(nbytes, device, stream);
 }
 
+// As PyTorch, whether caching is enabled is asked when the pointer is freed: memory taken
+// while it was off must be given back while it is off.
 void TorchAllocator::raw_delete(void* ptr) {
   if (ptr == nullptr) return;
-  try {
-    allocator_->deallocate(ptr);
-  } catch (const std::exception& error) {
-    TORCH_CHECK(false, "memsnap: ", error.what());
+  if (!isEnabled()) {
+    uncached_delete(ptr);
+    return;
   }
+  free_cached(ptr);
 }
 
 void TorchAllocator::recordStream(const c10::DataPtr& ptr, c10::cuda::CUDAStream stream) {
@@ -235,6 +389,20 @@ torch_alloc::SnapshotInfo TorchAllocator::snapshot(c10::MempoolId_t mempool_id, 
   const MempoolId only{mempool_id.first, mempool_id.second};
   torch_alloc::SnapshotInfo info;
   if (!initialized()) return info;
+  // The contexts PyTorch's recorder gathered, copied out (their owners may be freed meanwhile).
+  struct KeptContexts {
+    std::unordered_map<void*, std::shared_ptr<c10::GatheredContext>> by_address;
+    bool on_allocations = false;
+    std::shared_ptr<c10::GatheredContext> context_of(uintptr_t address) const {
+      auto it = by_address.find(reinterpret_cast<void*>(address));
+      return it == by_address.end() ? nullptr : it->second;
+    }
+  } contexts;
+  {
+    std::lock_guard<std::mutex> lock(contexts_mutex_);
+    contexts.by_address = contexts_;
+    contexts.on_allocations = record_context_ >= torch_alloc::RecordContext::ALLOC;
+  }
   // Segments, blocks and the trace without frames: frames travel through
   // torch.cuda.memory._snapshot(), which memsnap.torch answers with its own.
   for (int device = 0; device < allocator_->device_count(); ++device) {
@@ -254,6 +422,7 @@ torch_alloc::SnapshotInfo TorchAllocator::snapshot(c10::MempoolId_t mempool_id, 
         block.requested_size = b.requested_size;
         block.allocated = b.state == BlockState::kActiveAllocated;
         block.active = b.state != BlockState::kInactive;
+        if (block.active) block.context_when_allocated = contexts.context_of(b.address);
         if (block.allocated) segment.allocated_size += b.size;
         if (block.active) segment.active_size += b.size;
         segment.requested_size += b.requested_size;
@@ -266,19 +435,31 @@ torch_alloc::SnapshotInfo TorchAllocator::snapshot(c10::MempoolId_t mempool_id, 
     for (const HistoryEvent& event : recorder_->trace(device)) {
       auto action = static_cast<c10::CachingDeviceAllocator::TraceEntry::Action>(
           static_cast<int>(event.action));
-      info.device_traces.back().emplace_back(action, static_cast<c10::DeviceIndex>(device),
-                                             event.address, event.size,
-                                             reinterpret_cast<void*>(event.stream),
-                                             c10::MempoolId_t{0, 0}, event.time_us);
+      // An allocation still live carries the context its recorder gathered, when it asked for
+      // contexts on allocations (context "alloc" or "all"); others carry none.
+      std::shared_ptr<c10::GatheredContext> context;
+      if (event.action == TraceAction::kAlloc && contexts.on_allocations)
+        context = contexts.context_of(event.address);
+      const TraceLabel label = trace_labels::resolve(event.label);
+      info.device_traces.back().emplace_back(
+          action, static_cast<c10::DeviceIndex>(device), event.address, event.size,
+          reinterpret_cast<void*>(event.stream), c10::MempoolId_t{0, 0}, event.time_us, std::move(context),
+          label.compile_context.empty() ? std::string("N/A") : label.compile_context, label.user_metadata);
     }
   }
-  info.config_metadata.garbage_collection_threshold = config_.garbage_collection_threshold;
-  info.config_metadata.max_split_size = config_.max_split_size;
-  info.config_metadata.expandable_segments = config_.expandable_segments;
-  info.config_metadata.release_lock_on_malloc = config_.release_lock_on_cudamalloc;
-  info.config_metadata.last_allocator_settings = config_.source;
-  info.config_metadata.roundup_power2_divisions.assign(config_.roundup_power2_divisions.begin(),
-                                                       config_.roundup_power2_divisions.end());
+  const AllocatorConfig current = allocator_->config();
+  info.config_metadata.garbage_collection_threshold = current.garbage_collection_threshold;
+  info.config_metadata.max_split_size = current.max_split_size;
+  info.config_metadata.expandable_segments = current.expandable_segments;
+  info.config_metadata.release_lock_on_malloc = current.release_lock_on_cudamalloc;
+  info.config_metadata.graph_capture_record_stream_reuse = current.graph_capture_record_stream_reuse;
+  info.config_metadata.pinned_num_register_threads =
+      c10::cuda::CUDACachingAllocator::CUDAAllocatorConfig::pinned_num_register_threads();
+  info.config_metadata.pinned_use_host_register =
+      c10::cuda::CUDACachingAllocator::CUDAAllocatorConfig::pinned_use_cuda_host_register();
+  info.config_metadata.last_allocator_settings = current.source;
+  info.config_metadata.roundup_power2_divisions.assign(current.roundup_power2_divisions.begin(),
+                                                       current.roundup_power2_divisions.end());
   return info;
 }
 
@@ -295,9 +476,11 @@ bool TorchAllocator::isHistoryEnabled() {
   return recorder_->settings(0).level != HistoryLevel::kOff;
 }
 
-// PyTorch's C++ entry (torch::cuda::_record_memory_history calls it). Python's
-// torch.cuda.memory._record_memory_history reaches memsnap.torch instead, which knows
-// whether C++ frames were asked for; here a context recorder means Python and C++ frames.
+// PyTorch's C++ entry (torch::cuda::_record_memory_history calls it, and through it Python's
+// torch.cuda.memory._record_memory_history, which memsnap.torch then configures exactly). Here
+// a context recorder means Python and C++ frames; PyTorch's recorder itself is kept too, for
+// PyTorch's C++ snapshot API (torch::cuda::_memory_snapshot_pickled), which reads the contexts
+// it gathered: memsnap.torch drops it again when it takes over.
 void TorchAllocator::recordHistory(bool enabled, torch_alloc::CreateContextFn context_recorder,
                                    size_t alloc_trace_max_entries, torch_alloc::RecordContext when,
                                    bool clear_history, const std::vector<std::string>& skip_actions) {
@@ -310,10 +493,28 @@ void TorchAllocator::recordHistory(bool enabled, torch_alloc::CreateContextFn co
   settings.max_entries = std::clamp<size_t>(alloc_trace_max_entries, 1, kPyTorchDefaultEntryLimit);
   settings.cpp_stacks = context_recorder != nullptr && when != torch_alloc::RecordContext::NEVER;
   settings.interpreter_stacks = settings.cpp_stacks && python::frames_supported();
+  settings.stack_context = when == torch_alloc::RecordContext::ALL     ? StackContext::kAll
+                           : when == torch_alloc::RecordContext::ALLOC ? StackContext::kAlloc
+                                                                       : StackContext::kState;
   settings.skipped_actions = skipped_action_bits(skip_actions);
   HistoryRecorder& history = recorder();
   if (clear_history) history.clear();
   history.configure(settings);
+  std::lock_guard<std::mutex> lock(contexts_mutex_);
+  const bool keep = enabled && context_recorder != nullptr && when != torch_alloc::RecordContext::NEVER;
+  context_recorder_ = keep ? std::move(context_recorder) : nullptr;
+  record_context_ = keep ? when : torch_alloc::RecordContext::NEVER;
+  keeps_contexts_.store(keep, std::memory_order_relaxed);
+}
+
+// Compiled regions (torch.compile) name the trace entries of the calling thread while history
+// records, as in PyTorch; so does the thread's metadata text, whether or not it records.
+void TorchAllocator::pushCompileContext(std::string& md) {
+  if (isHistoryEnabled()) trace_labels::push_compile_context(md);
+}
+
+void TorchAllocator::popCompileContext() {
+  if (isHistoryEnabled()) trace_labels::pop_compile_context();
 }
 
 void TorchAllocator::recordAnnotation(const std::vector<std::pair<std::string, std::string>>& md) {
@@ -326,15 +527,9 @@ void TorchAllocator::recordAnnotation(const std::vector<std::pair<std::string, s
   if (!name.empty()) recorder_->annotate(name, stage != "END");
 }
 
-void TorchAllocator::setUserMetadata(const std::string& metadata) {
-  std::lock_guard<std::mutex> lock(controls_mutex_);
-  user_metadata_ = metadata;
-}
+void TorchAllocator::setUserMetadata(const std::string& metadata) { trace_labels::set_user_metadata(metadata); }
 
-std::string TorchAllocator::getUserMetadata() {
-  std::lock_guard<std::mutex> lock(controls_mutex_);
-  return user_metadata_;
-}
+std::string TorchAllocator::getUserMetadata() { return trace_labels::user_metadata(); }
 
 void TorchAllocator::attachOutOfMemoryObserver(torch_alloc::OutOfMemoryObserver observer) {
   std::lock_guard<std::mutex> init(init_mutex_);
@@ -370,7 +565,7 @@ cudaError_t TorchAllocator::memcpyAsync(void* dst, int dst_device, const void* s
                                         size_t count, cudaStream_t stream, bool p2p_enabled) {
   // Memory mapped through the driver's virtual memory API (expandable segments) is copied
   // between devices only by the peer copy unless peer access maps it in both.
-  if (p2p_enabled || src_device == dst_device || !config_.expandable_segments)
+  if (p2p_enabled || src_device == dst_device || !expandable_segments_.load(std::memory_order_relaxed))
     return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
   return cudaMemcpyPeerAsync(dst, dst_device, src, src_device, count, stream);
 }
@@ -420,6 +615,18 @@ TorchAllocator& install(const std::optional<std::string>& settings) {
   }
   static std::mutex install_mutex;
   std::lock_guard<std::mutex> lock(install_mutex);
+  const auto push_to_pytorch = [&] {
+    // PyTorch's own parser holds the settings too: settings changed later
+    // (_set_allocator_settings) start from these, and their pinned_* keys reach PyTorch's host
+    // allocator.
+    if (config.value().source.empty()) return;
+    try {
+      c10::CachingAllocator::setAllocatorSettings(config.value().source);
+    } catch (const c10::Error& error) {
+      throw std::invalid_argument("memsnap.torch.install(): PyTorch refuses the settings '" +
+                                  config.value().source + "': " + error.what_without_backtrace());
+    }
+  };
   torch_alloc::CUDAAllocator* current = torch_alloc::get();
   if (TorchAllocator* mine = installed_allocator()) {
     if (current == mine) {
@@ -431,6 +638,10 @@ TorchAllocator& install(const std::optional<std::string>& settings) {
     throw std::runtime_error("memsnap.torch.install(): another allocator (" + current->name() +
                              ") replaced memsnap's");
   }
+  // Another backend chosen by the user (backend:cudaMallocAsync, a pluggable allocator) stays.
+  if (current != nullptr && current->name() != "native")
+    throw std::runtime_error("memsnap.torch.install(): PyTorch's CUDA allocator is '" + current->name() +
+                             "'; memsnap replaces only PyTorch's native allocator, so it is not installed");
   int devices_to_init = -1;
   if (current != nullptr && current->initialized()) {
     // PyTorch has started CUDA. Taking over is safe only while its allocator holds nothing.
@@ -447,6 +658,7 @@ TorchAllocator& install(const std::optional<std::string>& settings) {
     }
     devices_to_init = count;
   }
+  push_to_pytorch();
   auto* mine = new TorchAllocator(config.value());  // lives as long as the process
   if (devices_to_init >= 0) mine->init(devices_to_init);
   the_allocator.store(mine, std::memory_order_release);

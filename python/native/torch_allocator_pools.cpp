@@ -3,6 +3,7 @@
 // with PyTorch's rules.
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -18,6 +19,25 @@ MempoolId to_pool(c10::MempoolId_t id) { return {id.first, id.second}; }
 struct PoolState final : torch_alloc::AllocatorState {
   explicit PoolState(PoolCheckpoint saved) : checkpoint(std::move(saved)) {}
   PoolCheckpoint checkpoint;
+};
+
+// A MemPool's own allocator (torch.cuda.MemPool(allocator=...)) as the source of that pool's
+// segments: PyTorch calls its raw_alloc and raw_delete. The pool keeps it alive.
+class PoolAllocatorSource final : public SegmentSource {
+ public:
+  explicit PoolAllocatorSource(std::shared_ptr<torch_alloc::CUDAAllocator> allocator)
+      : allocator_(std::move(allocator)) {}
+  std::optional<uintptr_t> reserve(int, size_t size, StreamId) override {
+    void* ptr = allocator_->raw_alloc(size);
+    if (ptr == nullptr) return std::nullopt;
+    return reinterpret_cast<uintptr_t>(ptr);
+  }
+  void release(int, uintptr_t address, size_t, StreamId) override {
+    allocator_->raw_delete(reinterpret_cast<void*>(address));
+  }
+
+ private:
+  std::shared_ptr<torch_alloc::CUDAAllocator> allocator_;
 };
 
 // A mistake in the pools' use (ending a scope never begun, a pool that does not exist) is a
@@ -83,12 +103,10 @@ int TorchAllocator::getPoolUseCount(c10::DeviceIndex device, c10::MempoolId_t me
 
 void TorchAllocator::createOrIncrefPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
                                         std::shared_ptr<torch_alloc::CUDAAllocator> allocator) {
-  if (allocator != nullptr)
-    TORCH_CHECK(false, "memsnap: a MemPool with its own allocator (torch.cuda.MemPool(allocator=...)) "
-                       "is not supported by memsnap's allocator; memsnap's pools reserve their "
-                       "memory with cudaMalloc");
   DeviceCachingAllocator& pools = device_allocator(device);
-  checked([&] { pools.create_or_incref_pool(to_pool(mempool_id)); });
+  std::shared_ptr<SegmentSource> source;
+  if (allocator != nullptr) source = std::make_shared<PoolAllocatorSource>(std::move(allocator));
+  checked([&] { pools.create_or_incref_pool(to_pool(mempool_id), std::move(source)); });
 }
 
 // ~MemPool turns use_on_oom off before releasing the pool: that call must not throw.

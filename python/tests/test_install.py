@@ -52,7 +52,7 @@ def test_install_after_cuda_init_without_memory_works():
 
 def test_install_rejects_bad_settings_with_the_key():
     result = run_python("""
-        import json, memsnap.torch
+        import json, torch, memsnap.torch
         try:
             memsnap.torch.install("max_split_size_mb:lots")
         except ValueError as error:
@@ -61,22 +61,39 @@ def test_install_rejects_bad_settings_with_the_key():
     assert "max_split_size_mb" in result["error"]
 
 
-def test_settings_apply_and_cannot_change_after_install():
+def test_installed_before_torch_a_failure_is_said_and_torch_still_imports():
+    result = run_python("""
+        import json, memsnap.torch
+        memsnap.torch.install("max_split_size_mb:lots")  # waits for torch
+        import torch
+        print(json.dumps({"installed": memsnap.torch.is_installed(),
+                          "works": torch.ones(3, device="cuda").sum().item()}))
+    """)
+    assert not result["installed"] and result["works"] == 3
+    assert "memsnap: not installed:" in result["_stderr"] and "max_split_size_mb" in result["_stderr"]
+
+
+def test_settings_apply_and_change_while_running_as_in_pytorch():
     result = run_python("""
         import json, torch, memsnap.torch
         memsnap.torch.install("expandable_segments:True")
         x = torch.empty(3 << 20, dtype=torch.uint8, device="cuda")
-        snap = torch.cuda.memory._snapshot()
+        before = [s["is_expandable"] for s in torch.cuda.memory._snapshot()["segments"]]
+        torch.cuda.memory._set_allocator_settings("expandable_segments:False")
+        y = torch.empty(30 << 20, dtype=torch.uint8, device="cuda")
+        after = {s["address"]: s["is_expandable"] for s in torch.cuda.memory._snapshot()["segments"]}
         try:
-            torch.cuda.memory._set_allocator_settings("expandable_segments:False")
+            torch._C._accelerator_setAllocatorSettings("max_split_size_mb:2")
             refused = None
-        except RuntimeError as error:
+        except ValueError as error:
             refused = str(error)
-        print(json.dumps({"expandable": [s["is_expandable"] for s in snap["segments"]],
-                          "refused": refused}))
+        print(json.dumps({"before": before, "y_expandable": after[y.data_ptr()],
+                          "refused": refused, "backend": torch.cuda.get_allocator_backend()}))
     """)
-    assert result["expandable"] and all(result["expandable"])
-    assert "fixed when memsnap is installed" in result["refused"]
+    assert result["before"] and all(result["before"])
+    assert result["y_expandable"] is False  # new segments follow the changed setting
+    assert "max_split_size_mb" in result["refused"]  # PyTorch's own parser judged it
+    assert result["backend"] == "native"
 
 
 def test_recording_turned_on_from_the_environment_with_no_code(tmp_path):
@@ -103,7 +120,7 @@ def test_recording_turned_on_from_the_environment_with_no_code(tmp_path):
 
 def test_a_bad_recording_variable_is_one_line_naming_it_and_nothing_is_installed():
     result = run_python("""
-        import json, memsnap.torch
+        import json, torch, memsnap.torch
         try:
             memsnap.torch.install()
         except ValueError as error:

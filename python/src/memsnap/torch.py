@@ -15,21 +15,38 @@ observers, ``torch.cuda.memory._record_memory_history``, ``_snapshot`` and
 ``_dump_snapshot``), CUDA graph capture, ``torch.compile(mode="reduce-overhead")`` and
 ``torch.cuda.MemPool`` / ``use_mem_pool`` use memsnap's private pools, and an out-of-memory
 raises ``torch.OutOfMemoryError`` with PyTorch's message and memsnap's reason, leaving the
-process able to go on. Not supported yet (each raises a RuntimeError naming it): a MemPool with
-its own allocator, CUDA IPC between processes, and changing allocator settings after install.
+process able to go on. Settings changed while running (``torch.cuda.memory._set_allocator_settings``)
+take effect as in PyTorch and are recorded in the trace; ``torch.cuda.caching_allocator_enable``,
+``torch.profiler``'s memory views and ``torch.cuda.MemPool(allocator=...)`` work as on PyTorch's
+allocator. Not supported yet (it raises a RuntimeError naming it): CUDA IPC between processes.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib.abc
+import importlib.util
 import sys
 import warnings
 from typing import Optional
 
-import torch
+# torch and memsnap's extension are loaded on first use, not when this module is imported: the
+# extension's libraries are PyTorch's, and loading them runs PyTorch's static initializers,
+# which read PYTORCH_ALLOC_CONF. A program (or a sitecustomize) may install memsnap before it
+# imports torch and still set that variable in between (install() then waits for torch).
+torch = None
+_native = None
 
-from memsnap import _native  # after torch: the extension uses torch's libraries and CUDA runtime
+
+def _load() -> None:
+    global torch, _native
+    if _native is None:
+        import torch as torch_module
+
+        from memsnap import _native as native  # after torch: it uses torch's libraries
+
+        torch, _native = torch_module, native
 
 __all__ = [
     "install",
@@ -68,11 +85,25 @@ def install(settings: Optional[str] = None) -> None:
     ``MEMSNAP_SNAPSHOT_AT_EXIT=run.msgpack`` (``dump_snapshot`` when the program ends). A bad
     value raises a ValueError naming the variable, before anything is installed.
     """
-    global _environment_applied
     if settings is not None and not isinstance(settings, str):
         raise TypeError(f"settings must be a str or None, not {type(settings).__name__}")
+    if "torch" not in sys.modules:
+        _install_when_torch_is_imported(settings)
+        return
+    _install_now(settings)
+
+
+def _install_now(settings: Optional[str]) -> None:
+    global _environment_applied
+    _load()
     if not torch.cuda.is_available():
         raise RuntimeError("memsnap.torch.install(): PyTorch sees no CUDA device")
+    backend = torch.cuda.get_allocator_backend()
+    if backend != "native" and not _native.is_installed():
+        raise RuntimeError(
+            f"memsnap.torch.install(): PyTorch's CUDA allocator is {backend!r} (chosen by "
+            "PYTORCH_ALLOC_CONF's backend, or torch.cuda.memory.change_current_allocator); "
+            "memsnap replaces only PyTorch's native allocator, so it is not installed")
     environment = _native.recording_environment()
     _native.install(settings)
     _patch_torch()
@@ -99,8 +130,64 @@ def _dump_at_exit(path: str) -> None:
 
 
 def is_installed() -> bool:
-    """Whether memsnap is this process's CUDA allocator."""
+    """Whether memsnap is this process's CUDA allocator (False while install() waits for torch)."""
+    if "torch" not in sys.modules:
+        return False
+    _load()
     return _native.is_installed()
+
+
+class _InstallAfterTorch(importlib.abc.MetaPathFinder):
+    """install() called before torch is imported: the install runs when torch's import ends,
+    after PyTorch read PYTORCH_ALLOC_CONF. When that asked for another allocator backend, the
+    explicit choice wins; when the install fails (bad settings), the import still succeeds (an
+    error raised there would leave torch half imported). Either way memsnap says on stderr that
+    it is not installed, and why."""
+
+    def __init__(self, settings: Optional[str]):
+        self.settings = settings
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)  # once, and not for the lookup below
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None:
+            return spec
+        original, settings = spec.loader, self.settings
+
+        class Loader(importlib.abc.Loader):
+            def create_module(self, spec):
+                return original.create_module(spec)
+
+            def exec_module(self, module):
+                module.__loader__ = module.__spec__.loader = original
+                original.exec_module(module)
+                _install_after_import(settings)
+
+        spec.loader = Loader()
+        return spec
+
+
+def _install_when_torch_is_imported(settings: Optional[str]) -> None:
+    for finder in sys.meta_path:
+        if isinstance(finder, _InstallAfterTorch):
+            finder.settings = settings
+            return
+    sys.meta_path.insert(0, _InstallAfterTorch(settings))
+
+
+def _install_after_import(settings: Optional[str]) -> None:
+    _load()
+    backend = torch._C._cuda_getAllocatorBackend() if torch.cuda.is_available() else "native"
+    if backend != "native":
+        print(f"memsnap: PYTORCH_ALLOC_CONF asks for PyTorch's {backend} allocator backend: it serves "
+              "this process, and memsnap is not installed", file=sys.stderr)
+        return
+    try:
+        _install_now(settings)
+    except (ValueError, TypeError, RuntimeError) as error:
+        print(f"memsnap: not installed: {error}", file=sys.stderr)
 
 
 def record_history(
@@ -232,14 +319,18 @@ def _patch_torch() -> None:
         global_record_annotations=False,
         skip_actions=(),
     ):
+        if not _native.is_installed():  # (another allocator took over: see install())
+            return original_record(enabled, context, stacks, max_entries, clear_history, compile_context,
+                                   global_record_annotations, list(skip_actions or ()))
         entries = _entries_for_pytorch(max_entries, enabled is not None)
-        # PyTorch's own bookkeeping first (record_function annotations); it calls memsnap's
-        # recordHistory, then the stack choice is made exact here.
+        # PyTorch's own bookkeeping first (record_function annotations, compile contexts); it
+        # calls memsnap's recordHistory, then the stack choice is made exact here.
         original_record(enabled, context, stacks, entries, clear_history, compile_context,
                         global_record_annotations, list(skip_actions or ()))
         level = "off" if enabled is None else str(enabled)
         kind = "none" if context is None else ("all" if stacks == "all" else "python")
-        _native.record_history(level, kind, entries, False, [str(a) for a in (skip_actions or ())])
+        _native.record_history(level, kind, entries, False, [str(a) for a in (skip_actions or ())],
+                               context=str(context or "state"))
         _native.follow_record_functions(False)  # (PyTorch's callback takes the ranges here)
 
     def record_memory_history_legacy(
@@ -253,6 +344,10 @@ def _patch_torch() -> None:
         global_record_annotations=False,
         skip_actions=(),
     ):
+        if not _native.is_installed():
+            return original_legacy(enabled, record_context, trace_alloc_max_entries, trace_alloc_record_context,
+                                   record_context_cpp, clear_history, compile_context,
+                                   global_record_annotations, list(skip_actions or ()))
         entries = _entries_for_pytorch(trace_alloc_max_entries, bool(enabled))
         original_legacy(enabled, record_context, entries, trace_alloc_record_context,
                         record_context_cpp, clear_history, compile_context,
@@ -262,10 +357,15 @@ def _patch_torch() -> None:
         else:
             level = "all" if entries > 1 else "state"
         kind = "none" if not record_context else ("all" if record_context_cpp else "python")
-        _native.record_history(level, kind, max(entries, 1), False, [str(a) for a in (skip_actions or ())])
+        _native.record_history(level, kind, max(entries, 1), False, [str(a) for a in (skip_actions or ())],
+                               context="alloc" if trace_alloc_record_context else "state")
         _native.follow_record_functions(False)  # (PyTorch's callback takes the ranges here)
 
+    original_snapshot = C._cuda_memorySnapshot
+
     def memory_snapshot(mempool_id=None):
+        if not _native.is_installed():
+            return original_snapshot(mempool_id)
         snapshot = _native.torch_snapshot()
         pool = (0, 0) if mempool_id is None else tuple(mempool_id)[:2]
         if pool != (0, 0):  # one private pool's segments (MemPool.snapshot()); (0, 0): all
@@ -276,22 +376,26 @@ def _patch_torch() -> None:
 
     def dump_snapshot_pickle(filename="dump_snapshot.pickle", *args, **kwargs):
         # PyTorch's own options (augment_with_fx_traces) rework its dictionary in Python.
-        if args or any(kwargs.values()):
+        if args or any(kwargs.values()) or not _native.is_installed():
             return original_dump(filename, *args, **kwargs)
         _note_job_place()
         _native.dump_pickle(_path(filename))
 
+    original_set_settings = C._accelerator_setAllocatorSettings
+
     def set_allocator_settings(settings):
-        raise RuntimeError(
-            "memsnap: allocator settings are fixed when memsnap is installed; pass them to "
-            f"memsnap.torch.install(settings=...) (asked: {settings!r}, in effect: {_native.settings()!r})"
-        )
+        # PyTorch's parser first: its keys, its errors, its defaults for what the string leaves
+        # out, and the pinned_* keys for its host allocator. memsnap's allocator then takes the
+        # result, and the trace records it.
+        original_set_settings(settings)
+        if _native.is_installed():
+            _native.apply_settings(str(settings))
 
     C._cuda_record_memory_history = record_memory_history
     C._cuda_record_memory_history_legacy = record_memory_history_legacy
     C._cuda_memorySnapshot = memory_snapshot
+    C._accelerator_setAllocatorSettings = set_allocator_settings
     torch.cuda.memory._dump_snapshot = dump_snapshot_pickle
-    torch.cuda.memory._set_allocator_settings = set_allocator_settings
     _patched = True
 
 
@@ -312,6 +416,7 @@ def _entries_for_pytorch(max_entries, recording: bool) -> int:
 
 
 def _require_installed() -> None:
+    _load()
     if not _native.is_installed():
         raise RuntimeError("memsnap is not PyTorch's CUDA allocator: call memsnap.torch.install() first")
 
@@ -335,6 +440,7 @@ def _path(path) -> str:
 
 
 def _device_index(device) -> int:
+    _load()
     if device is None:
         return torch.cuda.current_device()
     return torch.cuda._utils._get_device_index(device, optional=True)
