@@ -50,6 +50,8 @@ await runChecked({ browser, server, problems, current }, async () => {
     await shot('stats');
     await page.waitForFunction(() => !/Looking for memory/.test(document.querySelector('.growth')?.textContent));
     assert.match(await page.locator('.growth').innerText(), /steps, from the/);
+    // transformer_s0: 30 steps compared from step 2, none growing.
+    assert.match(await page.locator('.growth-headline').innerText(), /^Nothing grows: .* over steps 2 to 30\.$/);
     await page.click('.tune-button');
     await page.waitForSelector('table.tune-table tbody tr', { timeout: 60000 });
     assert.match(await page.locator('.tune-result').innerText(), /settings replayed over \d+ events/);
