@@ -89,19 +89,15 @@ function growthHtml(g) {
     <th class="num">step ${first + 1} → ${steps}</th><th>call site</th></tr></thead><tbody>${rows}</tbody></table>`;
 }
 
+// The headline is the server's sentence (the CLI prints the same): change, keep, no setting
+// works, or why it cannot judge.
 function tuneHtml(t) {
   const name = c => c === '' ? "PyTorch's defaults" : c;
-  const best = t.best, recorded = t.recorded;
-  let head;
-  if (!best) head = 'No setting tried avoids the out-of-memory error: the program needs less memory at that point.';
-  else if (recorded && best.config === recorded.config) head = 'Keep the recorded settings: none tried reserves less.';
-  else head = `Recommended: <code>PYTORCH_CUDA_ALLOC_CONF=${escapeHtml(best.config)}</code> — peak reserved ${humanBytes(best.peak_reserved_bytes)}` +
-    (recorded ? ` (${humanBytes(Math.max(0, best.saving_bytes))} less, ${best.saving_percent.toFixed(1)}%)` : '') +
-    (t.recorded_oom && recorded && !recorded.ok ? ', and it avoids the recorded out-of-memory error' : '');
+  const head = escapeHtml(t.conclusion).replace(/PYTORCH_CUDA_ALLOC_CONF=\S+?(?=: peak)/, m => `<code>${m}</code>`);
   const rows = t.ranked.slice(0, 12).map((r, i) => `<tr${r.recorded ? ' class="recorded"' : ''}><td class="num">${i + 1}</td>
     <td>${escapeHtml(name(r.config))}${r.recorded ? ' (recorded)' : ''}</td><td class="num">${humanBytes(r.peak_reserved_bytes)}</td>
     <td class="num">${r.device_mallocs}</td><td class="num">${r.alloc_retries}</td><td>${r.ok ? 'yes' : 'no'}</td></tr>`).join('');
-  return `<p class="tune-headline">${head}</p>
+  return `<p class="tune-headline" data-verdict="${escapeHtml(t.verdict)}">${head}</p>
     <p class="hint">${t.settings_tried} settings replayed over ${t.events} events in ${t.seconds.toFixed(2)} s${t.note ? ` (${escapeHtml(t.note)})` : ''}.</p>
     <table class="data tune-table"><thead><tr><th class="num">rank</th><th>settings</th><th class="num">peak reserved</th>
       <th class="num">device mallocs</th><th class="num">retries</th><th>works</th></tr></thead><tbody>${rows}</tbody></table>`;
