@@ -76,7 +76,9 @@ PickleReadOptions job_read_options(size_t files, const JobRanksOptions& options)
 Result<JobRanks> summarize_job(const std::vector<std::string>& files, const SnapshotLoader& load,
                                const JobRanksOptions& options = {});
 
-// Outliers and OOM rows from summaries already made (summarize_job ends with it).
+// Outliers and OOM rows from summaries already made (summarize_job ends with it). The median
+// rank is the middle one by peak reserved (each rank's latest snapshot once); of an even
+// count's two middle ranks, the one more ranks peak within outlier_percent of.
 void compare_ranks(JobRanks& job, const JobRanksOptions& options);
 
 nlohmann::json rank_summary_to_json(const RankSummary& rank);

@@ -68,7 +68,7 @@ export async function renderRanks(container, { openRank }) {
   container.innerHTML = `
     <div class="cards">
       <div class="card"><div class="label">ranks</div><div class="value">${grouped(ranks.length)}</div></div>
-      <div class="card" title="the rank in the middle when ordered by peak reserved memory"><div class="label">median rank</div>
+      <div class="card" title="the rank in the middle when ordered by peak reserved memory (of an even count's two middle ranks, the one more ranks peak close to)"><div class="label">median rank</div>
         <div class="value">${name(median)}: ${humanBytes(median.peak_reserved_bytes)}</div></div>
       <div class="card"><div class="label">out of memory</div><div class="value ${ooms.length ? 'grew' : ''}">${
         ooms.length ? [...new Set(ooms.map(name))].slice(0, 3).join(', ') + (ooms.length > 3 ? ' …' : '') : 'none'}</div></div>
