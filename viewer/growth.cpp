@@ -195,6 +195,13 @@ Result<Growth> compute_growth(const Snapshot& snapshot, const GrowthOptions& opt
   const GrowthSteps& steps = found.value();
   growth.steps_from = steps.from;
   growth.step_events = steps.starts;
+  if (steps.starts.size() < 3) {
+    growth.verdict = GrowthVerdict::kCannotJudge;
+    growth.reason = "fewer than 3 steps were found (" + std::to_string(steps.starts.size()) +
+                    "): annotate steps (memsnap.torch.annotate, torch.profiler's ProfilerStep, record_function) or "
+                    "pass --annotation";
+    return growth;
+  }
 
   const BeforeTrace before = memory_before_trace(snapshot, trace, growth.device);
   const StepMemory memory = measure_steps(trace, steps.starts, before.bytes_at_start);
@@ -288,6 +295,7 @@ std::string growth_to_text(const Snapshot& snapshot, const Growth& growth) {
   const size_t steps = growth.step_events.size();
   out += "Device " + std::to_string(growth.device) + ": " + counted(steps, "step") + ", from the " +
          growth.steps_from + ".\n";
+  if (growth.live_bytes.empty()) return out + growth_conclusion(snapshot, growth) + "\n";
   const size_t first = std::min(growth.first_compared_step, steps - 1);
   std::snprintf(line, sizeof line, "Live memory at the start of step %zu: %s; of step %zu: %s.\n", first + 1,
                 format_bytes(static_cast<int64_t>(growth.live_bytes[first])).c_str(), steps,

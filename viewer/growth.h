@@ -57,8 +57,8 @@ struct GrowthOptions {
   size_t max_sites = 20;
 };
 
-// Fails when the device has no trace or fewer than 3 steps are found; everything else is a
-// Growth with its verdict.
+// Fails when the device has no trace, or `annotation` names fewer than 3 steps; everything
+// else is a Growth with its verdict (fewer than 3 steps found: it cannot judge).
 Result<Growth> compute_growth(const Snapshot& snapshot, const GrowthOptions& options = {});
 
 // The verdict as the sentence the CLI, JSON ("conclusion") and web view all show.

@@ -121,11 +121,9 @@ Result<GrowthSteps> find_growth_steps(const Snapshot& snapshot, const DeviceTrac
     steps.starts = steps_from_regular_site(trace, site);
     steps.latest_starts = steps.starts;
     steps.named = steps.starts.size();
-    steps.from = "allocation site that recurs most evenly, " + call_site_label(snapshot, site);
+    steps.from = site == kNoStackIndex ? "trace, where no allocation site recurs over half of it"
+                                       : "allocation site that recurs most evenly, " + call_site_label(snapshot, site);
   }
-  if (steps.starts.size() < 3)
-    return Result<GrowthSteps>::failure("growth: fewer than 3 steps found; annotate steps (memsnap.torch.annotate, "
-                                        "torch.profiler's ProfilerStep, record_function) or pass --annotation");
   return steps;
 }
 

@@ -33,7 +33,8 @@ struct GrowthSteps {
   size_t collapsed = 0;  // of them, those that fell in the microsecond of an earlier one
 };
 
-// Fails when fewer than 3 steps are found (or none under `annotation`, when given).
+// Fails when `annotation` is given and fewer than 3 annotations bear it; otherwise the steps
+// found, however few.
 Result<GrowthSteps> find_growth_steps(const Snapshot& snapshot, const DeviceTrace& trace, int64_t device,
                                       const std::string& annotation);
 

@@ -76,12 +76,13 @@ export async function renderStats(container, { snapshot }) {
 // grows, or why it cannot judge.
 function growthHtml(g) {
   const steps = g.step_events.length;
+  const headline = `<p class="growth-headline" data-verdict="${escapeHtml(g.verdict)}">${escapeHtml(g.conclusion)}</p>`;
+  if (!g.live_bytes.length) return headline;
   const first = Math.min(g.first_compared_step, steps - 1);
   const before = g.before_trace_bytes[0] ? ` The trace begins mid-run: ${humanBytes(g.before_trace_bytes[0])} was live before its
     first event (counted in live memory, under no call site).` : '';
   const head = `<p class="hint">${counted(steps, 'step')}, from the ${escapeHtml(g.steps_from)}. Live memory at the start of step ${first + 1}:
-    ${humanBytes(g.live_bytes[first])}; of step ${steps}: ${humanBytes(g.live_bytes[steps - 1])}.${before}</p>
-    <p class="growth-headline" data-verdict="${escapeHtml(g.verdict)}">${escapeHtml(g.conclusion)}</p>`;
+    ${humanBytes(g.live_bytes[first])}; of step ${steps}: ${humanBytes(g.live_bytes[steps - 1])}.${before}</p>${headline}`;
   if (!g.sites.length) return head;
   const rows = g.sites.map(s => `<tr><td class="num">${humanBytes(Math.round(s.bytes_per_step))}</td><td class="num">${humanBytes(s.growth_bytes)}</td>
     <td class="num">${humanBytes(s.bytes[first])} → ${humanBytes(s.bytes[s.bytes.length - 1])}</td><td>${escapeHtml(s.label)}</td></tr>`).join('');
