@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <regex>
+#include <set>
 #include <thread>
 #include <tuple>
 #include <unordered_map>
@@ -242,6 +243,16 @@ Result<JobRanks> summarize_job(const std::vector<std::string>& files, const Snap
   });
   compare_ranks(job, options);
   return job;
+}
+
+std::optional<JobRanks> ranks_of_one_job(JobRanks files, const JobRanksOptions& options) {
+  std::set<int64_t> named;
+  for (const RankSummary& r : files.ranks)
+    if (r.rank) named.insert(*r.rank);
+  if (named.size() < 2) return std::nullopt;
+  std::erase_if(files.ranks, [](const RankSummary& r) { return !r.rank.has_value(); });
+  compare_ranks(files, options);
+  return files;
 }
 
 nlohmann::json rank_summary_to_json(const RankSummary& r) {

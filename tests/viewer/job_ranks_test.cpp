@@ -236,6 +236,37 @@ TEST(JobRanks, AnOddCountKeepsTheMedianRank) {
   EXPECT_EQ(outlier_ranks(job), (std::vector<int64_t>{4}));
 }
 
+TEST(JobRanks, FilesNamedOneByOneAreAJobOnlyWhenTheyNameTwoRanks) {
+  JobRanks unrelated;  // PyTorch pickles of different programs: no rank in them or their names
+  for (const char* file : {"mlp_train.pickle", "two_streams.pickle", "pool_oom.pickle"}) {
+    RankSummary r;
+    r.file = file;
+    unrelated.ranks.push_back(r);
+  }
+  EXPECT_FALSE(ranks_of_one_job(unrelated).has_value());
+
+  JobRanks one_process;  // a run's step snapshot and its OOM dump: one pid, one rank
+  for (const char* file : {"run/step-100.msgpack", "run/oom-1.msgpack"}) {
+    RankSummary r;
+    r.file = file;
+    r.pid = 4242;
+    r.rank = 0;
+    one_process.ranks.push_back(r);
+  }
+  EXPECT_FALSE(ranks_of_one_job(one_process).has_value());
+
+  JobRanks job = one_process;  // two ranks, and a file that names none: the ranks are the job
+  job.ranks[1].rank = 1;
+  job.ranks[1].pid = 4343;
+  RankSummary notes;
+  notes.file = "notes.pickle";
+  job.ranks.push_back(notes);
+  const std::optional<JobRanks> ranks = ranks_of_one_job(job);
+  ASSERT_TRUE(ranks.has_value());
+  ASSERT_EQ(ranks->ranks.size(), 2u);
+  for (const RankSummary& r : ranks->ranks) EXPECT_TRUE(r.rank.has_value()) << r.file;
+}
+
 TEST(JobRanks, PeaksFromTheTraceAgreeWithTheStatistics) {
   RankRun run;
   run.keeps_metrics = true;
