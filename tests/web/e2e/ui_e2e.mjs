@@ -250,6 +250,11 @@ await runChecked({ browser, server, problems, current }, async () => {
     await page.waitForSelector('.oom-headline', { timeout: 60000 });
     assert.match(await page.locator('.oom-headline').innerText(), /Private pools/);
     assert.match(await page.locator('.oom-reasons').innerText(), /pool=g1\.pool\(\)/);
+    // The replays' cap is said, and the conclusion offers the shared pool, not less live memory.
+    assert.match(await page.locator('main').innerText(), /simulated device of 1\.25 GiB: the lowest the memory cap can have been/);
+    const conclusion = await page.locator('.oom-settings-conclusion').innerText();
+    assert.match(conclusion, /898\.00 MiB is reserved before the request instead of 1\.25 GiB/);
+    assert.doesNotMatch(conclusion, /needs less/);
     await shot('oom-pools');
     await page.locator('.chip', { hasText: 'mlp_train' }).click();
     await tab('stats');
