@@ -1,10 +1,11 @@
 // memsnap flamegraph FILE -o OUT.svg [--kind memory|segments]
 // memsnap folded FILE [--kind memory|segments]
-// memsnap compare BEFORE AFTER -o OUT.svg
+// memsnap compare BEFORE AFTER -o OUT.svg [--segments]
 #include "cli/command.h"
 
 #include <memory>
 
+#include "allocator/counted.h"
 #include "cli/snapshot_input.h"
 #include "viewer/memory_views.h"
 #include "viewer/svg/flamegraph_svg.h"
@@ -97,19 +98,21 @@ CommandRunner add_compare_command(CLI::App& app) {
   struct Options {
     std::string before, after, output;
     int width = 1200;
+    bool segments = false;
     ViewFlags flags;
   };
   auto options = std::make_shared<Options>();
   CLI::App* command = app.add_subcommand(
       "compare",
-      "Compare two snapshots: print the segments found only before or only after, and draw a "
-      "differential flamegraph of allocated bytes by stack (red grew, blue shrank; width is "
-      "before + after).");
+      "Compare two snapshots: print reserved and allocated before and after and how many segments "
+      "are found only before or only after (--segments lists them), and draw a differential "
+      "flamegraph of allocated bytes by stack (red grew, blue shrank; width is before + after).");
   command->add_option("BEFORE", options->before, "the earlier snapshot")->required();
   command->add_option("AFTER", options->after, "the later snapshot")->required();
   command->add_option("-o,--output", options->output, "SVG file to write (the summary goes to stdout)")->required();
   command->add_option("--width", options->width, "image width in pixels (400-10000)")
       ->check(CLI::Range(400, 10000));
+  command->add_flag("--segments", options->segments, "list the segments found only before or only after");
   options->flags.add_to(command);
   return [command, options] {
     if (!command->parsed()) return;
@@ -118,29 +121,34 @@ CommandRunner add_compare_command(CLI::App& app) {
     require_device(before, options->before, options->flags.device);
     require_device(after, options->after, options->flags.device);
     const Comparison comparison = compare_snapshots(before.snapshot, after.snapshot, options->flags.options());
-    std::string summary;
+    // The summary first; the segments, which can run to hundreds of lines, on request.
+    std::string summary = "reserved: " + svg::human_bytes(comparison.before_reserved) + " -> " +
+                          svg::human_bytes(comparison.after_reserved) + "\nallocated: " +
+                          svg::human_bytes(comparison.before_allocated) + " -> " +
+                          svg::human_bytes(comparison.after_allocated) + " (" +
+                          svg::human_bytes_signed(static_cast<int64_t>(comparison.after_allocated) -
+                                                  static_cast<int64_t>(comparison.before_allocated)) + ")\n";
+    std::string listed;
     auto list = [&](const char* title, const std::vector<const SnapshotSegment*>& segments) {
       uint64_t bytes = 0;
       for (const SnapshotSegment* s : segments) bytes += s->total_size;
-      summary += std::string(title) + ": " + std::to_string(segments.size()) + " segments, " +
-                 svg::human_bytes(bytes) + "\n";
+      summary += std::string(title) + ": " + counted(segments.size(), "segment") + ", " + svg::human_bytes(bytes) + "\n";
+      if (!options->segments || segments.empty()) return;
+      listed += std::string("\n") + title + ":\n";
       for (const SnapshotSegment* s : segments) {
         char line[160];
         std::snprintf(line, sizeof line, "  device %lld  0x%llx  %s  %s pool, %s allocated\n",
                       static_cast<long long>(s->device), static_cast<unsigned long long>(s->address),
                       svg::human_bytes(s->total_size).c_str(), s->segment_type.c_str(),
                       svg::human_bytes(s->allocated_size).c_str());
-        summary += line;
+        listed += line;
       }
     };
     list("only before", comparison.only_before);
     list("only after", comparison.only_after);
-    summary += "reserved: " + svg::human_bytes(comparison.before_reserved) + " -> " +
-               svg::human_bytes(comparison.after_reserved) + "\nallocated: " +
-               svg::human_bytes(comparison.before_allocated) + " -> " +
-               svg::human_bytes(comparison.after_allocated) + " (" +
-               svg::human_bytes_signed(static_cast<int64_t>(comparison.after_allocated) -
-                                       static_cast<int64_t>(comparison.before_allocated)) + ")\n";
+    if (!options->segments && !(comparison.only_before.empty() && comparison.only_after.empty()))
+      summary += "(--segments lists them)\n";
+    summary += listed;
     svg::FlamegraphOptions render;
     render.differential = true;
     render.width = options->width;

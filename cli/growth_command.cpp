@@ -20,10 +20,12 @@ CommandRunner add_growth_command(CLI::App& app) {
   auto options = std::make_shared<Options>();
   CLI::App* command = app.add_subcommand(
       "growth",
-      "Find memory that grows from step to step (leaks), by the call site that allocates it. Steps "
-      "come from annotations that repeat with a number (PyTorch's ProfilerStep#N, record_function, "
-      "memsnap's annotate) or, without them, from the recurrences of the trace's first "
-      "allocation site.");
+      "Find memory that grows steadily from step to step (leaks), by the call site that allocates "
+      "it. Steps come from annotations that repeat (PyTorch's ProfilerStep#N, record_function, "
+      "memsnap's annotate) or, without them, from the allocation site that recurs most evenly. "
+      "Memory allocated before the trace began (a wrapped ring) is counted; it says it cannot "
+      "judge when fewer than 5 steps can be compared, the trace has no frees, or its microsecond "
+      "clock cannot place the step starts.");
   command->add_option("FILE", options->file, "snapshot with a trace (history at level 'all')")->required();
   command->add_option("--device", options->device, "the device (default: the one with the longest trace)");
   command->add_option("--annotation", options->annotation, "take steps from annotations starting with this name");

@@ -16,6 +16,7 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include "cli/snapshot_input.h"
 #include "snapshot/snapshot_files.h"
@@ -98,8 +99,9 @@ CommandRunner add_serve_options(CLI::App& app) {
     }
     // Listening comes first, so the page loads while the files are read: its API requests wait
     // for them (ViewerServer::hold_api). A folder is a job: its ranks are summarized now and
-    // each opened when asked for. Files named one by one are opened now, and compared as ranks
-    // too when there are several.
+    // each opened when asked for. Files named one by one are opened now; a file that cannot be
+    // read is listed (stderr, and the page), not fatal. They are compared as ranks too when at
+    // least two of them name different ranks (ranks_of_one_job).
     web::SnapshotStore store(any_folder ? options->max_snapshots : std::max(options->max_snapshots, files.value().size()));
     std::unique_ptr<web::JobCatalog> job;  // outlives the server, which points at it
     web::ServerOptions server_options;
@@ -122,21 +124,29 @@ CommandRunner add_serve_options(CLI::App& app) {
     std::thread serving([&server] { server.run(); });
     try {
       std::map<std::string, std::shared_ptr<const web::StoredSnapshot>> opened;
+      std::vector<std::string> job_files = files.value();
       if (!any_folder) {
+        job_files.clear();
         for (const std::string& file : files.value()) {
           auto added = store.add_file(file);
-          if (!added) throw CommandError(added.error());
+          if (!added) {
+            std::fprintf(stderr, "memsnap serve: not opened: %s\n", added.error().c_str());
+            store.note_unopened({file, added.error()});
+            continue;
+          }
           opened[file] = added.value();
+          job_files.push_back(file);
           server.warm_up(added.value());
           std::fprintf(stderr, "memsnap serve: loaded %s (%llu trace events)\n", file.c_str(),
                        static_cast<unsigned long long>(added.value()->trace_events));
         }
+        if (opened.empty()) throw CommandError(store.unopened().front().error);
       }
-      if (any_folder || files.value().size() > 1) {
+      if (any_folder || job_files.size() > 1) {
         JobRanksOptions job_options;
         job_options.rank_pattern = options->rank_pattern;
-        job_options.progress = files_progress(files.value().size());
-        const PickleReadOptions read = job_read_options(files.value().size(), job_options);
+        job_options.progress = files_progress(job_files.size());
+        const PickleReadOptions read = job_read_options(job_files.size(), job_options);
         const SnapshotLoader load = [&opened, read](const std::string& file) -> Result<std::shared_ptr<const Snapshot>> {
           if (auto it = opened.find(file); it != opened.end())
             return std::shared_ptr<const Snapshot>(it->second, &it->second->loaded.snapshot);
@@ -144,13 +154,26 @@ CommandRunner add_serve_options(CLI::App& app) {
           if (!loaded) return Result<std::shared_ptr<const Snapshot>>::failure(loaded.error());
           return std::make_shared<const Snapshot>(std::move(std::move(loaded).value().snapshot));
         };
-        Result<JobRanks> ranks = summarize_job(files.value(), load, job_options);
+        Result<JobRanks> ranks = summarize_job(job_files, load, job_options);
         if (!ranks) throw CommandError(ranks.error());
-        for (const SkippedFile& skipped : ranks.value().skipped)
-          std::fprintf(stderr, "memsnap serve: not a rank: %s\n", skipped.error.c_str());
-        std::fprintf(stderr, "memsnap serve: %zu ranks (the Ranks view)\n", ranks.value().ranks.size());
-        job = std::make_unique<web::JobCatalog>(store, std::move(ranks).value());
-        for (const auto& [file, stored] : opened) job->note_open(file, stored->id);
+        std::optional<JobRanks> job_ranks = std::move(ranks).value();
+        if (!any_folder) {
+          const size_t given = job_ranks->ranks.size();
+          job_ranks = ranks_of_one_job(std::move(*job_ranks), job_options);
+          if (!job_ranks)
+            std::fprintf(stderr, "memsnap serve: %zu snapshots, not the ranks of one job (no two name different ranks)\n",
+                         given);
+          else if (job_ranks->ranks.size() < given)
+            std::fprintf(stderr, "memsnap serve: %zu of the snapshots name no rank: not in the Ranks view\n",
+                         given - job_ranks->ranks.size());
+        }
+        if (job_ranks) {
+          for (const SkippedFile& skipped : job_ranks->skipped)
+            std::fprintf(stderr, "memsnap serve: not a rank: %s\n", skipped.error.c_str());
+          std::fprintf(stderr, "memsnap serve: %zu ranks (the Ranks view)\n", job_ranks->ranks.size());
+          job = std::make_unique<web::JobCatalog>(store, std::move(*job_ranks));
+          for (const auto& [file, stored] : opened) job->note_open(file, stored->id);
+        }
       }
     } catch (const std::exception& e) {
       server.refuse_api(std::string("memsnap serve could not open what it was given: ") + e.what());

@@ -10,9 +10,10 @@ namespace memsnap::cli {
 
 inline constexpr const char* kServeDescription =
     "Serve the web viewer: flamegraph, segments, timeline, trace, compare and stats views of the "
-    "given snapshots (more can be uploaded from the page) at http://127.0.0.1:PORT/. Given a folder "
-    "or several snapshots of a distributed job, a Ranks view compares the ranks and opens each on "
-    "demand. Ctrl-C stops it.";
+    "given snapshots (more can be uploaded from the page) at http://127.0.0.1:PORT/; a file that "
+    "cannot be read is listed with its reason. Given a folder of a distributed job's snapshots, or "
+    "files that name two ranks or more, a Ranks view compares the ranks and opens each on demand. "
+    "Ctrl-C stops it.";
 
 // memsnap-serve's options, on its own command line (`app`).
 CommandRunner add_serve_options(CLI::App& app);

@@ -1,12 +1,17 @@
 // Memory that grows from step to step, by the call site that allocates it: what leaks.
 //
-// Steps come from the trace's annotations (a name that repeats with a changing number, like
-// PyTorch's "ProfilerStep#12" or memsnap's annotate("step 12"), or one that repeats as it is,
-// like "Optimizer.step#Adam.step"), or, without them, from the allocation site that recurs
-// most evenly across the trace (a training loop's batch). At each step's
-// start, the memory live then is summed by the stack that allocated it; a call site whose live
-// bytes rise across the steps is growing, ranked by how much per step (a least-squares slope)
-// and in all.
+// Steps come from growth_steps.h. At each step's start, the memory live then is summed by the
+// stack that allocated it, memory allocated before the trace's first event included (a trace
+// that wrapped, or recording that started late, begins mid-run: that memory is live and
+// counted, under no call site, until the trace frees it). A call site grows when its live
+// bytes rise steadily over the steps compared: up over the whole stretch and over each half of
+// it, no single step making most of the rise. The steps compared leave out the first (it warms
+// up) and every step before memory from before the trace stopped being freed (until then a
+// site that reallocates it looks as if it grew). The rate is a least-squares slope over them.
+//
+// Each conclusion is one of: growing sites, nothing grows, or cannot judge — too few steps
+// to compare, a trace without frees, or step starts the trace's microsecond clock cannot
+// place among its events in a way that leaves the answer the same either way.
 #pragma once
 
 #include <cstdint>
@@ -21,19 +26,29 @@
 
 namespace memsnap {
 
+// Fewer steps than this compared, and no growth (or its absence) is claimed.
+inline constexpr size_t kMinComparedSteps = 5;
+
 struct GrowthSite {
   StackIndex stack = kNoStackIndex;
   std::vector<uint64_t> bytes;  // live at each step's start
-  double bytes_per_step = 0;    // least-squares slope over the steps
-  int64_t growth_bytes = 0;     // last step's start minus the second's (the first warms up)
+  double bytes_per_step = 0;    // least-squares slope over the steps compared
+  int64_t growth_bytes = 0;     // the last step's start minus the first compared step's
 };
+
+enum class GrowthVerdict { kGrowing, kNothingGrows, kCannotJudge };
+std::string_view growth_verdict_name(GrowthVerdict verdict);  // "growing", "nothing_grows", "cannot_judge"
 
 struct Growth {
   int64_t device = 0;
-  std::string steps_from;               // "annotation 'ProfilerStep#'" or "recurrences of ..."
-  std::vector<uint64_t> step_events;    // alloc/free event index where each step starts
+  std::string steps_from;               // "annotation 'ProfilerStep#'" or "allocation site that ..."
+  std::vector<uint64_t> step_events;    // trace index where each step starts
   std::vector<uint64_t> live_bytes;     // all live memory at each step's start
-  std::vector<GrowthSite> sites;        // growing sites, fastest first
+  std::vector<uint64_t> before_trace_bytes;  // of it, allocated before the trace's first event
+  size_t first_compared_step = 1;       // index into step_events of the first step compared
+  GrowthVerdict verdict = GrowthVerdict::kCannotJudge;
+  std::string reason;                   // with kCannotJudge: why, as a sentence
+  std::vector<GrowthSite> sites;        // growing sites, fastest first (kGrowing only)
 };
 
 struct GrowthOptions {
@@ -42,8 +57,12 @@ struct GrowthOptions {
   size_t max_sites = 20;
 };
 
+// Fails when the device has no trace, or `annotation` names fewer than 3 steps; everything
+// else is a Growth with its verdict (fewer than 3 steps found: it cannot judge).
 Result<Growth> compute_growth(const Snapshot& snapshot, const GrowthOptions& options = {});
 
+// The verdict as the sentence the CLI, JSON ("conclusion") and web view all show.
+std::string growth_conclusion(const Snapshot& snapshot, const Growth& growth);
 nlohmann::json growth_to_json(const Snapshot& snapshot, const Growth& growth);
 std::string growth_to_text(const Snapshot& snapshot, const Growth& growth);
 

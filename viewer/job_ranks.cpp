@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <regex>
+#include <set>
 #include <thread>
 #include <tuple>
 #include <unordered_map>
@@ -22,6 +23,12 @@ std::string base_name(const std::string& path) {
 }
 
 std::string bytes(uint64_t value) { return format_bytes(static_cast<int64_t>(value)); }
+
+std::string whole_percent(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.0f%%", value);
+  return text;
+}
 
 std::string rank_text(const RankSummary& r) { return r.rank ? std::to_string(*r.rank) : "?"; }
 
@@ -99,9 +106,27 @@ void compare_ranks(JobRanks& job, const JobRanksOptions& options) {
   std::stable_sort(by_peak.begin(), by_peak.end(), [&](size_t a, size_t b) {
     return job.ranks[a].peak_reserved_bytes < job.ranks[b].peak_reserved_bytes;
   });
-  job.median_row = by_peak[(by_peak.size() - 1) / 2];
+  // An even count has two middle ranks, and either is a median; the typical one is the one
+  // more ranks are within outlier_percent of (the lower on a tie). Taking one side blindly made
+  // a rank 41% above its two alike peers "the median" of four, hiding it.
+  const auto agreeing = [&](size_t candidate) {
+    const double peak = static_cast<double>(job.ranks[candidate].peak_reserved_bytes);
+    return static_cast<size_t>(std::count_if(by_peak.begin(), by_peak.end(), [&](size_t row) {
+      const double other = static_cast<double>(job.ranks[row].peak_reserved_bytes);
+      return peak > 0 ? std::fabs(other / peak - 1.0) * 100.0 < options.outlier_percent : other == peak;
+    }));
+  };
+  const size_t lower_middle = (by_peak.size() - 1) / 2;
+  size_t middle = lower_middle;
+  if (by_peak.size() % 2 == 0 && agreeing(by_peak[lower_middle + 1]) > agreeing(by_peak[lower_middle]))
+    middle = lower_middle + 1;
+  job.median_row = by_peak[middle];
   const RankSummary& median = job.ranks[job.median_row];
   const double median_peak = static_cast<double>(median.peak_reserved_bytes);
+  if (const size_t alike = agreeing(job.median_row); by_peak.size() > 2 && alike * 2 < by_peak.size())
+    job.notes.push_back("only " + std::to_string(alike) + " of the " + std::to_string(by_peak.size()) +
+                        " ranks peak within " + whole_percent(options.outlier_percent) +
+                        " of the median rank's: the ranks share no typical peak, so an outlier says little");
 
   for (size_t row : by_peak) {
     if (median_peak <= 0) break;
@@ -218,6 +243,16 @@ Result<JobRanks> summarize_job(const std::vector<std::string>& files, const Snap
   });
   compare_ranks(job, options);
   return job;
+}
+
+std::optional<JobRanks> ranks_of_one_job(JobRanks files, const JobRanksOptions& options) {
+  std::set<int64_t> named;
+  for (const RankSummary& r : files.ranks)
+    if (r.rank) named.insert(*r.rank);
+  if (named.size() < 2) return std::nullopt;
+  std::erase_if(files.ranks, [](const RankSummary& r) { return !r.rank.has_value(); });
+  compare_ranks(files, options);
+  return files;
 }
 
 nlohmann::json rank_summary_to_json(const RankSummary& r) {

@@ -76,8 +76,16 @@ PickleReadOptions job_read_options(size_t files, const JobRanksOptions& options)
 Result<JobRanks> summarize_job(const std::vector<std::string>& files, const SnapshotLoader& load,
                                const JobRanksOptions& options = {});
 
-// Outliers and OOM rows from summaries already made (summarize_job ends with it).
+// Outliers and OOM rows from summaries already made (summarize_job ends with it). The median
+// rank is the middle one by peak reserved (each rank's latest snapshot once); of an even
+// count's two middle ranks, the one more ranks peak within outlier_percent of.
 void compare_ranks(JobRanks& job, const JobRanksOptions& options);
+
+// Snapshots named one by one, unlike a folder, are not a job by default: they are the ranks of
+// one when at least two different ranks are named (by the snapshots, or their file names, as
+// summarize_job reads them). Then the job keeps the rows that name a rank, compared again;
+// otherwise nothing (unrelated files, or one process's snapshots: a run's step and OOM dumps).
+std::optional<JobRanks> ranks_of_one_job(JobRanks files, const JobRanksOptions& options = {});
 
 nlohmann::json rank_summary_to_json(const RankSummary& rank);
 nlohmann::json job_ranks_to_json(const JobRanks& job);

@@ -244,6 +244,10 @@ void replay_settings(const Snapshot& snapshot, const AllocatorConfig& recorded, 
     }
     for (const DeviceReplay& d : replay->devices) {
       if (d.device != x.device) continue;
+      if (x.replay_capacity_source.empty()) {
+        x.replay_capacity_bytes = d.capacity_bytes;
+        x.replay_capacity_source = d.capacity_source;
+      }
       OomSetting setting;
       setting.config = text;
       setting.recorded = is_recorded;
@@ -260,6 +264,63 @@ void replay_settings(const Snapshot& snapshot, const AllocatorConfig& recorded, 
       x.settings.push_back(setting);
     }
   }
+}
+
+// Where the replays' device memory came from, for people.
+std::string capacity_words(const OomExplanation& x) {
+  // DeviceReplay::capacity_source's phrases.
+  if (x.replay_capacity_source == "memory cap at the recorded OOM")
+    return "the bytes reserved at the error: the lowest the memory cap can have been";
+  if (x.replay_capacity_source == "reserved + device free at the recorded OOM")
+    return "what the process could have had: reserved plus the device's free bytes at the error";
+  if (x.replay_capacity_source == "recorded device") return "the device's memory";
+  if (x.replay_capacity_source == "default") return "a default: the recording says nothing of the device";
+  return x.replay_capacity_source;
+}
+
+std::string shared_pool_words(const OomExplanation& x) {
+  const SharedGraphPool& shared = *x.shared_graph_pool;
+  const uint64_t needed = shared.shared_reserved_bytes + x.segment_bytes;
+  std::string out = "Replayed with one pool shared by the " + std::to_string(shared.graphs) +
+                    " graphs (torch.cuda.graph(g2, pool=g1.pool())), " + bytes(shared.shared_reserved_bytes) +
+                    " is reserved before the request instead of " + bytes(shared.apart_reserved_bytes) +
+                    "; with the request's segment that is " + bytes(needed);
+  const uint64_t limit = x.replay_capacity_bytes;
+  if (needed <= limit)
+    out += ", within the replay's " + bytes(limit) + ": sharing avoids the error.";
+  else if (x.cap_range && needed < x.cap_range->second)
+    out += ": sharing avoids the error if the cap was at least that (the recording says only that it lay between " +
+           bytes(x.cap_range->first) + " and " + bytes(x.cap_range->second) + ").";
+  else
+    out += ", more than the " + bytes(x.cap_range ? x.cap_range->second : limit) +
+           " the process could have had: sharing alone does not avoid the error.";
+  return out + " Share a pool only between graphs that replay in the order they were captured and never at once.";
+}
+
+// What the replays conclude. "The program needs less live memory" is said only when nothing
+// idle could have served the request: free memory in private pools points at the pools.
+std::string conclude_settings(const OomExplanation& x) {
+  if (x.settings.empty()) return "";
+  for (const OomSetting& s : x.settings)
+    if (s.avoided && !s.recorded) return "Try: " + (s.config.empty() ? std::string("defaults") : s.config);
+  std::string out = "None of these settings avoids it";
+  if (x.cap_range)
+    out += " under a cap of " + bytes(x.replay_capacity_bytes) + ", the lowest the recording allows (the cap refused " +
+           bytes(x.cap_range->second) + " with " + bytes(x.cap_range->first) +
+           " reserved, so it lay between the two; whether a setting would avoid it under the real cap, the recording "
+           "cannot say)";
+  out += ".";
+  if (x.private_pool_free_bytes > 0) {
+    out += " " + bytes(x.private_pool_free_bytes) + " sat idle in " + counted(x.private_pools_free.size(), "private pool") +
+           ", which no setting makes available to other requests: share one pool between graphs, capture fewer "
+           "graphs, or free graphs no longer needed.";
+    if (x.shared_graph_pool) out += " " + shared_pool_words(x);
+  } else if (x.cap_range) {
+    out += " Under that cap the program needs less memory at this point, or a larger cap.";
+  } else {
+    out += " The program needs less live memory at this point (or a larger share of the device).";
+  }
+  return out;
 }
 
 }  // namespace
@@ -319,10 +380,16 @@ Result<OomExplanation> explain_oom(const Snapshot& snapshot, std::optional<int64
   }
   measure_state(snapshot, at_error ? at_error->segments : snapshot.segments, recorded, x);
   diagnose(x);
-  if (x.cause == OomCause::kTooLarge)
+  if (x.device_free_bytes && *x.device_free_bytes >= x.segment_bytes)
+    x.cap_range = std::make_pair(x.reserved_bytes, x.reserved_bytes + x.segment_bytes);
+  if (x.cause == OomCause::kTooLarge) {
     x.settings_note = "no setting was replayed: none can make a request larger than the device fit";
-  else
+  } else {
     replay_settings(snapshot, recorded, x);
+    if (x.private_pool_free_bytes > 0 && !x.settings.empty())
+      x.shared_graph_pool = replay_with_one_graph_pool(snapshot, x.device, index, recorded);
+  }
+  x.settings_conclusion = conclude_settings(x);
   return x;
 }
 
@@ -380,6 +447,15 @@ nlohmann::json oom_explanation_to_json(const OomExplanation& x) {
       {"holders", holders},
       {"settings", settings},
       {"settings_note", x.settings_note},
+      {"settings_conclusion", x.settings_conclusion},
+      {"replay_capacity_bytes", x.replay_capacity_bytes},
+      {"replay_capacity_source", x.replay_capacity_source},
+      {"cap_at_least_bytes", x.cap_range ? nlohmann::json(x.cap_range->first) : nlohmann::json()},
+      {"cap_below_bytes", x.cap_range ? nlohmann::json(x.cap_range->second) : nlohmann::json()},
+      {"shared_graph_pool", x.shared_graph_pool ? nlohmann::json{{"graphs", x.shared_graph_pool->graphs},
+                                                                 {"apart_reserved_bytes", x.shared_graph_pool->apart_reserved_bytes},
+                                                                 {"shared_reserved_bytes", x.shared_graph_pool->shared_reserved_bytes}}
+                                                : nlohmann::json()},
   };
 }
 
@@ -424,8 +500,8 @@ std::string oom_explanation_to_text(const OomExplanation& x) {
     out << "\nLargest holders of live memory (by allocation stack):\n";
     for (const OomHolder& h : x.holders) {
       char head[96];
-      std::snprintf(head, sizeof head, "  %12s in %4llu blocks  ", bytes(h.bytes).c_str(),
-                    static_cast<unsigned long long>(h.blocks));
+      std::snprintf(head, sizeof head, "  %12s in %4llu %-6s  ", bytes(h.bytes).c_str(),
+                    static_cast<unsigned long long>(h.blocks), h.blocks == 1 ? "block" : "blocks");
       out << head << (h.frames.empty() ? "<no stack recorded>" : h.frames[0]) << "\n";
       for (size_t i = 1; i < h.frames.size(); ++i)
         out << std::string(std::char_traits<char>::length(head), ' ') << h.frames[i] << "\n";
@@ -433,7 +509,8 @@ std::string oom_explanation_to_text(const OomExplanation& x) {
   }
 
   if (!x.settings.empty()) {
-    out << "\nWould other settings have avoided it? (the trace replayed on the simulated device)\n";
+    out << "\nWould other settings have avoided it? (the trace replayed on a simulated device of "
+        << bytes(x.replay_capacity_bytes) << ", " << capacity_words(x) << ")\n";
     size_t width = 10;
     for (const OomSetting& s : x.settings) width = std::max(width, s.config.size() + 14);
     for (const OomSetting& s : x.settings) {
@@ -443,15 +520,7 @@ std::string oom_explanation_to_text(const OomExplanation& x) {
           << (s.avoided ? "avoids it" : "out of memory again") << "   peak reserved "
           << format_bytes(s.peak_reserved_bytes) << "\n";
     }
-    std::vector<std::string> helping;
-    for (const OomSetting& s : x.settings)
-      if (s.avoided && !s.recorded) helping.push_back(s.config.empty() ? "defaults" : s.config);
-    if (helping.empty()) {
-      out << "  None of these settings avoids it: the program needs less live memory at this "
-             "point (or a larger share of the device).\n";
-    } else {
-      out << "  Try: " << helping.front() << "\n";
-    }
+    out << "  " << x.settings_conclusion << "\n";
   }
   if (!x.settings_note.empty()) out << "\n(" << x.settings_note << ")\n";
   return out.str();

@@ -19,6 +19,7 @@
 
 #include "allocator/result.h"
 #include "snapshot/snapshot.h"
+#include "viewer/shared_graph_pool.h"
 
 namespace memsnap {
 
@@ -86,6 +87,18 @@ struct OomExplanation {
   std::vector<OomHolder> holders;    // largest first
   std::vector<OomSetting> settings;  // replays; empty when the snapshot has no usable trace
   std::string settings_note;         // why there are none, or a caveat
+  // The replays' simulated device: its memory, and where that figure came from
+  // (DeviceReplay::capacity_source).
+  uint64_t replay_capacity_bytes = 0;
+  std::string replay_capacity_source;
+  // When a memory cap refused (the device had room): the cap was at least what was reserved at
+  // the error and less than that plus the new segment. The replays use the lower bound, so a
+  // setting that avoids the error there avoids it under the real cap too, and one that does
+  // not may still avoid it under the real cap.
+  std::optional<std::pair<uint64_t, uint64_t>> cap_range;  // [at least, below)
+  // With two CUDA graph pools or more: the replay with one pool shared by the graphs.
+  std::optional<SharedGraphPool> shared_graph_pool;
+  std::string settings_conclusion;   // what the replays say, as one or two sentences
 };
 
 // Explains the last `oom` entry (of `device` when given). Fails when there is none.

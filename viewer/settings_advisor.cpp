@@ -29,7 +29,72 @@ bool better(const TunedSetting& a, const TunedSetting& b) {
 
 std::string bytes(int64_t value) { return format_bytes(value); }
 
+void decide(SettingsAdvice& advice) {
+  const bool any_malloc = std::any_of(advice.ranked.begin(), advice.ranked.end(),
+                                      [](const TunedSetting& t) { return t.device_mallocs > 0; });
+  if (!any_malloc) {
+    advice.verdict = TuneVerdict::kCannotJudge;
+    advice.reason = "every segment predates the trace (" + bytes(static_cast<int64_t>(advice.reserved_before_trace_bytes)) +
+                    " reserved before its first event) and no replay needed a new one: each starts from the "
+                    "recorded segments, so what other settings would have reserved does not show. Record "
+                    "history from the program's start, or with a larger max_entries";
+    return;
+  }
+  const TunedSetting& best = advice.ranked.front();
+  if (!best.ok)
+    advice.verdict = TuneVerdict::kNoSettingWorks;
+  else if (advice.recorded && best.config == advice.recorded->config)
+    advice.verdict = TuneVerdict::kKeep;
+  else
+    advice.verdict = TuneVerdict::kChange;
+}
+
+// What a verdict covers when the trace began with segments already reserved.
+std::string coverage(const SettingsAdvice& advice) {
+  if (advice.reserved_before_trace_bytes == 0 || !advice.recorded) return "";
+  const int64_t before = static_cast<int64_t>(advice.reserved_before_trace_bytes);
+  const int64_t peak = advice.recorded->peak_reserved_bytes;
+  return " for what the trace allocated (" + bytes(std::max<int64_t>(0, peak - before)) + " of the " + bytes(peak) +
+         " peak; the " + bytes(before) + " reserved before the trace began is kept as recorded in every replay)";
+}
+
 }  // namespace
+
+std::string_view tune_verdict_name(TuneVerdict verdict) {
+  switch (verdict) {
+    case TuneVerdict::kChange: return "change";
+    case TuneVerdict::kKeep: return "keep";
+    case TuneVerdict::kNoSettingWorks: return "no_setting_works";
+    case TuneVerdict::kCannotJudge: return "cannot_judge";
+  }
+  return "cannot_judge";
+}
+
+std::string settings_advice_conclusion(const SettingsAdvice& advice) {
+  switch (advice.verdict) {
+    case TuneVerdict::kCannotJudge:
+      return "Cannot judge which settings reserve least, because " + advice.reason + ".";
+    case TuneVerdict::kNoSettingWorks:
+      return "No setting tried avoids the out-of-memory error" + coverage(advice) +
+             ": the program needs less memory at that point.";
+    case TuneVerdict::kKeep:
+      return "Keep the recorded settings: none tried reserves less" + coverage(advice) + ".";
+    case TuneVerdict::kChange: {
+      const TunedSetting& best = advice.ranked.front();
+      std::string out = "Use PYTORCH_CUDA_ALLOC_CONF=" + best.config + ": peak reserved " + bytes(best.peak_reserved_bytes);
+      if (advice.recorded) {
+        const int64_t base = advice.recorded->peak_reserved_bytes;
+        char saving[64];
+        std::snprintf(saving, sizeof saving, "%.1f%%",
+                      base > 0 ? 100.0 * static_cast<double>(base - best.peak_reserved_bytes) / static_cast<double>(base) : 0.0);
+        out += " (" + bytes(base - best.peak_reserved_bytes) + " less, " + saving + ")";
+        if (advice.recorded_oom && !advice.recorded->ok) out += ", and it avoids the recorded out-of-memory error";
+      }
+      return out + coverage(advice) + ".";
+    }
+  }
+  return "";
+}
 
 std::vector<std::string> tune_candidates() {
   std::vector<std::string> out;
@@ -94,6 +159,7 @@ Result<SettingsAdvice> tune_settings(const Snapshot& snapshot, const TuneOptions
         t.peak_allocated_bytes = d.stats.allocated_bytes[kAggregate].peak;
         t.device_mallocs = d.stats.num_device_alloc;
         t.alloc_retries = d.stats.num_alloc_retries;
+        if (t.recorded) advice.reserved_before_trace_bytes = d.start.reserved_bytes;
         if (t.recorded && (!d.start.problems.empty() || d.unknown_frees > 0))
           advice.note = "the trace is inconsistent with the snapshot; the figures are only indicative";
         if (t.recorded && advice.recorded_oom && d.reproduced_ooms == 0)
@@ -118,6 +184,7 @@ Result<SettingsAdvice> tune_settings(const Snapshot& snapshot, const TuneOptions
     return Result<SettingsAdvice>::failure("tune: no setting could be replayed" +
                                            (errors.empty() || errors[0].empty() ? std::string() : ": " + errors[0]));
   std::sort(advice.ranked.begin(), advice.ranked.end(), better);
+  decide(advice);
   advice.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return advice;
 }
@@ -143,7 +210,13 @@ nlohmann::json settings_advice_to_json(const SettingsAdvice& advice) {
           {"events", advice.events},
           {"recorded_oom", advice.recorded_oom},
           {"recorded", advice.recorded ? one(*advice.recorded) : nlohmann::json(nullptr)},
-          {"best", advice.ranked.front().ok ? one(advice.ranked.front()) : nlohmann::json(nullptr)},
+          {"best", advice.verdict == TuneVerdict::kChange || advice.verdict == TuneVerdict::kKeep
+                       ? one(advice.ranked.front())
+                       : nlohmann::json(nullptr)},
+          {"verdict", tune_verdict_name(advice.verdict)},
+          {"reason", advice.reason},
+          {"conclusion", settings_advice_conclusion(advice)},
+          {"reserved_before_trace_bytes", advice.reserved_before_trace_bytes},
           {"settings_tried", advice.ranked.size()},
           {"ranked", std::move(ranked)},
           {"note", advice.note},
@@ -164,11 +237,9 @@ std::string settings_advice_to_text(const SettingsAdvice& advice, size_t shown) 
            (advice.recorded_oom ? (r.ok ? ", and no out-of-memory in the replay" : ", out of memory as recorded") : "") + "\n";
   }
   const TunedSetting& best = advice.ranked.front();
-  if (!best.ok) {
-    out += "  No setting tried avoids the out-of-memory error: the program needs less memory at that point.\n";
-  } else if (advice.recorded && best.config == advice.recorded->config) {
-    out += "  recommended: keep the recorded settings; none tried reserves less.\n";
-  } else {
+  if (advice.verdict == TuneVerdict::kKeep) {
+    out += "  recommended: keep the recorded settings: none tried reserves less" + coverage(advice) + ".\n";
+  } else if (advice.verdict == TuneVerdict::kChange) {
     const int64_t base = advice.recorded ? advice.recorded->peak_reserved_bytes : 0;
     std::snprintf(line, sizeof line, "  recommended: PYTORCH_CUDA_ALLOC_CONF=%s\n", best.config.c_str());
     out += line;
@@ -180,6 +251,9 @@ std::string settings_advice_to_text(const SettingsAdvice& advice, size_t shown) 
                     advice.recorded_oom && !advice.recorded->ok ? "; avoids the recorded out-of-memory error" : "");
       out += line;
     }
+    if (advice.reserved_before_trace_bytes > 0) out += "               the figures are" + coverage(advice) + "\n";
+  } else {
+    out += "  " + settings_advice_conclusion(advice) + "\n";
   }
   out += "\n  rank  peak reserved   mallocs  retries  works  settings\n";
   for (size_t i = 0; i < advice.ranked.size() && i < shown; ++i) {

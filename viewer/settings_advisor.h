@@ -7,6 +7,10 @@
 // recording did, when it did); among those, the lowest peak reserved wins, then the fewest
 // device allocations and retries, then the simplest setting. What users try by hand on GPUs,
 // one run per setting, takes seconds here.
+//
+// A replay starts from the segments the trace began with, laid out as recorded; when no
+// replay needed a segment beyond them, the settings changed nothing the replays can show,
+// and the verdict is that it cannot judge.
 #pragma once
 
 #include <cstdint>
@@ -32,12 +36,26 @@ struct TunedSetting {
   size_t failed_allocs = 0;
 };
 
+enum class TuneVerdict {
+  kChange,          // a setting tried reserves less (or avoids the recorded OOM)
+  kKeep,            // none tried reserves less than the recorded settings
+  kNoSettingWorks,  // none tried avoids the recorded out-of-memory error
+  kCannotJudge,     // the replays cannot show what the settings change (SettingsAdvice::reason)
+};
+std::string_view tune_verdict_name(TuneVerdict verdict);  // "change", "keep", "no_setting_works", "cannot_judge"
+
 struct SettingsAdvice {
   int64_t device = 0;
   size_t events = 0;
   bool recorded_oom = false;          // the recording ran out of memory
   std::optional<TunedSetting> recorded;  // the baseline: the recorded settings, replayed
   std::vector<TunedSetting> ranked;   // best first; settings that fail come last
+  // Reserved in segments that existed before the trace's first event (it wrapped, or recording
+  // started late). Every replay starts from them as recorded, whatever its settings: the
+  // settings are compared on what the trace allocated beyond them.
+  uint64_t reserved_before_trace_bytes = 0;
+  TuneVerdict verdict = TuneVerdict::kCannotJudge;
+  std::string reason;                 // with kCannotJudge: why, as a sentence
   std::string note;                   // caveats (inexact replay of the recorded settings)
   double seconds = 0;
 };
@@ -52,6 +70,8 @@ std::vector<std::string> tune_candidates();
 
 Result<SettingsAdvice> tune_settings(const Snapshot& snapshot, const TuneOptions& options = {});
 
+// The verdict as the sentence the CLI, JSON ("conclusion") and web view all show.
+std::string settings_advice_conclusion(const SettingsAdvice& advice);
 nlohmann::json settings_advice_to_json(const SettingsAdvice& advice);
 std::string settings_advice_to_text(const SettingsAdvice& advice, size_t shown = 12);
 

@@ -329,7 +329,7 @@ size_t rank_row(const JobCatalog& job, const std::string& text) {
 void add_rank_routes(httplib::Server& server, std::function<JobCatalog*()> job_of) {
   auto require_job = [job_of]() -> JobCatalog& {
     JobCatalog* job = job_of();
-    if (!job) throw ApiError(404, "no job here: memsnap serve shows ranks when given a folder or several snapshots");
+    if (!job) throw ApiError(404, "no job here: memsnap serve shows ranks when given a folder, or files that name two ranks or more");
     return *job;
   };
   server.Get("/api/ranks", guarded([require_job](const httplib::Request& request, httplib::Response& response) {
@@ -359,10 +359,16 @@ void send_json_error(httplib::Response& response, int status, const std::string&
 
 void add_api_routes(httplib::Server& server, SnapshotStore& store, ViewWarmer& warmer, const ApiLimits& limits,
                     std::function<JobCatalog*()> job) {
-  server.Get("/api/snapshots", guarded([&store](const httplib::Request&, httplib::Response& response) {
+  server.Get("/api/snapshots", guarded([&store, job](const httplib::Request&, httplib::Response& response) {
     json list = json::array();
     for (const Stored& s : store.list()) list.push_back(snapshot_summary_json(*s));
-    response.set_content(json_body(json{{"snapshots", std::move(list)}, {"max_snapshots", store.max_snapshots()}}), kJson);
+    json unopened = json::array();
+    for (const UnopenedFile& f : store.unopened()) unopened.push_back({{"file", f.file}, {"error", f.error}});
+    response.set_content(json_body(json{{"snapshots", std::move(list)},
+                                        {"max_snapshots", store.max_snapshots()},
+                                        {"not_opened", std::move(unopened)},
+                                        {"job", job() != nullptr}}),
+                         kJson);
   }));
   auto whole_slot = std::make_shared<std::atomic<bool>>(false);
   server.Post("/api/snapshots", [&store, &warmer, limits, whole_slot](const httplib::Request& request,

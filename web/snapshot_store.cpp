@@ -127,4 +127,14 @@ std::vector<std::shared_ptr<const StoredSnapshot>> SnapshotStore::list() const {
   return out;
 }
 
+void SnapshotStore::note_unopened(UnopenedFile file) {
+  std::lock_guard lock(mutex_);
+  unopened_.push_back(std::move(file));
+}
+
+std::vector<UnopenedFile> SnapshotStore::unopened() const {
+  std::lock_guard lock(mutex_);
+  return unopened_;
+}
+
 }  // namespace memsnap::web

@@ -52,6 +52,12 @@ struct StoredSnapshot {
 // file's size allow, less one core left to the browser, which usually runs beside it.
 PickleReadOptions server_pickle_reads();
 
+// A file the server was given that it could not open, and why.
+struct UnopenedFile {
+  std::string file;
+  std::string error;  // one line, naming the file
+};
+
 class SnapshotStore {
  public:
   explicit SnapshotStore(size_t max_snapshots) : max_snapshots_(max_snapshots) {}
@@ -65,6 +71,9 @@ class SnapshotStore {
   std::shared_ptr<const StoredSnapshot> find(const std::string& id) const;
   bool remove(const std::string& id);
   std::vector<std::shared_ptr<const StoredSnapshot>> list() const;  // oldest first
+  // The files given on the command line that could not be opened: listed, not fatal.
+  void note_unopened(UnopenedFile file);
+  std::vector<UnopenedFile> unopened() const;
   size_t max_snapshots() const { return max_snapshots_; }
   bool full() const;
 
@@ -75,6 +84,7 @@ class SnapshotStore {
   mutable std::mutex mutex_;
   uint64_t next_id_ = 1;
   std::map<uint64_t, std::shared_ptr<const StoredSnapshot>> snapshots_;
+  std::vector<UnopenedFile> unopened_;
 };
 
 }  // namespace memsnap::web

@@ -187,6 +187,86 @@ TEST(JobRanks, ARankWithAnOomDumpAndAFinalSnapshotCountsOnce) {
   EXPECT_NE(text.find("more than one snapshot for rank 1"), std::string::npos) << text;
 }
 
+JobRanks job_of_peaks(const std::vector<uint64_t>& peaks) {
+  JobRanks job;
+  for (size_t rank = 0; rank < peaks.size(); ++rank) {
+    RankSummary r;
+    r.file = "job/rank" + std::to_string(rank) + ".msgpack";
+    r.rank = static_cast<int64_t>(rank);
+    r.peak_reserved_bytes = peaks[rank];
+    job.ranks.push_back(r);
+  }
+  compare_ranks(job, {});
+  return job;
+}
+
+std::vector<int64_t> outlier_ranks(const JobRanks& job) {
+  std::vector<int64_t> out;
+  for (const RankOutlier& o : job.outliers) out.push_back(*job.ranks[o.row].rank);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(JobRanks, TheTypicalRankOfAnEvenCountIsOneOfTheTypicalRanks) {
+  // Two ranks alike, one 41% above them and one far above: the typical rank is one of the two
+  // alike, so both others are outliers (the middle of four once made the 41% rank "the median").
+  constexpr uint64_t kMB = 1000 * 1000;
+  for (const auto& peaks : {std::vector<uint64_t>{1830 * kMB, 1830 * kMB, 2590 * kMB, 4360 * kMB},
+                            std::vector<uint64_t>{4360 * kMB, 2590 * kMB, 1830 * kMB, 1830 * kMB}}) {
+    const JobRanks job = job_of_peaks(peaks);
+    EXPECT_EQ(job.ranks[job.median_row].peak_reserved_bytes, 1830 * kMB) << job_ranks_to_text(job);
+    EXPECT_EQ(outlier_ranks(job).size(), 2u) << job_ranks_to_text(job);
+    for (const RankOutlier& o : job.outliers) EXPECT_GE(o.percent, 41.0);
+  }
+  // The same two ranks alike, now at the top: the typical rank is one of them.
+  const JobRanks high = job_of_peaks({1000 * kMB, 1700 * kMB, 2400 * kMB, 2400 * kMB});
+  EXPECT_EQ(high.ranks[high.median_row].peak_reserved_bytes, 2400 * kMB) << job_ranks_to_text(high);
+  EXPECT_EQ(outlier_ranks(high), (std::vector<int64_t>{0, 1})) << job_ranks_to_text(high);
+  // No two ranks alike: every other rank is an outlier, and the table says what that is worth.
+  const std::string spread = job_ranks_to_text(job_of_peaks({1000 * kMB, 2000 * kMB, 4000 * kMB, 8000 * kMB}));
+  EXPECT_NE(spread.find("only 1 of the 4 ranks peak within 20% of the median rank's: the ranks share no typical peak"),
+            std::string::npos)
+      << spread;
+}
+
+TEST(JobRanks, AnOddCountKeepsTheMedianRank) {
+  constexpr uint64_t kMB = 1000 * 1000;
+  const JobRanks job = job_of_peaks({1000 * kMB, 1050 * kMB, 1100 * kMB, 1150 * kMB, 2000 * kMB});
+  EXPECT_EQ(job.ranks[job.median_row].peak_reserved_bytes, 1100 * kMB);
+  EXPECT_EQ(outlier_ranks(job), (std::vector<int64_t>{4}));
+}
+
+TEST(JobRanks, FilesNamedOneByOneAreAJobOnlyWhenTheyNameTwoRanks) {
+  JobRanks unrelated;  // PyTorch pickles of different programs: no rank in them or their names
+  for (const char* file : {"mlp_train.pickle", "two_streams.pickle", "pool_oom.pickle"}) {
+    RankSummary r;
+    r.file = file;
+    unrelated.ranks.push_back(r);
+  }
+  EXPECT_FALSE(ranks_of_one_job(unrelated).has_value());
+
+  JobRanks one_process;  // a run's step snapshot and its OOM dump: one pid, one rank
+  for (const char* file : {"run/step-100.msgpack", "run/oom-1.msgpack"}) {
+    RankSummary r;
+    r.file = file;
+    r.pid = 4242;
+    r.rank = 0;
+    one_process.ranks.push_back(r);
+  }
+  EXPECT_FALSE(ranks_of_one_job(one_process).has_value());
+
+  JobRanks job = one_process;  // two ranks, and a file that names none: the ranks are the job
+  job.ranks[1].rank = 1;
+  job.ranks[1].pid = 4343;
+  RankSummary notes;
+  notes.file = "notes.pickle";
+  job.ranks.push_back(notes);
+  const std::optional<JobRanks> ranks = ranks_of_one_job(job);
+  ASSERT_TRUE(ranks.has_value());
+  ASSERT_EQ(ranks->ranks.size(), 2u);
+  for (const RankSummary& r : ranks->ranks) EXPECT_TRUE(r.rank.has_value()) << r.file;
+}
+
 TEST(JobRanks, PeaksFromTheTraceAgreeWithTheStatistics) {
   RankRun run;
   run.keeps_metrics = true;

@@ -194,6 +194,20 @@ TEST(ExplainOom, AnOomCausedByPrivatePoolsSaysSoWithTheRemedies) {
   ASSERT_EQ(x.private_pools_free.size(), 2u);
   EXPECT_EQ(x.private_pools_free[0].second, 384 * kMiB);
   EXPECT_NE(x.reasons[0].find("pool=g1.pool()"), std::string::npos) << x.reasons[0];
+  // No setting avoids it under the lowest cap the recording allows (what was reserved, 1.25
+  // GiB; the real cap was 1.75 GiB), but the program does not need less live memory: the pools
+  // sat on 768 MiB. With one shared pool the replay reserves 898 MiB before the request, and
+  // 1.63 GiB with it: within the real cap, and said to be so if the cap was at least that.
+  EXPECT_FALSE(any_setting_avoids(x));
+  ASSERT_TRUE(x.cap_range.has_value());
+  EXPECT_EQ(x.replay_capacity_bytes, x.cap_range->first);
+  EXPECT_EQ(x.cap_range->second, x.cap_range->first + 768 * kMiB);
+  ASSERT_TRUE(x.shared_graph_pool.has_value());
+  EXPECT_EQ(x.shared_graph_pool->shared_reserved_bytes, 898 * kMiB);
+  EXPECT_EQ(x.settings_conclusion.find("needs less"), std::string::npos) << x.settings_conclusion;
+  EXPECT_NE(x.settings_conclusion.find("sharing avoids the error if the cap was at least that"), std::string::npos)
+      << x.settings_conclusion;
+  EXPECT_EQ(oom_explanation_to_json(x)["settings_conclusion"], x.settings_conclusion);
   std::ifstream golden_file(dir + "pool_oom.explain.txt");
   std::stringstream golden;
   golden << golden_file.rdbuf();

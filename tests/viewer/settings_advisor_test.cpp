@@ -1,13 +1,18 @@
 // memsnap tune: every candidate is a valid setting, the ranking puts settings that work first
 // and then by peak reserved, its figures are those of an independent replay, and it finds the
-// setting that avoids a recorded fragmentation OOM.
+// setting that avoids a recorded fragmentation OOM. When every replay starts from segments
+// that predate the trace and needs no new one, it cannot judge, and says so.
 #include "viewer/settings_advisor.h"
 
 #include <gtest/gtest.h>
 
 #include <set>
 
+#include "allocator/caching_allocator.h"
+#include "allocator/simulated_backend.h"
+#include "history/history_recorder.h"
 #include "replay/snapshot_replay.h"
+#include "snapshot/snapshot_builder.h"
 #include "snapshot/snapshot_loader.h"
 
 namespace memsnap {
@@ -64,6 +69,56 @@ TEST(SettingsAdvisor, FindsTheSettingThatAvoidsARecordedFragmentationOom) {
   const nlohmann::json json = settings_advice_to_json(advice.value());
   EXPECT_EQ(json["best"]["config"], advice->ranked.front().config);
   EXPECT_EQ(json["ranked"].size(), advice->ranked.size());
+}
+
+TEST(SettingsAdvisor, EverySegmentFromBeforeTheTraceCannotBeJudged) {
+  // The program reserves its segments, then history starts: its steps reuse the cached blocks,
+  // so every replay starts from the recorded segments and makes no device allocation. What
+  // other settings would have reserved, nothing here shows.
+  constexpr size_t kMiB = 1 << 20;
+  auto backend = std::make_shared<SimulatedBackend>();
+  CachingAllocator allocator(backend);
+  HistoryRecorder recorder(allocator);
+  std::vector<void*> warm;
+  for (size_t size : {30 * kMiB, 50 * kMiB, 3 * kMiB, kMiB / 2}) warm.push_back(allocator.allocate(size));
+  for (void* p : warm) allocator.deallocate(p);
+  recorder.configure({HistoryLevel::kAll, 100000, true});
+  for (int step = 0; step < 8; ++step) {
+    void* a = allocator.allocate(29 * kMiB);
+    void* b = allocator.allocate(3 * kMiB);
+    void* c = allocator.allocate(kMiB / 4);
+    allocator.deallocate(b);
+    allocator.deallocate(a);
+    allocator.deallocate(c);
+  }
+  const Snapshot s = take_snapshot(allocator, &recorder);
+  const auto advice = tune_settings(s);
+  ASSERT_TRUE(advice) << advice.error();
+  ASSERT_TRUE(advice->recorded);
+  EXPECT_EQ(advice->recorded->device_mallocs, 0);
+  EXPECT_EQ(advice->verdict, TuneVerdict::kCannotJudge);
+  EXPECT_EQ(advice->reserved_before_trace_bytes, static_cast<uint64_t>(advice->recorded->peak_reserved_bytes));
+  const std::string text = settings_advice_to_text(advice.value());
+  EXPECT_EQ(text.find("keep the recorded settings"), std::string::npos) << text;
+  EXPECT_NE(text.find("Cannot judge which settings reserve least, because every segment"), std::string::npos) << text;
+  const nlohmann::json json = settings_advice_to_json(advice.value());
+  EXPECT_EQ(json["verdict"], "cannot_judge");
+  EXPECT_TRUE(json["best"].is_null());
+}
+
+TEST(SettingsAdvisor, AVerdictOnATraceThatBeganMidRunSaysWhatItCovers) {
+  // streams_wrapped.pickle: 154 of its 158 MiB peak was reserved before the trace began;
+  // every replay keeps those segments as recorded, so the comparison covers the other 4 MiB.
+  const auto advice = tune_settings(load("pytorch-2.11-h100/streams_wrapped.pickle"));
+  ASSERT_TRUE(advice) << advice.error();
+  EXPECT_EQ(advice->reserved_before_trace_bytes, 154u << 20);
+  EXPECT_EQ(advice->verdict, TuneVerdict::kKeep);
+  const std::string text = settings_advice_to_text(advice.value());
+  EXPECT_NE(text.find("keep the recorded settings: none tried reserves less for what the trace allocated "
+                      "(4.00 MiB of the 158.00 MiB peak; the 154.00 MiB reserved before the trace began is kept "
+                      "as recorded in every replay)"),
+            std::string::npos)
+      << text;
 }
 
 TEST(SettingsAdvisor, ASnapshotWithoutATraceIsAClearError) {

@@ -20,7 +20,7 @@ const views = {
 };
 // The views whose first answer can be asked for before the page knows the snapshots.
 const prefetches = { stats: prefetchStats, flamegraph: prefetchFlamegraph, segments: prefetchSegments, timeline: prefetchTimeline };
-const state = { snapshots: [], selected: null, view: 'stats', hasJob: false, compareBefore: null };
+const state = { snapshots: [], notOpened: [], serverHasJob: false, selected: null, view: 'stats', hasJob: false, compareBefore: null };
 let renderCount = 0;
 
 function readLocation() {
@@ -43,6 +43,10 @@ function renderSnapshotList() {
       <span class="meta">${humanBytes(s.reserved_bytes)} · ${counted(s.events, 'event')}</span>
       <button class="close" aria-label="Close ${escapeHtml(s.name)}" data-close="${s.id}">×</button>
     </span>`).join('') || '<span class="hint">No snapshot open.</span>';
+  // Files the server was given and could not read: named with the reason, not hidden.
+  if (state.notOpened.length)
+    box.insertAdjacentHTML('beforeend', `<span class="not-opened hint" title="${escapeHtml(state.notOpened.map(f => f.error).join('\n'))}">
+      not opened: ${state.notOpened.map(f => escapeHtml(f.error)).join('; ')}</span>`);
 }
 
 async function renderView() {
@@ -73,9 +77,14 @@ async function renderView() {
   }
 }
 
-async function refresh() {
-  state.snapshots = (await api.list()).snapshots;
-  if (!state.snapshots.some(s => s.id === state.selected)) state.selected = state.snapshots.at(-1)?.id ?? null;
+// Without a selection (or when it was closed) the newest snapshot is shown, or with `first`
+// (the page just opened) the first the server was given.
+async function refresh(first = false) {
+  const list = await api.list();
+  state.snapshots = list.snapshots;
+  state.notOpened = list.not_opened ?? [];
+  state.serverHasJob = Boolean(list.job);
+  if (!state.snapshots.some(s => s.id === state.selected)) state.selected = (first ? state.snapshots[0] : state.snapshots.at(-1))?.id ?? null;
   renderSnapshotList();
 }
 
@@ -195,12 +204,10 @@ async function start() {
   // alongside the list of snapshots, rather than after it.
   if (state.selected) prefetches[state.view]?.(state.selected);
   setUpEvents();
-  // Both asked at once: the first view waits for the slower, not for the two in turn.
-  const job = loadJob().then(() => true, () => false);  // a server without a job: no Ranks view
   // A server started on big files listens at once and answers once they are read.
   const slow = setTimeout(() => setMessage('memsnap serve is still reading the snapshots it was given…'), 400);
   try {
-    await refresh();
+    await refresh(true);
   } catch (error) {
     setMessage(`Cannot reach the memsnap server: ${error.message}`, true);
     return;
@@ -208,7 +215,8 @@ async function start() {
     clearTimeout(slow);
   }
   setMessage('');
-  state.hasJob = await job;
+  // Only a server that holds a job (the list says so) is asked for it: no Ranks view otherwise.
+  state.hasJob = state.serverHasJob && await loadJob().then(() => true, () => false);
   if (state.hasJob && !location.hash.replace(/^#\/?/, '') && state.snapshots.length === 0) state.view = 'ranks';
   await renderView();
   api.dropAhead();

@@ -11,7 +11,13 @@ export function humanBytes(bytes) {
 
 export function signedBytes(bytes) { return (bytes > 0 ? '+' : '') + humanBytes(bytes); }
 
-export function percent(part, whole) { return whole ? `${(100 * part / whole).toFixed(part / whole < 0.001 ? 3 : 1)}%` : '0%'; }
+// A share as people read it: "0%" for nothing, two significant digits below 0.1% ("0.0042%"),
+// else one decimal; never "0.000%" for a share that is not zero.
+export function percent(part, whole) {
+  if (!whole || !part) return '0%';
+  const share = 100 * part / whole;
+  return `${Math.abs(share) < 0.1 ? share.toPrecision(2) : share.toFixed(1)}%`;
+}
 
 export function hex(value) { return '0x' + Number(value).toString(16); }
 

@@ -77,15 +77,20 @@ function holdersTable(x) {
       <td class="frame">${h.frames.length ? h.frames.map(escapeHtml).join('<br>') : '(no stack recorded)'}</td></tr>`).join('')}</tbody></table>`;
 }
 
+// The replays' device, the table, and what they conclude (the CLI's sentence).
 function settingsTable(x) {
   const note = x.settings_note ? `<p class="hint">${escapeHtml(x.settings_note)}</p>` : '';
   if (!x.settings.length) return note;
-  return `<table class="data oom-settings"><thead><tr><th>settings</th><th>outcome</th><th class="num">peak reserved</th>
+  const device = `<p class="hint">Each replay ran on a simulated device of ${humanBytes(x.replay_capacity_bytes)}${
+    x.cap_at_least_bytes != null ? `: the lowest the memory cap can have been (it lay between ${humanBytes(x.cap_at_least_bytes)}
+    and ${humanBytes(x.cap_below_bytes)})` : ''}.</p>`;
+  return `${device}<table class="data oom-settings"><thead><tr><th>settings</th><th>outcome</th><th class="num">peak reserved</th>
       <th class="num">segment allocations</th></tr></thead>
     <tbody>${x.settings.map(s => `<tr class="${s.avoided ? 'avoided' : 'failed'}">
       <td><code>${escapeHtml(s.config || '(PyTorch defaults)')}</code>${s.recorded ? ' <span class="hint">recorded</span>' : ''}</td>
       <td>${s.avoided ? '✓ avoids the error' : '✗ still runs out'}</td>
-      <td class="num">${humanBytes(s.peak_reserved_bytes)}</td><td class="num">${s.segment_allocs}</td></tr>`).join('')}</tbody></table>${note}`;
+      <td class="num">${humanBytes(s.peak_reserved_bytes)}</td><td class="num">${s.segment_allocs}</td></tr>`).join('')}</tbody></table>
+    <p class="oom-settings-conclusion">${escapeHtml(x.settings_conclusion)}</p>${note}`;
 }
 
 export async function renderOom(container, { snapshot }) {

@@ -21,7 +21,10 @@ const columns = [
     title: 'device allocations that failed and were retried after freeing the cache' },
   { key: 'ooms', label: 'OOMs', num: true },
   { key: 'versus', label: 'vs median', num: true, title: 'peak reserved against the median rank' },
+  { key: 'file', label: 'file', value: r => baseName(r.file), show: r => escapeHtml(baseName(r.file)) },
 ];
+
+function baseName(path) { return path.split('/').pop(); }
 
 // The job table, fetched once per page load (it never changes while the server runs).
 let jobPromise = null;
@@ -57,7 +60,7 @@ export async function renderRanks(container, { openRank }) {
   for (const r of ranks)
     r.versus = median.peak_reserved_bytes ? 100 * (r.peak_reserved_bytes / median.peak_reserved_bytes - 1) : 0;
   const scale = Math.max(1, ...ranks.map(r => Math.max(0, ...r.active_timeline)));
-  const name = r => (r.rank == null ? escapeHtml(r.file.split('/').pop()) : `rank ${r.rank}`);
+  const name = r => (r.rank == null ? escapeHtml(baseName(r.file)) : `rank ${r.rank}`);
 
   // One line per error: a rank's OOM dump and its later snapshots hold the same one.
   const seen = new Set();
@@ -68,7 +71,7 @@ export async function renderRanks(container, { openRank }) {
   container.innerHTML = `
     <div class="cards">
       <div class="card"><div class="label">ranks</div><div class="value">${grouped(ranks.length)}</div></div>
-      <div class="card" title="the rank in the middle when ordered by peak reserved memory"><div class="label">median rank</div>
+      <div class="card" title="the rank in the middle when ordered by peak reserved memory (of an even count's two middle ranks, the one more ranks peak close to)"><div class="label">median rank</div>
         <div class="value">${name(median)}: ${humanBytes(median.peak_reserved_bytes)}</div></div>
       <div class="card"><div class="label">out of memory</div><div class="value ${ooms.length ? 'grew' : ''}">${
         ooms.length ? [...new Set(ooms.map(name))].slice(0, 3).join(', ') + (ooms.length > 3 ? ' …' : '') : 'none'}</div></div>

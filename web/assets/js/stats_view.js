@@ -1,7 +1,7 @@
 // Stats: the numbers a user looks at first (reserved, allocated, fragmentation), per stream,
 // by block state and pool, and the same text summary as `memsnap stats`.
 import { api } from './api.js';
-import { escapeHtml, hex, humanBytes, percent } from './format.js';
+import { counted, escapeHtml, hex, humanBytes, percent } from './format.js';
 import { loading } from './ui.js';
 
 const card = (label, value, title = '') =>
@@ -72,30 +72,33 @@ export async function renderStats(container, { snapshot }) {
   });
 }
 
+// The conclusion is the server's sentence (the CLI prints the same): growing sites, nothing
+// grows, or why it cannot judge.
 function growthHtml(g) {
   const steps = g.step_events.length;
-  const head = `<p class="hint">${steps} steps, from the ${escapeHtml(g.steps_from)}. Live memory at the start of step 2:
-    ${humanBytes(g.live_bytes[1])}; of step ${steps}: ${humanBytes(g.live_bytes[steps - 1])}.</p>`;
-  if (!g.sites.length) return `${head}<p class="growth-headline">Nothing grows: no call site holds more memory from step to step.</p>`;
+  const headline = `<p class="growth-headline" data-verdict="${escapeHtml(g.verdict)}">${escapeHtml(g.conclusion)}</p>`;
+  if (!g.live_bytes.length) return headline;
+  const first = Math.min(g.first_compared_step, steps - 1);
+  const before = g.before_trace_bytes[0] ? ` The trace begins mid-run: ${humanBytes(g.before_trace_bytes[0])} was live before its
+    first event (counted in live memory, under no call site).` : '';
+  const head = `<p class="hint">${counted(steps, 'step')}, from the ${escapeHtml(g.steps_from)}. Live memory at the start of step ${first + 1}:
+    ${humanBytes(g.live_bytes[first])}; of step ${steps}: ${humanBytes(g.live_bytes[steps - 1])}.${before}</p>${headline}`;
+  if (!g.sites.length) return head;
   const rows = g.sites.map(s => `<tr><td class="num">${humanBytes(Math.round(s.bytes_per_step))}</td><td class="num">${humanBytes(s.growth_bytes)}</td>
-    <td class="num">${humanBytes(s.bytes[1])} → ${humanBytes(s.bytes[s.bytes.length - 1])}</td><td>${escapeHtml(s.label)}</td></tr>`).join('');
+    <td class="num">${humanBytes(s.bytes[first])} → ${humanBytes(s.bytes[s.bytes.length - 1])}</td><td>${escapeHtml(s.label)}</td></tr>`).join('');
   return `${head}<table class="data growth-table"><thead><tr><th class="num">per step</th><th class="num">in all</th>
-    <th class="num">step 2 → last</th><th>call site</th></tr></thead><tbody>${rows}</tbody></table>`;
+    <th class="num">step ${first + 1} → ${steps}</th><th>call site</th></tr></thead><tbody>${rows}</tbody></table>`;
 }
 
+// The headline is the server's sentence (the CLI prints the same): change, keep, no setting
+// works, or why it cannot judge.
 function tuneHtml(t) {
   const name = c => c === '' ? "PyTorch's defaults" : c;
-  const best = t.best, recorded = t.recorded;
-  let head;
-  if (!best) head = 'No setting tried avoids the out-of-memory error: the program needs less memory at that point.';
-  else if (recorded && best.config === recorded.config) head = 'Keep the recorded settings: none tried reserves less.';
-  else head = `Recommended: <code>PYTORCH_CUDA_ALLOC_CONF=${escapeHtml(best.config)}</code> — peak reserved ${humanBytes(best.peak_reserved_bytes)}` +
-    (recorded ? ` (${humanBytes(Math.max(0, best.saving_bytes))} less, ${best.saving_percent.toFixed(1)}%)` : '') +
-    (t.recorded_oom && recorded && !recorded.ok ? ', and it avoids the recorded out-of-memory error' : '');
+  const head = escapeHtml(t.conclusion).replace(/PYTORCH_CUDA_ALLOC_CONF=\S+?(?=: peak)/, m => `<code>${m}</code>`);
   const rows = t.ranked.slice(0, 12).map((r, i) => `<tr${r.recorded ? ' class="recorded"' : ''}><td class="num">${i + 1}</td>
     <td>${escapeHtml(name(r.config))}${r.recorded ? ' (recorded)' : ''}</td><td class="num">${humanBytes(r.peak_reserved_bytes)}</td>
     <td class="num">${r.device_mallocs}</td><td class="num">${r.alloc_retries}</td><td>${r.ok ? 'yes' : 'no'}</td></tr>`).join('');
-  return `<p class="tune-headline">${head}</p>
+  return `<p class="tune-headline" data-verdict="${escapeHtml(t.verdict)}">${head}</p>
     <p class="hint">${t.settings_tried} settings replayed over ${t.events} events in ${t.seconds.toFixed(2)} s${t.note ? ` (${escapeHtml(t.note)})` : ''}.</p>
     <table class="data tune-table"><thead><tr><th class="num">rank</th><th>settings</th><th class="num">peak reserved</th>
       <th class="num">device mallocs</th><th class="num">retries</th><th>works</th></tr></thead><tbody>${rows}</tbody></table>`;
