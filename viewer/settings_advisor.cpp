@@ -32,6 +32,21 @@ std::string bytes(int64_t value) { return format_bytes(value); }
 void decide(SettingsAdvice& advice) {
   const bool any_malloc = std::any_of(advice.ranked.begin(), advice.ranked.end(),
                                       [](const TunedSetting& t) { return t.device_mallocs > 0; });
+  // The recorded settings needed no new segment in the trace: every replay starts from segments
+  // those settings made before it, so a setting can only look worse here, never better, and
+  // what it would have reserved from the program's start does not show.
+  const bool recorded_reserved_nothing = advice.recorded && advice.recorded->device_mallocs == 0 &&
+                                         advice.reserved_before_trace_bytes > 0 && advice.recorded->ok;
+  if (recorded_reserved_nothing && any_malloc) {
+    advice.verdict = TuneVerdict::kCannotJudge;
+    advice.reason = "every segment the recorded settings used predates the trace (" +
+                    bytes(static_cast<int64_t>(advice.reserved_before_trace_bytes)) +
+                    " reserved before its first event) and the trace needed no new one: each replay starts from "
+                    "those segments, so a setting can look worse here but not better, and what it would have "
+                    "reserved from the program's start does not show. Record history from the program's start, "
+                    "or with a larger max_entries";
+    return;
+  }
   if (!any_malloc) {
     advice.verdict = TuneVerdict::kCannotJudge;
     advice.reason = "every segment predates the trace (" + bytes(static_cast<int64_t>(advice.reserved_before_trace_bytes)) +

@@ -181,6 +181,18 @@ TEST(Growth, AWrappedPyTorchTraceOfThreeStepsCannotBeJudged) {
   EXPECT_NE(g->reason.find("can be compared"), std::string::npos) << g->reason;
 }
 
+TEST(Growth, ARealWrappedTraceOfATrainingRunThatDoesNotLeakIsNotCalledALeak) {
+  // Recorded on an H200: 60 steps of a transformer with max_entries=4000, live memory flat at
+  // each step's start. The trace keeps the last steps only; memory from before it is counted.
+  Result<LoadedSnapshot> loaded = load_snapshot(std::string(MEMSNAP_TEST_DATA_DIR) + "/pytorch-2.11-h200/wrapped_decoder.pickle");
+  ASSERT_TRUE(loaded) << loaded.error();
+  const auto g = compute_growth(loaded->snapshot);
+  ASSERT_TRUE(g) << g.error();
+  EXPECT_NE(g->verdict, GrowthVerdict::kGrowing) << g->reason;
+  EXPECT_TRUE(g->sites.empty());
+  EXPECT_GT(g->before_trace_bytes.front(), uint64_t{100} << 20);
+}
+
 TEST(Growth, ATraceWithoutFreesCannotBeJudged) {
   // History at level 'alloc' records allocations only: every site would look as if it grew.
   Program program(100000, HistoryLevel::kAlloc);

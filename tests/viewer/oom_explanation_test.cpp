@@ -216,6 +216,20 @@ TEST(ExplainOom, AnOomCausedByPrivatePoolsSaysSoWithTheRemedies) {
       << "pool_oom.explain.txt (and check the difference is intended)";
 }
 
+TEST(ExplainOom, TwoGraphPoolsUnderACapAreNotTakenForAProgramNeedingLessMemory) {
+  // Recorded on an H200: a 1,400 MiB cap, two graphs with their own pools, a 700 MiB request.
+  Result<LoadedSnapshot> loaded = load_snapshot(MEMSNAP_TEST_DATA_DIR "/pytorch-2.11-h200/graph_pool_oom.pickle");
+  ASSERT_TRUE(loaded.ok()) << loaded.error();
+  const OomExplanation x = explain(loaded->snapshot);
+  EXPECT_GT(x.private_pool_free_bytes, 0u);
+  EXPECT_EQ(x.settings_conclusion.find("needs less"), std::string::npos) << x.settings_conclusion;
+  EXPECT_NE(x.settings_conclusion.find("private pools"), std::string::npos) << x.settings_conclusion;
+  ASSERT_TRUE(x.cap_range.has_value());
+  // The true cap (1,400 MiB) lies in the range the conclusion gives.
+  EXPECT_LE(x.cap_range->first, 1400 * kMiB);
+  EXPECT_GT(x.cap_range->second, 1400 * kMiB);
+}
+
 TEST(ExplainOom, RecordedPyTorchOomsGetTheRightCauseAndAdvice) {
   const std::string dir = MEMSNAP_TEST_DATA_DIR "/pytorch-2.11-h100/";
   const OomExplanation capped = explain(load_snapshot(dir + "oom_all_stacks.pickle").value().snapshot);

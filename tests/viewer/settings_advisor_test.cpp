@@ -2,6 +2,7 @@
 // and then by peak reserved, its figures are those of an independent replay, and it finds the
 // setting that avoids a recorded fragmentation OOM. When every replay starts from segments
 // that predate the trace and needs no new one, it cannot judge, and says so.
+#include <algorithm>
 #include "viewer/settings_advisor.h"
 
 #include <gtest/gtest.h>
@@ -104,6 +105,22 @@ TEST(SettingsAdvisor, EverySegmentFromBeforeTheTraceCannotBeJudged) {
   const nlohmann::json json = settings_advice_to_json(advice.value());
   EXPECT_EQ(json["verdict"], "cannot_judge");
   EXPECT_TRUE(json["best"].is_null());
+}
+
+TEST(SettingsAdvisor, ARealRunWhoseSegmentsPredateTheTraceCannotBeJudged) {
+  // Recorded on an H200 with PyTorch's allocator: the trace reuses segments made before it and
+  // needs none. Some settings would need one on top of those segments; none can look better,
+  // so "keep" would be a verdict the data cannot support.
+  const auto advice = tune_settings(load("pytorch-2.11-h200/predating_segments.pickle"));
+  ASSERT_TRUE(advice) << advice.error();
+  ASSERT_TRUE(advice->recorded);
+  EXPECT_EQ(advice->recorded->device_mallocs, 0);
+  EXPECT_TRUE(std::any_of(advice->ranked.begin(), advice->ranked.end(),
+                          [](const TunedSetting& t) { return t.device_mallocs > 0; }));
+  EXPECT_EQ(advice->verdict, TuneVerdict::kCannotJudge);
+  const std::string text = settings_advice_to_text(advice.value());
+  EXPECT_EQ(text.find("keep the recorded settings"), std::string::npos) << text;
+  EXPECT_NE(text.find("the trace needed no new one"), std::string::npos) << text;
 }
 
 TEST(SettingsAdvisor, AVerdictOnATraceThatBeganMidRunSaysWhatItCovers) {
