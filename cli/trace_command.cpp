@@ -94,14 +94,16 @@ CommandRunner add_trace_command(CLI::App& app) {
       if (options->device && static_cast<int64_t>(d) != *options->device) continue;
       const auto& trace = snapshot.device_traces[d];
       const int64_t first_time = trace.empty() ? 0 : trace.front().time_us;
-      for (const TraceEntry& e : trace) {
+      for (size_t index = 0; index < trace.size(); ++index) {
+        const TraceEntry e = trace[index];
         if (!wanted[static_cast<size_t>(e.action)] || e.size < options->min_size) continue;
         if (by_address && !e.covers(address)) continue;
         ++matched;
         if (options->limit && printed >= options->limit) continue;
         ++printed;
-        std::snprintf(line, sizeof line, "%12.6f  dev %zu  %-15s 0x%-14" PRIx64 " %12s  stream 0x%" PRIx64 "  ",
-                      static_cast<double>(e.time_us - first_time) / 1e6, d,
+        // The entry's index: the numbering of --at-event, the viewer's "at event" and the state API.
+        std::snprintf(line, sizeof line, "#%-8zu %12.6f  dev %zu  %-15s 0x%-14" PRIx64 " %12s  stream 0x%" PRIx64 "  ",
+                      index, static_cast<double>(e.time_us - first_time) / 1e6, d,
                       std::string(trace_action_name(e.action)).c_str(), e.address,
                       svg::human_bytes(e.size).c_str(), e.stream);
         out += line;

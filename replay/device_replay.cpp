@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
@@ -167,8 +168,19 @@ class DeviceReplayer {
 
   DeviceReplay run() {
     SimulatedBackend::Options device;
-    const size_t end = options_.stop_after_entry ? std::min(*options_.stop_after_entry + 1, trace_.size())
-                                                 : trace_.size();
+    size_t end = options_.stop_after_entry ? std::min(*options_.stop_after_entry + 1, trace_.size())
+                                           : trace_.size();
+    // The state right after a segment_alloc (or segment_map) holds the new memory, free: the
+    // replay reserves it for the allocation that follows, so it runs through that allocation
+    // and gives it back.
+    std::optional<size_t> undo_alloc;
+    if (options_.stop_after_entry && end < trace_.size() && is_segment_growth(trace_[end - 1].action))
+      for (size_t j = end; j < trace_.size() && !is_segment_growth(trace_[j].action); ++j)
+        if (trace_[j].action == TraceAction::kAlloc) {
+          undo_alloc = j;
+          end = j + 1;
+          break;
+        }
     device.capacity_bytes = out_.capacity_bytes;
     device.events_complete_immediately = false;  // deferred frees complete when the trace says
     backend_ = std::make_shared<SimulatedBackend>(device);
@@ -196,6 +208,13 @@ class DeviceReplayer {
       }
     }
     allocator.set_observer(nullptr);
+    if (undo_alloc) {
+      if (auto it = live_.find(trace_[*undo_alloc].address); it != live_.end()) {
+        holders_.erase(reinterpret_cast<uint64_t>(it->second));
+        allocator.deallocate(it->second);
+        live_.erase(it);
+      }
+    }
     out_.stats = allocator.device_stats(0);
     if (options_.stop_after_entry) {
       out_.replayed_segment_allocs = watcher_.sizes;
@@ -469,6 +488,7 @@ class DeviceReplayer {
       s.stream = r.stream;
       s.segment_type = r.small_pool ? "small" : "large";
       s.is_expandable = r.expandable;
+      s.segment_pool_id = r.pool_id;
       for (const BlockRecord& b : r.blocks) {
         SnapshotBlock& block = s.blocks.emplace_back();
         block.address = b.address;

@@ -270,6 +270,15 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
       out.peak_event = event;
     }
 
+  // The peak's place in the trace's own numbering: its alloc or free entry.
+  for (uint64_t entry = 0, event = 0; entry < trace.size(); ++entry) {
+    if (!is_alloc_or_free(trace[entry].action)) continue;
+    if (event++ == out.peak_event) {
+      out.peak_entry = entry;
+      break;
+    }
+  }
+
   // Second walk: bands go to what makes the picture. First the largest allocations alive at
   // the peak (up to a third of the bands), then by area, bytes times the events each lives in
   // the window.

@@ -67,7 +67,10 @@ struct Timeline {
   TimelineKind kind = TimelineKind::kActive;
   uint64_t allocations = 0;            // all of them (or segments and mappings), merged or not
   uint64_t peak_bytes = 0;
-  uint64_t peak_event = 0;
+  uint64_t peak_event = 0;  // on the x axis (alloc and free events)
+  // The peak's event as the trace numbers its entries (what Trace, Segments' "at event" and
+  // the state API count): the entry after which memory in use is at its peak.
+  uint64_t peak_entry = 0;
   // In the window, in event order; where they are denser than the samples, the first of each
   // kind per sample interval (marker_count: all of them in the window).
   std::vector<TimelineMarker> markers;

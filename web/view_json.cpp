@@ -198,7 +198,7 @@ std::string timeline_json(const Snapshot& snapshot, const Timeline& timeline, co
   out.key("samples").values(timeline.samples).key("time_us").values(timeline.event_time_us);
   out.key("total_bytes").values(timeline.total_bytes).key("other_bytes").values(timeline.other_bytes);
   out.field("allocations", timeline.allocations).field("peak_bytes", timeline.peak_bytes);
-  out.field("peak_event", timeline.peak_event).key("markers").begin_array();
+  out.field("peak_event", timeline.peak_event).field("peak_entry", timeline.peak_entry).key("markers").begin_array();
   for (const TimelineMarker& marker : timeline.markers) {
     out.begin_object().field("event", marker.event).key("kind").string(marker.kind);
     out.key("label").string(marker.label).end_object();

@@ -3,6 +3,10 @@
 // then (checked against a program whose statistics were read after each of its operations).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include <set>
+
 #include <random>
 #include <string>
 
@@ -90,6 +94,45 @@ TEST(StateAfterEntry, AtEveryEventItHoldsWhatTheAllocatorHeldThen) {
   ASSERT_TRUE(last);
   expect_same_layout(last->segments, s, 0);
   for (void* p : live) allocator.deallocate(p);
+}
+
+// Right after a segment_alloc the segment is reserved and still free: the state API answers
+// with the state after the entry, not before it, and exactly.
+TEST(StateAfterEntry, RightAfterASegmentAllocItsMemoryIsReservedAndFree) {
+  auto backend = std::make_shared<SimulatedBackend>();
+  CachingAllocator allocator(backend);
+  HistoryRecorder recorder(allocator);
+  recorder.configure({HistoryLevel::kAll, 100000, false});
+  void* small = allocator.allocate(4096);
+  void* medium = allocator.allocate(3 << 20);  // a 20 MiB segment
+  const Snapshot s = take_snapshot(allocator, &recorder);
+  const DeviceTrace& trace = s.device_traces[0];
+  ASSERT_EQ(trace[2].action, TraceAction::kSegmentAlloc);
+  const auto at_segment = state_after_entry(s, 0, 2);
+  ASSERT_TRUE(at_segment) << at_segment.error();
+  EXPECT_TRUE(at_segment->exact);
+  EXPECT_EQ(at_segment->reserved_bytes, (uint64_t{2} << 20) + (uint64_t{20} << 20));
+  EXPECT_EQ(at_segment->allocated_bytes, 4096u);
+  const auto at_alloc = state_after_entry(s, 0, 3);
+  ASSERT_TRUE(at_alloc);
+  EXPECT_EQ(at_alloc->reserved_bytes, at_segment->reserved_bytes);
+  EXPECT_EQ(at_alloc->allocated_bytes, 4096u + (3u << 20));
+  allocator.deallocate(small);
+  allocator.deallocate(medium);
+}
+
+// A graph's pool keeps its name at every event (two_graphs.pickle: two graphs, each its pool).
+TEST(StateAfterEntry, SegmentsKeepTheirPrivatePools) {
+  const auto loaded = load_snapshot(std::string(MEMSNAP_TEST_DATA_DIR) + "/pytorch-2.11-pools/two_graphs.pickle");
+  ASSERT_TRUE(loaded) << loaded.error();
+  const Snapshot& s = loaded.value().snapshot;
+  const auto state = state_after_entry(s, 0, 19);
+  ASSERT_TRUE(state) << state.error();
+  std::set<MempoolId> pools;
+  for (const SnapshotSegment& segment : state->segments) pools.insert(segment.segment_pool_id);
+  EXPECT_GE(pools.size(), 2u) << "the global pools and at least one graph's";
+  EXPECT_TRUE(std::any_of(state->segments.begin(), state->segments.end(),
+                          [](const SnapshotSegment& segment) { return !segment.segment_pool_id.is_global(); }));
 }
 
 TEST(StateAfterEntry, EventsOutsideTheTraceAreClearErrors) {

@@ -112,6 +112,31 @@ TEST(Timeline, PeakIsExactWhateverTheSampling) {
   }
 }
 
+// The peak is also named by the trace's own numbering (every entry counts, segment events
+// too), the one Trace, Segments' "at event" and the state API use: there the state holds the peak.
+TEST(Timeline, ThePeaksEntryIsTheTracesNumbering) {
+  const auto loaded = load_snapshot(std::string(MEMSNAP_TEST_DATA_DIR) + "/pytorch-2.11/mlp_train.pickle");
+  ASSERT_TRUE(loaded) << loaded.error();
+  const Snapshot& s = loaded.value().snapshot;
+  const Timeline t = compute_timeline(s);
+  const DeviceTrace& trace = s.device_traces.at(static_cast<size_t>(t.device));
+  ASSERT_LT(t.peak_entry, trace.size());
+  EXPECT_TRUE(trace[t.peak_entry].action == TraceAction::kAlloc ||
+              trace[t.peak_entry].action == TraceAction::kFreeCompleted);
+  uint64_t before = 0;
+  for (uint64_t i = 0; i < t.peak_entry; ++i)
+    before += trace[i].action == TraceAction::kAlloc || trace[i].action == TraceAction::kFreeCompleted;
+  EXPECT_EQ(before, t.peak_event);
+  EXPECT_GT(t.peak_entry, t.peak_event) << "segment events count in the trace's numbering";
+  const auto state = state_after_entry(s, t.device, t.peak_entry);
+  ASSERT_TRUE(state) << state.error();
+  uint64_t requested = 0;
+  for (const SnapshotSegment& segment : state->segments)
+    for (const SnapshotBlock& block : segment.blocks)
+      if (block.state == BlockState::kActiveAllocated) requested += block.requested_size;
+  EXPECT_EQ(requested, t.peak_bytes);
+}
+
 // Bands go to what makes the picture: a long-lived allocation is drawn before a larger one that
 // lives for an event, and what is alive at the peak is drawn.
 TEST(Timeline, BandsGoToWhatMakesThePicture) {

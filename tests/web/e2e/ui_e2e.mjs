@@ -166,6 +166,23 @@ await runChecked({ browser, server, problems, current }, async () => {
     await page.selectOption('select.kind', 'active');
   });
 
+  // One numbering: the timeline names its peak by the trace entry, and the link opens the
+  // segments right after that entry, where the state API counts the same way.
+  await step('timeline: the peak links to the segments at its trace entry', async () => {
+    await tab('timeline');
+    const link = page.locator('.summary a.peak-link');
+    await link.waitFor();
+    const entry = Number((await link.innerText()).replace(/^trace entry /, ''));
+    assert.ok(Number.isInteger(entry) && entry > 0, await link.innerText());
+    await link.click();
+    await page.waitForSelector('.tabs button[data-view="segments"][aria-selected="true"]');
+    await page.waitForFunction(n => document.querySelector('.at-event-number')?.value === String(n), entry);
+    await page.waitForFunction(() => /^after (alloc|free_completed)/.test(document.querySelector('.state-summary')?.textContent));
+    assert.match(page.url(), new RegExp(`#segments/[^/]+/${entry}$`));
+    await shot('segments-at-the-peak');
+    await tab('timeline');
+  });
+
   await step('trace: page, filter, expand a stack', async () => {
     await tab('trace');
     await page.waitForSelector('table.data tbody tr');

@@ -23,14 +23,17 @@ const prefetches = { stats: prefetchStats, flamegraph: prefetchFlamegraph, segme
 const state = { snapshots: [], notOpened: [], serverHasJob: false, selected: null, view: 'stats', hasJob: false, compareBefore: null };
 let renderCount = 0;
 
+// #VIEW/ID, and for Segments #segments/ID/ENTRY: the state right after that trace entry.
 function readLocation() {
-  const [view, id] = location.hash.replace(/^#\/?/, '').split('/');
+  const [view, id, entry] = location.hash.replace(/^#\/?/, '').split('/');
   if (views[view]) state.view = view;
   if (id) state.selected = id;
+  state.atEntry = view === 'segments' && /^\d+$/.test(entry || '') ? Number(entry) : null;
 }
 
 function writeLocation() {
-  const hash = `#${state.view}${state.selected ? '/' + state.selected : ''}`;
+  const entry = state.view === 'segments' && state.atEntry !== null && state.atEntry !== undefined ? `/${state.atEntry}` : '';
+  const hash = `#${state.view}${state.selected ? '/' + state.selected + entry : ''}`;
   if (location.hash !== hash) history.replaceState(null, '', hash);
 }
 
@@ -70,7 +73,8 @@ async function renderView() {
   const body = document.createElement('div');
   container.appendChild(body);
   try {
-    await views[state.view](body, { snapshot, snapshots: state.snapshots, compareBefore: state.compareBefore, openRank });
+    await views[state.view](body, { snapshot, snapshots: state.snapshots, compareBefore: state.compareBefore, openRank,
+                                    atEntry: state.atEntry });
   } catch (error) {
     console.error(`${state.view} view:`, error.stack || error);
     if (mine === renderCount) body.innerHTML = `<div class="message error">${escapeHtml(error.message)}</div>`;
@@ -146,7 +150,7 @@ function select(id) {
 function setUpEvents() {
   document.querySelector('.tabs').addEventListener('click', e => {
     const tab = e.target.closest('button[data-view]');
-    if (tab) { state.view = tab.dataset.view; renderView(); }
+    if (tab) { state.view = tab.dataset.view; state.atEntry = null; renderView(); }
   });
   document.querySelector('.tabs').addEventListener('keydown', e => {
     const tabs = [...document.querySelectorAll('.tabs button:not([hidden])')];
@@ -190,7 +194,7 @@ function setUpEvents() {
   window.addEventListener('keydown', e => {
     if (e.target.closest('input, select, textarea') || e.ctrlKey || e.metaKey || e.altKey) return;
     const view = Object.keys(views)[Number(e.key) - 1];
-    if (view) { state.view = view; renderView(); }
+    if (view) { state.view = view; state.atEntry = null; renderView(); }
   });
   window.addEventListener('hashchange', () => { readLocation(); renderSnapshotList(); renderView(); });
   const allFrames = document.getElementById('all-frames');

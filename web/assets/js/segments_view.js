@@ -34,7 +34,7 @@ const sorts = {
 // Asks for what the segments of snapshot `id` show first (api.ahead).
 export const prefetchSegments = id => api.ahead('segments', id);
 
-export async function renderSegments(container, { snapshot }) {
+export async function renderSegments(container, { snapshot, atEntry = null }) {
   loading(container, 'segments');
   let data = await api.segments(snapshot.id);
   const final = data;
@@ -228,6 +228,11 @@ export async function renderSegments(container, { snapshot }) {
       slider.value = number.value = at.events - 1;
       showState(null);
     });
+  }
+  // Opened at a trace entry (#segments/ID/ENTRY, the timeline's peak link): that state.
+  if (slider && atEntry !== null && atEntry < at.events) {
+    slider.value = number.value = atEntry;
+    showState(atEntry).catch(error => { container.querySelector('.state-summary').textContent = error.message; });
   }
   // A click pins the block's stack (and the history of its bytes) in a panel that stays.
   canvas.addEventListener('click', async (event) => {

@@ -99,8 +99,12 @@ export async function renderTimeline(container, { snapshot }) {
     container.querySelector('.back').disabled = container.querySelector('.reset').disabled = state.windows.length === 0;
     const [begin, end] = data.window;
     const things = data.kind === 'segments' ? ['segment or mapping', 'segments and mappings'] : ['allocation', 'allocations'];
-    container.querySelector('.summary').textContent = `events ${begin}–${end} of ${data.events} · ${counted(data.allocations, ...things)} · ` +
-      `${data.bands.length} drawn on their own · peak ${humanBytes(data.peak_bytes)} at event ${data.peak_event}`;
+    // The axis counts allocations and frees; the peak is also named by the trace's own entry
+    // number (Trace, Segments' "at event", the state API), linked to the segments right after it.
+    container.querySelector('.summary').innerHTML = escapeHtml(`events ${begin}–${end} of ${data.events} · ${counted(data.allocations, ...things)} · ` +
+      `${data.bands.length} drawn on their own · peak ${humanBytes(data.peak_bytes)} at event ${data.peak_event}, `) +
+      `<a class="peak-link" href="#segments/${encodeURIComponent(snapshot.id)}/${data.peak_entry}" ` +
+      `title="the segments right after this entry of the trace">trace entry ${data.peak_entry}</a>`;
     draw();
   };
 
