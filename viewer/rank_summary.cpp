@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "viewer/frame_labels.h"
+#include "viewer/memory_peaks.h"
 #include "viewer/snapshot_stats.h"
 
 namespace memsnap {
@@ -15,41 +16,6 @@ std::optional<int64_t> statistic(const Statistics& statistics, std::string_view 
   for (const auto& [name, value] : statistics)
     if (name == key) return value;
   return std::nullopt;
-}
-
-// A trace entry's effect on active (allocated and not yet reusable) and reserved bytes.
-int64_t active_change(const TraceEntry& e) {
-  if (e.action == TraceAction::kAlloc) return static_cast<int64_t>(e.size);
-  if (e.action == TraceAction::kFreeCompleted) return -static_cast<int64_t>(e.size);
-  return 0;
-}
-int64_t reserved_change(const TraceEntry& e) {
-  if (e.action == TraceAction::kSegmentAlloc || e.action == TraceAction::kSegmentMap) return static_cast<int64_t>(e.size);
-  if (e.action == TraceAction::kSegmentFree || e.action == TraceAction::kSegmentUnmap) return -static_cast<int64_t>(e.size);
-  return 0;
-}
-
-// The value before the trace's first entry, given the value at the snapshot and the entries'
-// net change (a trace that lost its oldest entries to the ring buffer starts mid-run).
-int64_t start_value(uint64_t at_snapshot, const DeviceTrace& trace, int64_t (*change)(const TraceEntry&)) {
-  int64_t net = 0;
-  for (const TraceEntry& e : trace) net += change(e);
-  return std::max<int64_t>(0, static_cast<int64_t>(at_snapshot) - net);
-}
-
-struct DeviceBytes {
-  uint64_t reserved = 0;
-  uint64_t active = 0;
-};
-
-std::vector<DeviceBytes> bytes_by_device(const Snapshot& snapshot, size_t devices) {
-  std::vector<DeviceBytes> out(devices);
-  for (const SnapshotSegment& segment : snapshot.segments) {
-    if (segment.device < 0 || static_cast<size_t>(segment.device) >= devices) continue;
-    out[segment.device].reserved += segment.total_size;
-    out[segment.device].active += segment.active_size;
-  }
-  return out;
 }
 
 // Live bytes by stack at event `peak` of `trace` (entries before it applied), starting from
@@ -135,10 +101,6 @@ RankSummary summarize_rank(const Snapshot& snapshot, std::string file) {
 
   const std::vector<int64_t> devices = devices_of(snapshot);
   out.devices = devices.size();
-  size_t device_slots = snapshot.device_traces.size();
-  for (int64_t d : devices) device_slots = std::max(device_slots, static_cast<size_t>(d) + 1);
-  const std::vector<DeviceBytes> final_bytes = bytes_by_device(snapshot, device_slots);
-
   MemoryTotals totals;
   for (const SnapshotSegment& segment : snapshot.segments) totals.add(segment);
   out.segments = totals.segments;
@@ -149,48 +111,40 @@ RankSummary summarize_rank(const Snapshot& snapshot, std::string file) {
                           : 0.0;
 
   // Peaks: the statistics cover the process's whole life; the trace only its own window.
-  bool have_statistics = false;
-  uint64_t stat_reserved = 0, stat_allocated = 0;
+  const MemoryPeaks peaks = compute_peaks(snapshot);
   int64_t retries = 0, stat_ooms = 0;
-  for (const Statistics& statistics : snapshot.statistics) {
-    const auto reserved = statistic(statistics, "reserved_bytes.all.peak");
-    const auto allocated = statistic(statistics, "allocated_bytes.all.peak");
-    if (!reserved || !allocated) continue;
-    have_statistics = true;
-    stat_reserved += static_cast<uint64_t>(std::max<int64_t>(0, *reserved));
-    stat_allocated += static_cast<uint64_t>(std::max<int64_t>(0, *allocated));
+  for (const StatisticsPeaks& p : peaks.statistics) {
+    out.peak_reserved_bytes += p.reserved_bytes;
+    out.peak_allocated_bytes += p.allocated_bytes;
+    const Statistics& statistics = snapshot.statistics[static_cast<size_t>(p.device)];
     retries += std::max<int64_t>(0, statistic(statistics, "num_alloc_retries").value_or(0));
     stat_ooms += std::max<int64_t>(0, statistic(statistics, "num_ooms").value_or(0));
   }
-
-  // One pass over each trace: peaks and OOMs, and for the longest trace its active memory over
-  // time and the moment of its peak.
-  uint64_t trace_reserved_peak = 0, trace_active_peak = 0, trace_ooms = 0;
+  uint64_t trace_reserved_peak = 0, trace_in_use_peak = 0;
   const size_t longest = static_cast<size_t>(busiest_device(snapshot));
   int64_t longest_start = 0;
   size_t longest_peak_at = 0;  // entries applied at the longest trace's peak
+  for (const TracePeaks& p : peaks.traces) {
+    trace_reserved_peak += p.reserved_bytes;
+    trace_in_use_peak += p.in_use_bytes;
+    if (static_cast<size_t>(p.device) != longest) continue;
+    longest_start = static_cast<int64_t>(p.in_use_at_start);
+    longest_peak_at = p.in_use_entry ? *p.in_use_entry + 1 : 0;
+  }
+
+  // One pass over each trace: its OOMs, and for the longest trace its memory in use over time.
+  uint64_t trace_ooms = 0;
   for (size_t d = 0; d < snapshot.device_traces.size(); ++d) {
     const DeviceTrace& trace = snapshot.device_traces[d];
     out.trace_events += trace.size();
-    int64_t reserved = start_value(final_bytes[d].reserved, trace, reserved_change);
-    int64_t active = start_value(final_bytes[d].active, trace, active_change);
-    int64_t reserved_peak = reserved, active_peak = active;
+    int64_t active = longest_start;
     const bool draw = d == longest && !trace.empty();
     const size_t points = std::min(RankSummary::kTimelinePoints, trace.size());
-    if (draw) {
-      longest_start = active;
-      out.active_timeline.assign(points, 0);
-    }
+    if (draw) out.active_timeline.assign(points, 0);
     for (size_t i = 0; i < trace.size(); ++i) {
       const TraceEntry& e = trace[i];
-      reserved += reserved_change(e);
-      active += active_change(e);
-      reserved_peak = std::max(reserved_peak, reserved);
-      if (active > active_peak) {
-        active_peak = active;
-        if (draw) longest_peak_at = i + 1;
-      }
       if (draw) {
+        active += in_use_change(e);
         uint64_t& point = out.active_timeline[i * points / trace.size()];
         point = std::max(point, static_cast<uint64_t>(std::max<int64_t>(0, active)));
       }
@@ -211,18 +165,14 @@ RankSummary summarize_rank(const Snapshot& snapshot, std::string file) {
                                                : oom.time_us >= out.last_oom->time_us);
       if (later) out.last_oom = oom;
     }
-    trace_reserved_peak += static_cast<uint64_t>(std::max<int64_t>(0, reserved_peak));
-    trace_active_peak += static_cast<uint64_t>(std::max<int64_t>(0, active_peak));
   }
-  if (have_statistics) {
+  if (!peaks.statistics.empty()) {
     out.peaks_from_statistics = true;
-    out.peak_reserved_bytes = stat_reserved;
-    out.peak_allocated_bytes = stat_allocated;
     out.alloc_retries = retries;
     out.ooms = std::max<uint64_t>(static_cast<uint64_t>(stat_ooms), trace_ooms);
   } else {
     out.peak_reserved_bytes = std::max(trace_reserved_peak, out.reserved_bytes);
-    out.peak_allocated_bytes = std::max(trace_active_peak, out.allocated_bytes);
+    out.peak_allocated_bytes = std::max(trace_in_use_peak, out.allocated_bytes);
     out.ooms = trace_ooms;
   }
 

@@ -41,6 +41,66 @@ nlohmann::json totals_json(const MemoryTotals& t) {
 
 std::string bytes(uint64_t n) { return format_bytes(static_cast<int64_t>(n)); }
 
+nlohmann::json optional_json(const std::optional<uint64_t>& value) {
+  return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+}
+
+nlohmann::json peaks_json(const MemoryPeaks& peaks) {
+  nlohmann::json statistics = nlohmann::json::array();
+  for (const StatisticsPeaks& p : peaks.statistics)
+    statistics.push_back({{"device", p.device},
+                          {"reserved_bytes", p.reserved_bytes},
+                          {"allocated_bytes", p.allocated_bytes},
+                          {"active_bytes", optional_json(p.active_bytes)},
+                          {"requested_bytes", optional_json(p.requested_bytes)}});
+  nlohmann::json traces = nlohmann::json::array();
+  for (const TracePeaks& p : peaks.traces)
+    traces.push_back({{"device", p.device},
+                      {"entries", p.entries},
+                      {"in_use_at_start", p.in_use_at_start},
+                      {"reserved_at_start", p.reserved_at_start},
+                      {"in_use_bytes", p.in_use_bytes},
+                      {"in_use_entry", optional_json(p.in_use_entry)},
+                      {"reserved_bytes", p.reserved_bytes},
+                      {"reserved_entry", optional_json(p.reserved_entry)}});
+  return {{"statistics", std::move(statistics)}, {"traces", std::move(traces)}};
+}
+
+// "after entry #12" or "at the trace's start".
+std::string at_entry(const std::optional<uint64_t>& entry) {
+  return entry ? "after entry #" + std::to_string(*entry) : "from the trace's start";
+}
+
+std::string peaks_text(const MemoryPeaks& peaks, bool pytorch) {
+  std::string out;
+  if (!peaks.statistics.empty()) {
+    out += "peaks (allocator statistics: since the process started or reset_peak_memory_stats()):\n";
+    for (const StatisticsPeaks& p : peaks.statistics) {
+      out += "  device " + std::to_string(p.device) + ": reserved " + bytes(p.reserved_bytes) + ", allocated " +
+             bytes(p.allocated_bytes) + " (block bytes, as max_memory_allocated)";
+      if (p.requested_bytes) out += ", requested " + bytes(*p.requested_bytes) + " (what the program asked for)";
+      out += "\n";
+    }
+  }
+  if (!peaks.traces.empty()) {
+    out += "peaks during the trace (in use: requested bytes not yet freed, as the Timeline draws them):\n";
+    for (const TracePeaks& p : peaks.traces) {
+      out += "  device " + std::to_string(p.device) + ", " + counted(p.entries, "entry", "entries") + ": in use " +
+             bytes(p.in_use_bytes) + " " + at_entry(p.in_use_entry) + ", reserved " + bytes(p.reserved_bytes) + " " +
+             at_entry(p.reserved_entry) + "\n";
+      if (p.in_use_at_start > 0 || p.reserved_at_start > 0)
+        out += "    live before its first entry (counted in): " + bytes(p.in_use_at_start) + " in use, " +
+               bytes(p.reserved_at_start) + " reserved\n";
+    }
+    if (peaks.statistics.empty())
+      out += pytorch ? "  (a trace sees only its own window: the process's peaks are torch.cuda.max_memory_allocated() and "
+                       "max_memory_reserved(), which PyTorch's snapshots do not hold)\n"
+                     : "  (a trace sees only its own window; this snapshot holds no allocator statistics)\n";
+  }
+  if (out.empty()) out = "peaks: unknown (the snapshot holds neither allocator statistics nor a trace)\n";
+  return out;
+}
+
 }  // namespace
 
 void MemoryTotals::add(const SnapshotSegment& segment) {
@@ -93,6 +153,7 @@ SnapshotStats compute_stats(const Snapshot& snapshot) {
   int64_t devices = static_cast<int64_t>(std::max(snapshot.devices.size(), snapshot.device_traces.size()));
   for (const SnapshotSegment& segment : snapshot.segments) devices = std::max(devices, segment.device + 1);
   stats.devices = static_cast<uint64_t>(devices);
+  stats.peaks = compute_peaks(snapshot);
   stats.stacks = snapshot.stacks.size();
   stats.frames = snapshot.frames.size();
   stats.annotations = snapshot.external_annotations.size();
@@ -116,6 +177,7 @@ nlohmann::json stats_to_json(const SnapshotStats& stats, const Snapshot& snapsho
   out["trace_entries"] = stats.trace_entries;
   out["trace_actions"] = stats.trace_actions;
   out["trace_entries_by_device"] = stats.trace_entries_by_device;
+  out["peaks"] = peaks_json(stats.peaks);
   out["stacks"] = stats.stacks;
   out["frames"] = stats.frames;
   out["annotations"] = stats.annotations;
@@ -152,6 +214,7 @@ std::string stats_to_text(const SnapshotStats& stats, const Snapshot& snapshot) 
          counted(t.segments, "segment") + ", " + counted(t.blocks, "block") + ", " +
          counted(stats.trace_entries, "trace entry", "trace entries") + "\n";
   out += settings_line(snapshot) + "\n\n";
+  out += peaks_text(stats.peaks, snapshot.source == "pytorch") + "\n";
   out += "device  stream              segments  blocks    reserved   allocated      active   requested  inactive split  largest free\n";
   auto row = [&](const std::string& device, const std::string& stream, const MemoryTotals& m) {
     std::snprintf(line, sizeof line, "%-7s %-18s %9" PRIu64 " %7" PRIu64 " %11s %11s %11s %11s %15s %13s\n",

@@ -1,5 +1,5 @@
-// The first summary a user needs from a snapshot: how much memory is reserved, allocated,
-// active and requested, by device and stream, by block state and by pool; how fragmented
+// The first summary a user needs from a snapshot: the peaks (memory_peaks.h), how much memory
+// is reserved, allocated, active and requested, by device and stream, by block state and by pool; how fragmented
 // it is (free bytes stranded in split segments, the largest free block); and what the
 // trace holds. Rendered as text for people and as one JSON object (`memsnap stats --json`,
 // the web API's /stats).
@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "snapshot/snapshot.h"
+#include "viewer/memory_peaks.h"
 
 namespace memsnap {
 
@@ -48,6 +49,7 @@ struct PoolTotals {
 
 struct SnapshotStats {
   MemoryTotals totals;
+  MemoryPeaks peaks;
   std::vector<StreamTotals> by_stream;  // ordered by device, then stream
   std::vector<PoolTotals> by_pool;      // ordered by device, then pool (global first)
   uint64_t devices = 0;

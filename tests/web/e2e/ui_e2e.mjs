@@ -43,11 +43,17 @@ await runChecked({ browser, server, problems, current }, async () => {
     assert.ok(await page.locator('.tabs button[data-view="ranks"]').isHidden());
   });
 
+  let statsPeakEntry = null;
   await step('stats view', async () => {
     await tab('stats');
     await page.waitForSelector('.cards .card');
     assert.match(await page.locator('.cards').innerText(), /reserved/);
+    // The peak comes first, saying which peak it is, and names its entry as the Timeline does.
+    assert.match(await page.locator('.cards .card').first().innerText(), /^peak in use during the trace/);
+    statsPeakEntry = Number((await page.locator('.cards a.peak-link').innerText()).replace(/^entry /, '').replace(/,/g, ''));
+    assert.ok(Number.isInteger(statsPeakEntry) && statsPeakEntry > 0, 'the stats peak names its entry');
     assert.match(await page.locator('pre.summary').innerText(), /snapshot: \d+ device/);
+    assert.match(await page.locator('pre.summary').innerText(), /peaks during the trace/);
     await shot('stats');
     await page.waitForFunction(() => !/Looking for memory/.test(document.querySelector('.growth')?.textContent));
     assert.match(await page.locator('.growth').innerText(), /steps, from the/);
@@ -174,6 +180,7 @@ await runChecked({ browser, server, problems, current }, async () => {
     await link.waitFor();
     const entry = Number((await link.innerText()).replace(/^trace entry /, ''));
     assert.ok(Number.isInteger(entry) && entry > 0, await link.innerText());
+    assert.equal(entry, statsPeakEntry, 'Stats and Timeline name the same peak entry');
     await link.click();
     await page.waitForSelector('.tabs button[data-view="segments"][aria-selected="true"]');
     await page.waitForFunction(n => document.querySelector('.at-event-number')?.value === String(n), entry);

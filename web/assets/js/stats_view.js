@@ -1,11 +1,43 @@
 // Stats: the numbers a user looks at first (reserved, allocated, fragmentation), per stream,
 // by block state and pool, and the same text summary as `memsnap stats`.
 import { api } from './api.js';
-import { counted, escapeHtml, hex, humanBytes, percent } from './format.js';
+import { counted, escapeHtml, grouped, hex, humanBytes, percent } from './format.js';
 import { loading } from './ui.js';
 
 const card = (label, value, title = '') =>
   `<div class="card" title="${escapeHtml(title)}"><div class="label">${escapeHtml(label)}</div><div class="value">${value}</div></div>`;
+
+// The peaks first, and which peak each is: the allocator's statistics (the process's, in block
+// bytes) where the snapshot holds them, and the busiest trace's (its window, requested bytes)
+// with a link to the segments right after the entry where it held.
+function peakCards(stats, snapshot) {
+  const peaks = stats.peaks || { statistics: [], traces: [] };
+  const sum = key => peaks.statistics.reduce((total, p) => total + (p[key] ?? 0), 0);
+  const perDevice = peaks.statistics.length > 1 ? `, the sum of ${peaks.statistics.length} devices' peaks` : '';
+  const cards = [];
+  if (peaks.statistics.length) {
+    const since = 'since the process started or reset_peak_memory_stats()';
+    cards.push(card('peak reserved', humanBytes(sum('reserved_bytes')), `allocator statistics, ${since}${perDevice}`));
+    cards.push(card('peak allocated', humanBytes(sum('allocated_bytes')),
+      `block bytes (torch.cuda.max_memory_allocated), ${since}${perDevice}` +
+      (peaks.statistics.every(p => p.requested_bytes != null) ? `; requested: ${humanBytes(sum('requested_bytes'))}` : '')));
+  }
+  const trace = peaks.traces.reduce((best, t) => (!best || t.entries > best.entries ? t : best), null);
+  if (trace) {
+    const where = trace.in_use_entry == null ? 'at the trace\'s first entry'
+      : `after <a class="peak-link" href="#segments/${encodeURIComponent(snapshot.id)}/${trace.in_use_entry}" ` +
+        `title="the segments right after this entry of the trace">entry ${grouped(trace.in_use_entry)}</a>`;
+    const before = trace.in_use_at_start ? `, ${humanBytes(trace.in_use_at_start)} of it live before the trace began` : '';
+    cards.push(`<div class="card" title="${escapeHtml(`requested bytes not yet freed, as the Timeline draws them; the trace's ` +
+      `${trace.entries} entries only${before}` + (peaks.statistics.length ? '' : '; PyTorch snapshots hold no process-wide peak'))}">
+      <div class="label">peak in use during the trace${peaks.traces.length > 1 ? ` (device ${trace.device})` : ''}</div>
+      <div class="value">${humanBytes(trace.in_use_bytes)}</div><div class="hint">${where}</div></div>`);
+    if (!peaks.statistics.length)
+      cards.push(card('peak reserved during the trace', humanBytes(trace.reserved_bytes),
+        `segments reserved, at most, over the trace's ${trace.entries} entries`));
+  }
+  return cards.join('');
+}
 
 // Asks for what the stats of snapshot `id` show first (api.ahead).
 export const prefetchStats = id => api.ahead('stats', id);
@@ -19,6 +51,7 @@ export async function renderStats(container, { snapshot }) {
   const actions = Object.entries(stats.trace_actions || {});
   container.innerHTML = `
     <div class="cards">
+      ${peakCards(stats, snapshot)}
       ${card('reserved', humanBytes(reserved), 'sum of all segments')}
       ${card('allocated', humanBytes(stats.allocated_bytes), `${percent(stats.allocated_bytes, reserved)} of reserved`)}
       ${card('active', humanBytes(stats.active_bytes), 'allocated plus freed-but-pending (stream use)')}
