@@ -19,10 +19,22 @@ std::string_view base_name(std::string_view path) {
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
-// Capture machinery and the C runtime, anywhere in a function's name.
-constexpr std::array<std::string_view, 6> kNoiseFunctions = {
+// Capture machinery, the C runtime's start of a process or a thread, and the C++ runtime's
+// and PyTorch's thread plumbing, anywhere in a function's name. (An unsymbolized libc frame at a
+// thread's start reads as whatever exported symbol precedes it, such as
+// pthread_condattr_setpshared.)
+constexpr std::array<std::string_view, 10> kNoiseFunctions = {
     "unwind::unwind", "CapturedTraceback::gather", "gather_with_cpp", "__libc_start_main",
-    "__libc_init_first", "CUDACachingAllocator::"};
+    "__libc_init_first", "CUDACachingAllocator::", "std::thread::_State_impl", "std::thread::_Invoker",
+    "torch::autograd::Engine::thread_init", "torch::autograd::Engine::thread_main"};
+// C functions that start a process or a thread, by their whole name (with an offset or a
+// parameter list at most): common words, so never matched inside other names.
+constexpr std::array<std::string_view, 9> kStartFunctions = {
+    "_start", "__libc_start_call_main", "start_thread", "__clone", "__clone3", "clone", "clone3",
+    "pthread_condattr_setpshared", "execute_native_thread_routine"};
+// Unsymbolized frames ("module+0xoffset") of the C library, the loader and the Python
+// interpreter's own binary or library: process and thread start-up, and the interpreter loop.
+constexpr std::array<std::string_view, 5> kNoiseModules = {"libc.so", "libpthread.so", "ld-linux", "python3", "libpython3"};
 // CPython's own C functions (its API and internals, and the static helpers that call into
 // extension functions), by how their names begin.
 constexpr std::array<std::string_view, 10> kInterpreterPrefixes = {
@@ -53,8 +65,22 @@ constexpr std::array<std::string_view, 16> kDispatcherFunctions = {
     "at::functionalization::",
 };
 
+// "module+0x1a2b" (the module's base name): a frame the symbolizer could not name.
+bool is_unsymbolized_in(std::string_view function, std::string_view module) {
+  const size_t plus = function.find("+0x");
+  return plus != std::string_view::npos && starts_with(function, module) &&
+         function.find_first_of("(:", 0) > plus;
+}
+
+bool is_start_function(std::string_view function) {
+  for (std::string_view name : kStartFunctions)
+    if (starts_with(function, name) &&
+        (function.size() == name.size() || starts_with(function.substr(name.size()), "+0x") || function[name.size()] == '('))
+      return true;
+  return false;
+}
+
 bool is_interpreter_function(std::string_view function) {
-  if (function == "_start") return true;
   for (std::string_view prefix : kInterpreterPrefixes)
     if (starts_with(function, prefix)) return true;
   return false;
@@ -89,10 +115,26 @@ std::string short_function_name(std::string_view function) {
   // "(anonymous namespace)::" says nothing a reader needs.
   for (size_t at; (at = name.find("(anonymous namespace)::")) != std::string::npos;)
     name.erase(at, std::string_view("(anonymous namespace)::").size());
-  // Trailing qualifiers, then the parameter list.
-  for (std::string_view suffix : {" const", " volatile", " &&", " &", " [clone .cold]"}) {
-    while (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
-      name.erase(name.size() - suffix.size());
+  // An offset from the symbol ("+0x42", where the line is not known), the compiler's clone
+  // suffixes (" [clone .isra.0]", " [clone .cold]"), trailing qualifiers, then the parameters.
+  if (const size_t plus = name.rfind("+0x"); plus != std::string::npos && plus > 0 &&
+      name.find_first_not_of("0123456789abcdefABCDEF", plus + 3) == std::string::npos)
+    name.erase(plus);
+  for (bool trimmed = true; trimmed;) {
+    trimmed = false;
+    if (name.size() > 8 && name.back() == ']') {
+      const size_t clone = name.rfind(" [clone .");
+      if (clone != std::string::npos && name.find(']', clone) == name.size() - 1) {
+        name.erase(clone);
+        trimmed = true;
+      }
+    }
+    for (std::string_view suffix : {" const", " volatile", " &&", " &"}) {
+      if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+        name.erase(name.size() - suffix.size());
+        trimmed = true;
+      }
+    }
   }
   if (!name.empty() && name.back() == ')') {
     const size_t open = open_paren_for(name, name.size() - 1);
@@ -122,6 +164,9 @@ std::string short_function_name(std::string_view function) {
 bool frame_is_noise(const Frame& frame) {
   for (std::string_view name : kNoiseFunctions)
     if (contains(frame.function, name)) return true;
+  if (is_start_function(frame.function)) return true;
+  for (std::string_view module : kNoiseModules)
+    if (is_unsymbolized_in(frame.function, module)) return true;
   if (!frame_is_python(frame) && is_interpreter_function(frame.function)) return true;
   for (std::string_view file : kNoiseFiles)
     if (contains(frame.file, file)) return true;
@@ -233,6 +278,16 @@ std::string headline_label(const Snapshot& snapshot, StackIndex stack, const Fra
   const std::vector<uint32_t> frames = visible_frames_outermost_first(snapshot, stack, filter);
   const std::optional<size_t> at = headline_position(snapshot, frames);
   return at ? headline_text(snapshot, frames, *at, filter) : std::string();
+}
+
+std::string site_label(const Snapshot& snapshot, StackIndex stack, const FrameFilter& filter) {
+  const std::vector<uint32_t> frames = visible_frames_outermost_first(snapshot, stack, filter);
+  const std::optional<size_t> at = headline_position(snapshot, frames);
+  if (!at) return std::string();
+  std::string label = headline_text(snapshot, frames, *at, filter);
+  if (!frame_is_python(snapshot.frames[frames[*at]]) && *at > 0)
+    label += " <- " + frame_label(snapshot.frames[frames[*at - 1]], filter);
+  return label;
 }
 
 std::string call_site_label(const Snapshot& snapshot, StackIndex stack) {

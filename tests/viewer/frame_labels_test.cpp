@@ -109,4 +109,63 @@ TEST(FrameLabels, BackwardAllocationsAreNamedByTheirForwardCall) {
   }
 }
 
+// The frames that start a process or a thread say nothing about who allocated: the C library's
+// (named, or unsymbolized as libc.so.6+0x...; glibc's unexported start_thread reads as the
+// symbol before it), the loader's, the interpreter binary's, and the C++ and autograd thread
+// plumbing. A backward allocation's stack starts at the autograd node, a C++ program's at main.
+TEST(FrameLabels, ProcessAndThreadStartFramesFoldAway) {
+  memsnap::Snapshot s;
+  const std::vector<std::string> start = {
+      "_start", "_start+0x24", "__libc_start_call_main", "libc.so.6+0x2a1c9", "__clone3", "__clone+0x44",
+      "start_thread", "pthread_condattr_setpshared+0x1b0", "execute_native_thread_routine",
+      "std::thread::_State_impl<std::thread::_Invoker<std::tuple<void (torch::autograd::Engine::*)(), torch::autograd::Engine*> > >::_M_run()",
+      "torch::autograd::Engine::thread_init(int, std::shared_ptr<torch::autograd::ReadyQueue> const&, bool)",
+      "torch::autograd::Engine::thread_main(std::shared_ptr<torch::autograd::GraphTask> const&)",
+      "python3.12+0x18216e", "libpython3.12.so.1.0+0x2b50d2", "ld-linux-x86-64.so.2+0x1f2a0"};
+  for (const std::string& function : start) {
+    EXPECT_TRUE(memsnap::frame_is_noise({function, "", 0})) << function;
+  }
+  // Names that only contain such a word are the user's.
+  for (const char* function : {"restart_thread_pool", "my::clone", "cloned_weights", "python3_loader::load+0x10",
+                                      "at::native::clone(at::Tensor const&, std::optional<c10::MemoryFormat>)"}) {
+    EXPECT_FALSE(memsnap::frame_is_noise({function, "", 0})) << function;
+  }
+  // Innermost first: the allocation, the autograd node, the engine's plumbing, the thread start.
+  s.frames = {{"at::native::empty_cuda(c10::ArrayRef<long>)+0x42", "", 0},
+              {"torch::autograd::generated::MmBackward0::apply(std::vector<at::Tensor>&&)", "Functions.cpp", 12},
+              {"torch::autograd::Engine::evaluate_function(std::shared_ptr<torch::autograd::GraphTask>&)", "engine.cpp", 30}};
+  for (const std::string& function : start) s.frames.push_back({function, "", 0});
+  s.stacks.emplace_back();
+  for (uint32_t f = 0; f < s.frames.size(); ++f) s.stacks[0].push_back(f);
+  std::vector<std::string> labels;
+  for (uint32_t f : memsnap::visible_frames_outermost_first(s, 0, {})) labels.push_back(memsnap::frame_label(s.frames[f]));
+  EXPECT_EQ(labels, (std::vector<std::string>{"torch::autograd::Engine::evaluate_function (engine.cpp:30)",
+                                              "torch::autograd::generated::MmBackward0::apply (Functions.cpp:12)",
+                                              "at::native::empty_cuda"}));
+}
+
+TEST(FrameLabels, ShortNamesLoseCloneSuffixesAndOffsets) {
+  EXPECT_EQ(short_function_name("void at::native::(anonymous namespace)::addmm_out_cuda_impl(at::Tensor&, at::Tensor const&) [clone .isra.0]"),
+            "void at::native::addmm_out_cuda_impl");
+  EXPECT_EQ(short_function_name("at::empty(c10::ArrayRef<long>, c10::TensorOptions) [clone .constprop.0]+0x110"), "at::empty");
+  EXPECT_EQ(short_function_name("Foo::bar() const [clone .cold]"), "Foo::bar");
+  EXPECT_EQ(short_function_name("python3.12+0x18216e"), "python3.12+0x18216e") << "a module and offset is all there is";
+}
+
+// Views colour and name an allocation by its call site: the Python line where there is one, and
+// for a C++ stack the innermost frame with its caller (every site of a C++ program may allocate
+// through one helper).
+TEST(FrameLabels, ACppCallSiteNamesTheHelpersCaller) {
+  memsnap::Snapshot s;
+  s.frames = {{"demo::Loop::allocate(unsigned long)", "model.cpp", 7}, {"demo::forward(demo::Loop&)", "model.cpp", 30},
+              {"demo::backward(demo::Loop&)", "model.cpp", 40}, {"main", "main.cpp", 106}, {"_start+0x20", "", 0},
+              {"forward", "model.py", 12}, {"<module>", "train.py", 3}};
+  s.stacks = {{0, 1, 3, 4}, {0, 2, 3, 4}, {0, 5, 6}, {4}};
+  EXPECT_EQ(memsnap::site_label(s, 0), "demo::Loop::allocate (model.cpp:7) <- demo::forward (model.cpp:30)");
+  EXPECT_EQ(memsnap::site_label(s, 1), "demo::Loop::allocate (model.cpp:7) <- demo::backward (model.cpp:40)");
+  EXPECT_EQ(memsnap::site_label(s, 2), "forward (model.py:12)") << "the Python line alone";
+  EXPECT_EQ(memsnap::site_label(s, 3), "") << "nothing visible";
+  EXPECT_EQ(memsnap::site_label(s, memsnap::kNoStackIndex), "");
+}
+
 }  // namespace frame_labels_test
