@@ -62,7 +62,7 @@ CommandRunner add_timeline_command(CLI::App& app) {
     std::string file, output;
     std::optional<int64_t> device;
     int width = 1200;
-    size_t bands = 150;
+    size_t bands = 500;
     std::string kind = "active";
     bool all_frames = false;
   };
@@ -72,12 +72,13 @@ CommandRunner add_timeline_command(CLI::App& app) {
       "Draw memory over time from the snapshot's trace as an interactive SVG: active memory "
       "stacked by allocation (PyTorch's trace_plot), or with --kind segments reserved memory "
       "stacked by segment and expandable mapping (its segment_plot). The allocations that "
-      "make most of the picture get their own band and label, the rest merge; out-of-memory "
+      "make most of the picture get their own band, which keeps its place while it lives, in "
+      "its call site's colour; the rest merge (by call site for the largest); out-of-memory "
       "errors and annotations are marked on the event axis.");
   command->add_option("FILE", options->file, "snapshot file")->required();
   command->add_option("-o,--output", options->output, "SVG file to write (default: stdout)");
   command->add_option("--device", options->device, "device to draw (default: the one with the longest trace)");
-  command->add_option("--bands", options->bands, "allocations drawn on their own (1-2000, default 150)")
+  command->add_option("--bands", options->bands, "allocations drawn on their own (1-2000, default 500)")
       ->check(CLI::Range(1, 2000));
   command->add_option("--kind", options->kind, "active (allocations) or segments (reserved memory)")
       ->check(CLI::IsMember({"active", "segments"}));

@@ -1,6 +1,7 @@
 #include "viewer/timeline.h"
 
 #include "snapshot/segment_pools.h"
+#include "viewer/call_sites.h"
 
 #include "allocator/device_stats.h"
 
@@ -181,9 +182,10 @@ void keep_markers_in_window(const Snapshot& snapshot, const DeviceTrace& trace, 
     if (last == bucket) continue;
     last = bucket;
     if (!m.oom)
-      out.markers.push_back({m.event, annotations.stage(m.index), annotations.name(m.index)});
+      out.markers.push_back({m.event, annotations.stage(m.index), annotations.name(m.index), std::nullopt});
     else
-      out.markers.push_back({m.event, "oom", "out of memory: " + format_bytes(static_cast<int64_t>(trace[m.index].size))});
+      out.markers.push_back({m.event, "oom", "out of memory: " + format_bytes(static_cast<int64_t>(trace[m.index].size)),
+                             m.index});
   }
 }
 
@@ -213,6 +215,40 @@ class Best {
   std::vector<Allocation> kept_;
 };
 
+// The trace's own numbering of what the x axis counts: each event index named by its alloc or
+// free entry (the state right after it is the memory in use at that event); the axis's end,
+// past the last event, by the trace's last entry. One walk over the trace for the few indices
+// a picture names, instead of an entry per event held for all of them.
+void number_by_entries(const DeviceTrace& trace, Timeline& out) {
+  std::vector<uint64_t> wanted(out.samples);
+  wanted.insert(wanted.end(), {out.peak_event, out.window_begin, out.window_end});
+  for (const TimelineBand& b : out.bands) wanted.insert(wanted.end(), {b.start, b.end});
+  for (const TimelineMarker& m : out.markers) wanted.push_back(m.event);
+  std::sort(wanted.begin(), wanted.end());
+  wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+  std::vector<uint64_t> entries(wanted.size(), trace.empty() ? 0 : trace.size() - 1);
+  size_t next = 0;
+  for (uint64_t entry = 0, event = 0; entry < trace.size() && next < wanted.size(); ++entry) {
+    if (!is_alloc_or_free(trace[entry].action)) continue;
+    if (event++ == wanted[next]) entries[next++] = entry;
+  }
+  const auto entry_of = [&](uint64_t event) {
+    return entries[static_cast<size_t>(std::lower_bound(wanted.begin(), wanted.end(), event) - wanted.begin())];
+  };
+  out.entries = trace.size();
+  out.sample_entries.clear();
+  for (uint64_t sample : out.samples) out.sample_entries.push_back(entry_of(sample));
+  out.peak_entry = entry_of(out.peak_event);
+  out.window_begin_entry = entry_of(out.window_begin);
+  out.window_end_entry = entry_of(out.window_end);
+  for (TimelineBand& b : out.bands) {
+    b.start_entry = entry_of(b.start);
+    b.end_entry = entry_of(b.end);
+  }
+  for (TimelineMarker& m : out.markers)
+    if (!m.entry) m.entry = entry_of(m.event);
+}
+
 }  // namespace
 
 Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& options) {
@@ -234,11 +270,14 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
   // read as signed they are what signed sums would be.
   std::vector<uint64_t> in_use(out.events + 1, 0);
   std::vector<MarkerSource> markers;
+  // Allocations live before the trace's first entry: (end, size), to tell the merged ones apart.
+  std::vector<std::pair<uint64_t, uint64_t>> before;
   walk.run(
       [&](const Allocation& a) {
         ++out.allocations;
         in_use[a.start] += a.size;
         if (a.end < out.events) in_use[a.end] -= a.size;
+        if (a.before_trace) before.push_back({a.end, a.size});
       },
       [&](int64_t time_us) { times.push_back(time_us); },
       [&](uint64_t index, uint64_t entry) { markers.push_back({index, entry, true}); });
@@ -270,15 +309,6 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
       out.peak_event = event;
     }
 
-  // The peak's place in the trace's own numbering: its alloc or free entry.
-  for (uint64_t entry = 0, event = 0; entry < trace.size(); ++entry) {
-    if (!is_alloc_or_free(trace[entry].action)) continue;
-    if (event++ == out.peak_event) {
-      out.peak_entry = entry;
-      break;
-    }
-  }
-
   // Second walk: bands go to what makes the picture. First the largest allocations alive at
   // the peak (up to a third of the bands), then by area, bytes times the events each lives in
   // the window.
@@ -299,11 +329,21 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
   Best at_peak(options.max_bands / 3, larger);
   // Enough by area that, less those taken at the peak, the rest of the bands remain.
   Best by_area(options.max_bands, wider);
+  // The area of each call site's allocations made in the trace, to find the largest of those
+  // without a band.
+  CallSites sites(snapshot);
+  std::vector<long double> site_area;
+  const bool by_site = options.max_merged_sites > 0;
   walk.run(
       [&](const Allocation& a) {
         if (a.start > hi || !(a.end > lo || a.end == out.events)) return;
         if (alive_at(a, out.peak_event)) at_peak.offer(a);
         by_area.offer(a);
+        if (by_site && !a.before_trace) {
+          const uint32_t site = sites.of(a.stack);
+          if (site >= site_area.size()) site_area.resize(site + 1, 0);
+          site_area[site] += area(a);
+        }
       },
       [](int64_t) {}, [](uint64_t, uint64_t) {});
   std::vector<Allocation> bands = at_peak.best_first();
@@ -311,14 +351,38 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
   for (const Allocation& a : bands) taken.insert(a.id);
   const size_t peak_bands = bands.size();
   for (const Allocation& a : by_area.best_first())
-    if (bands.size() - peak_bands < options.max_bands - peak_bands && !taken.count(a.id)) bands.push_back(a);
-  // Stacking order: allocations from before the trace lowest, then by allocation time.
+    if (bands.size() - peak_bands < options.max_bands - peak_bands && !taken.count(a.id)) {
+      bands.push_back(a);
+      taken.insert(a.id);
+    }
+  // The call sites with the most merged memory (their allocations' area less their bands').
+  std::vector<int32_t> merged_site_of(site_area.size(), -1);
+  if (by_site) {
+    for (const Allocation& a : bands)
+      if (!a.before_trace) site_area[sites.of(a.stack)] -= area(a);
+    std::vector<uint32_t> order;
+    for (uint32_t site = 0; site < site_area.size(); ++site)
+      if (site_area[site] >= 1) order.push_back(site);
+    const size_t keep = std::min(order.size(), options.max_merged_sites);
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), order.end(),
+                      [&](uint32_t x, uint32_t y) { return site_area[x] != site_area[y] ? site_area[x] > site_area[y] : x < y; });
+    for (size_t k = 0; k < keep; ++k) {
+      merged_site_of[order[k]] = static_cast<int32_t>(k);
+      out.merged_sites.push_back(sites.label(order[k]));
+    }
+  }
+  // Stacking order, bottom up: allocations from before the trace, the longest-lived lowest (what
+  // the program keeps, such as parameters, is a base that never moves); then those made in the
+  // trace in allocation order, so a band moves only when one below it is freed, and a step's
+  // activations, freed in reverse, fall away from the top.
   std::sort(bands.begin(), bands.end(), [](const Allocation& x, const Allocation& y) {
     if (x.before_trace != y.before_trace) return x.before_trace;
+    if (x.before_trace && x.end != y.end) return x.end > y.end;
     if (x.start != y.start) return x.start < y.start;
     return x.id < y.id;
   });
-  for (const Allocation& x : bands) out.bands.push_back({x.address, x.size, x.stack, x.start, x.end, x.before_trace, {}});
+  for (const Allocation& x : bands) out.bands.push_back({x.address, x.size, x.stack, x.start, x.end, 0, 0, x.before_trace, {}});
+  out.before_trace_allocations = before.size();
 
   // Sample points: evenly spaced, plus every band's start and end so none is missed, plus
   // the peak.
@@ -333,32 +397,84 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
   std::sort(samples.begin(), samples.end());
   samples.erase(std::unique(samples.begin(), samples.end()), samples.end());
 
-  // At each sample: the merged (small) allocations are what is in use less the bands alive.
+  // Bytes of the allocations from before the trace still live at each sample (their ends in
+  // order, walked once with the samples).
+  std::sort(before.begin(), before.end());
+  uint64_t before_live = 0;
+  for (const auto& [end, size] : before) before_live += size;
+  size_t before_ended = 0;
+
+  // At each sample, bottom up: the bands from before the trace, the rest of what was live
+  // before it (merged), the bands made in the trace, and the rest of those (merged) on top, so
+  // merged memory never moves a band.
+  const auto alive = [&](const TimelineBand& b, uint64_t sample) {
+    return b.start <= sample && (b.end > sample || (b.end == out.events && sample <= out.events));
+  };
   for (uint64_t sample : samples) {
-    uint64_t other = in_use[sample];
+    while (before_ended < before.size() && before[before_ended].first <= sample && before[before_ended].first < out.events)
+      before_live -= before[before_ended++].second;
+    uint64_t banded_before = 0, banded = 0;
     for (const TimelineBand& b : out.bands)
-      if (b.start <= sample && (b.end > sample || b.end == out.events)) other -= b.size;
-    uint64_t offset = bytes_in_use(other);
-    out.other_bytes.push_back(offset);
-    for (TimelineBand& b : out.bands) {
-      if (b.start > sample || (b.end <= sample && !(b.end == out.events && sample == out.events))) continue;
-      b.bottom.push_back({sample, offset});
-      offset += b.size;
-    }
-    // A band that ends here still needs its last point.
-    for (TimelineBand& b : out.bands)
-      if (b.end == sample && b.end != out.events && (b.bottom.empty() || b.bottom.back().first != sample))
-        b.bottom.push_back({sample, b.bottom.empty() ? 0 : b.bottom.back().second});
+      if (alive(b, sample)) (b.before_trace ? banded_before : banded) += b.size;
+    const uint64_t base = bytes_in_use(before_live - banded_before);
+    const uint64_t other = bytes_in_use(in_use[sample] - before_live - banded);
+    uint64_t offset = 0;
+    const auto stack_bands = [&](bool before_trace) {
+      for (TimelineBand& b : out.bands) {
+        if (b.before_trace != before_trace) continue;
+        if (alive(b, sample)) {
+          b.bottom.push_back({sample, offset});
+          offset += b.size;
+        } else if (b.end == sample && !b.bottom.empty() && b.bottom.back().first != sample) {
+          b.bottom.push_back({sample, b.bottom.back().second});  // a band that ends here: its last point
+        }
+      }
+    };
+    stack_bands(true);
+    out.base_bottom.push_back(offset);
+    out.base_bytes.push_back(base);
+    offset += base;
+    stack_bands(false);
+    out.other_bottom.push_back(offset);
+    out.other_bytes.push_back(other);
+    offset += other;
     out.total_bytes.push_back(offset);
     out.event_time_us.push_back(sample < times.size() ? times[sample] : (times.empty() ? 0 : times.back()));
   }
+  // Between two samples memory in use may rise and fall many times (a step of a long trace is
+  // shorter than a sample's interval): the least and the most it was in each interval.
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const uint64_t from = i > 0 ? samples[i - 1] + 1 : samples[i];
+    uint64_t least = bytes_in_use(in_use[samples[i]]), most = least;
+    for (uint64_t event = from; event < samples[i]; ++event) {
+      least = std::min(least, bytes_in_use(in_use[event]));
+      most = std::max(most, bytes_in_use(in_use[event]));
+    }
+    out.least_bytes.push_back(least);
+    out.most_bytes.push_back(most);
+  }
   std::vector<uint64_t>().swap(in_use);
   std::vector<int64_t>().swap(times);
+  // A band's outline keeps the two ends of each run of equal bottoms: the band is drawn the
+  // same, and an outline costs points where the band moves, not where it lives.
+  for (TimelineBand& b : out.bands) {
+    std::vector<std::pair<uint64_t, uint64_t>>& points = b.bottom;
+    size_t kept = 0;
+    for (size_t i = 0; i < points.size(); ++i) {
+      const bool run_inside = i > 0 && i + 1 < points.size() && points[i - 1].second == points[i].second &&
+                              points[i + 1].second == points[i].second;
+      if (!run_inside) points[kept++] = points[i];
+    }
+    points.resize(kept);
+  }
 
-  // Third walk, when asked: the bytes of each memory role and of each pool at each sample.
-  if (options.roles || options.pools) {
-    const MemoryRoles roles(snapshot);
-    const SegmentPools pools(snapshot, out.device);
+  // Third walk, when there is something to count: the merged bytes of the largest call sites,
+  // and when asked the bytes of each memory role and of each pool, at each sample.
+  if (options.roles || options.pools || !out.merged_sites.empty()) {
+    std::optional<MemoryRoles> roles;
+    std::optional<SegmentPools> pools;
+    if (options.roles) roles.emplace(snapshot);
+    if (options.pools) pools.emplace(snapshot, out.device);
     std::map<MempoolId, size_t> index_of{{MempoolId{}, 0}};
     if (options.pools) {
       for (const SnapshotSegment& s : snapshot.segments)
@@ -371,6 +487,7 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
     // Per group, the bytes that begin (and end) at each sample: summed in order, the bytes live.
     std::vector<std::vector<uint64_t>> by_role(options.roles ? kMemoryRoles : 0, std::vector<uint64_t>(samples.size() + 1));
     std::vector<std::vector<uint64_t>> by_pool(out.pools.size(), std::vector<uint64_t>(samples.size() + 1));
+    std::vector<std::vector<uint64_t>> by_merged_site(out.merged_sites.size(), std::vector<uint64_t>(samples.size() + 1));
     walk.run(
         [&](const Allocation& a) {
           const auto first = static_cast<size_t>(std::lower_bound(samples.begin(), samples.end(), a.start) - samples.begin());
@@ -381,8 +498,12 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
             deltas[first] += a.size;
             deltas[stop] -= a.size;
           };
-          if (options.roles) add(by_role[static_cast<size_t>(roles.of(a.stack))]);
-          if (options.pools) add(by_pool[index_of.at(pools.at(a.address))]);
+          if (roles) add(by_role[static_cast<size_t>(roles->of(a.stack))]);
+          if (pools) add(by_pool[index_of.at(pools->at(a.address))]);
+          if (!by_merged_site.empty() && !a.before_trace && !taken.count(a.id)) {
+            const uint32_t site = sites.of(a.stack);
+            if (site < merged_site_of.size() && merged_site_of[site] >= 0) add(by_merged_site[static_cast<size_t>(merged_site_of[site])]);
+          }
         },
         [](int64_t) {}, [](uint64_t, uint64_t) {});
     const auto live_bytes = [&](std::vector<std::vector<uint64_t>>& deltas, size_t sample) {
@@ -401,9 +522,20 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
         out.role_bytes.push_back(row);
       }
       if (options.pools) out.pool_bytes.push_back(live_bytes(by_pool, i));
+      if (!by_merged_site.empty()) {
+        // The merged call sites stack where the merged memory began; the rest goes above them.
+        std::vector<uint64_t> row = live_bytes(by_merged_site, i);
+        uint64_t sum = 0;
+        for (uint64_t& bytes : row) sum += bytes = std::min(bytes, out.other_bytes[i] - sum);
+        out.sites_bottom.push_back(out.other_bottom[i]);
+        out.other_bottom[i] += sum;
+        out.other_bytes[i] -= sum;
+        out.merged_site_bytes.push_back(std::move(row));
+      }
     }
   }
   out.samples = std::move(samples);
+  number_by_entries(trace, out);
   return out;
 }
 

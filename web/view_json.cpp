@@ -195,12 +195,24 @@ std::string timeline_json(const Snapshot& snapshot, const Timeline& timeline, co
   out.end_array().field("events", timeline.events);
   out.key("kind").string(timeline.kind == TimelineKind::kSegments ? "segments" : "active");
   out.key("window").begin_array().value(timeline.window_begin).value(timeline.window_end).end_array();
-  out.key("samples").values(timeline.samples).key("time_us").values(timeline.event_time_us);
-  out.key("total_bytes").values(timeline.total_bytes).key("other_bytes").values(timeline.other_bytes);
-  out.field("allocations", timeline.allocations).field("peak_bytes", timeline.peak_bytes);
+  out.field("entries", timeline.entries).key("window_entries").begin_array();
+  out.value(timeline.window_begin_entry).value(timeline.window_end_entry).end_array();
+  out.key("samples").values(timeline.samples).key("sample_entries").values(timeline.sample_entries);
+  out.key("time_us").values(timeline.event_time_us);
+  out.key("total_bytes").values(timeline.total_bytes);
+  out.key("least_bytes").values(timeline.least_bytes).key("most_bytes").values(timeline.most_bytes);
+  out.key("base_bottom").values(timeline.base_bottom).key("base_bytes").values(timeline.base_bytes);
+  out.key("merged_sites").begin_array();
+  for (const std::string& site : timeline.merged_sites) out.string(site);
+  out.end_array().key("sites_bottom").values(timeline.sites_bottom).key("merged_site_bytes").begin_array();
+  for (const std::vector<uint64_t>& bytes : timeline.merged_site_bytes) out.values(bytes);
+  out.end_array();
+  out.key("other_bottom").values(timeline.other_bottom).key("other_bytes").values(timeline.other_bytes);
+  out.field("allocations", timeline.allocations).field("before_trace_allocations", timeline.before_trace_allocations);
+  out.field("peak_bytes", timeline.peak_bytes);
   out.field("peak_event", timeline.peak_event).field("peak_entry", timeline.peak_entry).key("markers").begin_array();
   for (const TimelineMarker& marker : timeline.markers) {
-    out.begin_object().field("event", marker.event).key("kind").string(marker.kind);
+    out.begin_object().field("event", marker.event).field("entry", marker.entry.value_or(0)).key("kind").string(marker.kind);
     out.key("label").string(marker.label).end_object();
   }
   out.end_array().field("marker_count", timeline.marker_count);
@@ -225,9 +237,10 @@ std::string timeline_json(const Snapshot& snapshot, const Timeline& timeline, co
   out.key("bands").begin_array();
   for (const TimelineBand& band : timeline.bands) {
     out.begin_object().field("address", band.address).field("size", band.size).field("stack", band.stack);
-    out.key("label").string(headline_label(snapshot, band.stack, filter));
-    out.field("start", band.start).field("end", band.end).key("before_trace").value(band.before_trace);
-    // Flat, event then bottom at each sample: 10^5 small arrays cost the browser more to parse.
+    out.key("label").string(site_label(snapshot, band.stack, filter));
+    out.field("start", band.start).field("end", band.end).field("start_entry", band.start_entry);
+    out.field("end_entry", band.end_entry).key("before_trace").value(band.before_trace);
+    // Flat, event then bottom at each point: 10^5 small arrays cost the browser more to parse.
     out.key("outline").begin_array();
     for (const auto& [sample, bottom] : band.bottom) out.value(sample).value(bottom);
     out.end_array().end_object();
@@ -330,7 +343,7 @@ json trace_page_json(const Snapshot& snapshot, const TraceQuery& query, const Fr
                         {"size", e.size},
                         {"stream", e.stream},
                         {"stack", e.stack},
-                        {"frame", headline_label(snapshot, e.stack, filter)}});
+                        {"frame", site_label(snapshot, e.stack, filter)}});
     }
   }
   return {{"matched", matched}, {"offset", query.offset}, {"limit", limit}, {"events", std::move(events)}};

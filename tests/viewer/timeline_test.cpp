@@ -137,6 +137,51 @@ TEST(Timeline, ThePeaksEntryIsTheTracesNumbering) {
   EXPECT_EQ(requested, t.peak_bytes);
 }
 
+// Every number the timeline shows is a trace entry: each sample, band end, marker and the
+// window are named by the entry of their alloc or free event (the axis's end by the last
+// entry), in a zoomed window too; an out-of-memory marker by its own entry.
+TEST(Timeline, EveryNumberShownIsATraceEntry) {
+  const auto loaded = load_snapshot(std::string(MEMSNAP_TEST_DATA_DIR) + "/pytorch-2.11-h200/graph_pool_oom.pickle");
+  ASSERT_TRUE(loaded) << loaded.error();
+  const Snapshot& s = loaded.value().snapshot;
+  const DeviceTrace& trace = s.device_traces.at(static_cast<size_t>(busiest_device(s)));
+  std::vector<uint64_t> entry_of_event;
+  for (uint64_t i = 0; i < trace.size(); ++i)
+    if (trace[i].action == TraceAction::kAlloc || trace[i].action == TraceAction::kFreeCompleted) entry_of_event.push_back(i);
+  const auto entry_of = [&](uint64_t event) { return event < entry_of_event.size() ? entry_of_event[event] : trace.size() - 1; };
+  for (const bool zoom : {false, true}) {
+    SCOPED_TRACE(zoom ? "zoomed" : "whole");
+    TimelineOptions options;
+    if (zoom) {
+      options.window_begin = entry_of_event.size() / 3;
+      options.window_end = entry_of_event.size() / 2;
+    }
+    const Timeline t = compute_timeline(s, options);
+    EXPECT_EQ(t.entries, trace.size());
+    ASSERT_EQ(t.sample_entries.size(), t.samples.size());
+    for (size_t i = 0; i < t.samples.size(); ++i) EXPECT_EQ(t.sample_entries[i], entry_of(t.samples[i]));
+    EXPECT_TRUE(std::is_sorted(t.sample_entries.begin(), t.sample_entries.end()));
+    EXPECT_EQ(t.window_begin_entry, entry_of(t.window_begin));
+    EXPECT_EQ(t.window_end_entry, entry_of(t.window_end));
+    EXPECT_EQ(t.peak_entry, entry_of(t.peak_event));
+    ASSERT_FALSE(t.bands.empty());
+    for (const TimelineBand& b : t.bands) {
+      EXPECT_EQ(b.start_entry, entry_of(b.start));
+      EXPECT_EQ(b.end_entry, entry_of(b.end));
+    }
+    size_t ooms = 0;
+    for (const TimelineMarker& m : t.markers) {
+      ASSERT_TRUE(m.entry.has_value());
+      if (m.kind != "oom") continue;
+      ++ooms;
+      EXPECT_EQ(trace[*m.entry].action, TraceAction::kOom) << "an out-of-memory marker names its own entry";
+    }
+    if (!zoom) {
+      EXPECT_EQ(ooms, 1u) << "the pickle's one out-of-memory error";
+    }
+  }
+}
+
 // Bands go to what makes the picture: a long-lived allocation is drawn before a larger one that
 // lives for an event, and what is alive at the peak is drawn.
 TEST(Timeline, BandsGoToWhatMakesThePicture) {

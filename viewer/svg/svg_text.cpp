@@ -107,6 +107,12 @@ uint32_t stable_hash(std::string_view text) {
   return hash;
 }
 
+std::string site_colour(std::string_view label, int shade) {
+  if (label.empty()) return hsl_to_rgb(30, 0.08, (60.0 + shade) / 100);
+  const uint32_t h = stable_hash(label);
+  return hsl_to_rgb(h % 360, (55.0 + (h >> 9) % 20) / 100, (52.0 + (h >> 17) % 14 + shade) / 100);
+}
+
 std::string hsl_to_rgb(double h, double s, double l) {
   h = std::fmod(std::fmod(h, 360.0) + 360.0, 360.0);
   const double c = (1 - std::fabs(2 * l - 1)) * s;

@@ -18,5 +18,8 @@ std::string human_bytes_signed(int64_t bytes);  // "+1.50 MiB" / "-12 B"
 uint32_t stable_hash(std::string_view text);
 // "rgb(r,g,b)" from HSL, h in degrees, s and l in [0, 1].
 std::string hsl_to_rgb(double h, double s, double l);
+// A call site's colour by its label, the same in every view and file (web/assets/js/format.js's
+// siteColour makes the same one); `shade` adds points of lightness, to tell neighbours apart.
+std::string site_colour(std::string_view label, int shade = 0);
 
 }  // namespace memsnap::svg

@@ -145,7 +145,18 @@ await runChecked({ browser, server, problems, current }, async () => {
     await canvas.waitFor();
     const box = await canvas.boundingBox();
     const before = await page.locator('.summary').innerText();
+    // Numbers shown are trace entries, as Trace and Segments count them.
+    assert.match(before, /^[\d,]+ trace entries · /);
     await page.mouse.move(box.x + box.width * 0.5, box.y + box.height - 34);
+    // The legend names what holds the peak by call site, the most first, each with its bytes.
+    const legend = await page.locator('.site-legend .legend span').allInnerTexts();
+    assert.ok(legend.length >= 3, legend.join(' | '));
+    assert.match(legend[0], /^[\d.]+ (B|KiB|MiB|GiB) \S/);
+    const legendBytes = legend.filter(t => !/merged$/.test(t)).map(t => {
+      const [, value, unit] = t.match(/^([\d.]+) (B|KiB|MiB|GiB)/);
+      return Number(value) * { B: 1, KiB: 1024, MiB: 1024 ** 2, GiB: 1024 ** 3 }[unit];
+    });
+    assert.deepEqual([...legendBytes].sort((a, b) => b - a), legendBytes, 'the most first');
     await shot('timeline');
     await page.mouse.move(box.x + box.width * 0.3, box.y + 200);
     await page.mouse.down();
@@ -153,12 +164,16 @@ await runChecked({ browser, server, problems, current }, async () => {
     await page.mouse.up();
     await page.waitForFunction(text => document.querySelector('.summary')?.innerText !== text && !document.querySelector('.reset').disabled, before);
     await page.locator('.plot canvas').waitFor();
+    const zoomed = (await page.locator('.summary').innerText()).match(/^entries (\d+)–(\d+) of (\d+) · /);
+    assert.ok(zoomed && Number(zoomed[1]) < Number(zoomed[2]) && Number(zoomed[2]) < Number(zoomed[3]),
+      await page.locator('.summary').innerText());
     await shot('timeline-zoomed');
     await page.click('.reset');
     await page.waitForFunction(() => document.querySelector('.reset').disabled);
     // More detail: more allocations drawn on their own.
-    await page.selectOption('select.detail', '500');
-    await page.waitForFunction(() => /· 500 drawn on their own/.test(document.querySelector('.summary')?.textContent));
+    assert.match(await page.locator('.summary').innerText(), /· 500 drawn on their own/);
+    await page.selectOption('select.detail', '2000');
+    await page.waitForFunction(() => Number(document.querySelector('.summary')?.textContent.match(/· (\d+) drawn on their own/)?.[1]) > 500);
     await shot('timeline-detail');
     await page.selectOption('select.kind', 'segments');
     await page.waitForFunction(() => /segments and mappings/.test(document.querySelector('.summary')?.textContent));
@@ -167,6 +182,7 @@ await runChecked({ browser, server, problems, current }, async () => {
     await page.waitForFunction(() => /activations/.test(document.querySelector('.role-legend')?.textContent));
     await page.mouse.move(box.x + box.width * 0.5, box.y + 200);
     await tooltip.waitFor({ state: 'visible' });
+    assert.match(await tooltip.innerText(), /^After trace entry \d+\n/);
     assert.match(await tooltip.innerText(), /parameters .*\n.*optimizer state/s);
     await shot('timeline-roles');
     await page.selectOption('select.kind', 'active');

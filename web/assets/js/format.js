@@ -53,6 +53,15 @@ export function diffColour(after, before) {
   return change > 0 ? `rgb(255,${fade},${fade})` : `rgb(${fade},${fade},255)`;
 }
 
+// A call site's colour, the same in every view and file (viewer/svg/svg_text.cpp's
+// site_colour makes the same one): the hue, saturation and lightness come from the site's
+// label; `shade` (a few points of lightness) tells neighbouring bands of one site apart.
+export function siteColour(label, shade = 0) {
+  if (!label) return `hsl(30, 8%, ${60 + shade}%)`;
+  const h = stableHash(label);
+  return `hsl(${h % 360}, ${55 + (h >>> 9) % 20}%, ${52 + (h >>> 17) % 14 + shade}%)`;
+}
+
 export const stateColours = {
   active_allocated: 'hsl(20, 80%, 60%)', active_pending_free: 'hsl(285, 55%, 65%)', inactive: 'hsl(205, 30%, 86%)',
 };

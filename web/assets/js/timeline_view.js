@@ -1,17 +1,17 @@
-// Timeline: active memory over the trace's events, stacked by allocation (the largest have
-// their own band, the rest merge into one grey band), as PyTorch's Active Memory Timeline.
-// The server downsamples; dragging across the plot zooms into that range of events, for which
-// the server picks the largest allocations again. Hover a band for its size, life and stack.
+// Timeline: active memory over the trace's events, stacked by allocation, as PyTorch's Active
+// Memory Timeline. Each band keeps its place while it lives (the server stacks them in the
+// order they began, what was live before the trace at the bottom) and has its call site's
+// colour; the allocations without a band of their own merge: those live before the trace
+// above its bands, the rest on top. The server downsamples; dragging across the plot zooms
+// into that range of events, for which the server picks the largest allocations again. Hover a
+// band for its size, life and stack; the legend names the call sites that hold the peak.
 import { api } from './api.js';
 import { fillBands } from './band_raster.js';
-import { counted, escapeHtml, humanBytes, legendHtml, stableHash } from './format.js';
+import { counted, escapeHtml, grouped, humanBytes, legendHtml, siteColour } from './format.js';
 import { framesHtml, hideTooltip, loading, pinStacks, searchBox, prepareCanvas, redrawOnResize, showTooltip } from './ui.js';
 
-const LEFT = 78, RIGHT = 12, TOP = 12, BOTTOM = 28, HEIGHT = 440;
+const LEFT = 78, RIGHT = 12, TOP = 12, BOTTOM = 40, HEIGHT = 452;
 
-// Bands stacked next to each other never share a colour: hues step by the golden angle in
-// stacking order (an allocator reuses addresses, so colouring by address gave neighbours at
-// the same address the same colour); the stack shades it a little.
 const roleColours = ['hsl(215, 55%, 55%)', 'hsl(275, 45%, 60%)', 'hsl(35, 85%, 58%)', 'hsl(145, 45%, 52%)', 'hsl(0, 0%, 78%)'];
 // The global pools grey-blue; each private pool its own warm colour.
 const poolColours = ['hsl(210, 25%, 72%)', 'hsl(48, 75%, 58%)', 'hsl(15, 75%, 60%)', 'hsl(330, 55%, 62%)', 'hsl(95, 45%, 55%)', 'hsl(275, 45%, 62%)'];
@@ -19,10 +19,43 @@ const poolColours = ['hsl(210, 25%, 72%)', 'hsl(48, 75%, 58%)', 'hsl(15, 75%, 60
 const groupsOf = data => data.roles ? { names: data.roles, bytes: data.role_bytes, colours: roleColours }
   : data.pools ? { names: data.pools, bytes: data.pool_bytes, colours: poolColours } : null;
 
-const bandColour = (band, index) => {
-  const jitter = (stableHash(band.label || String(band.stack)) % 1000) / 1000;
-  return `hsl(${(index * 137.508 + 20 * jitter) % 360}, ${50 + 15 * jitter}%, ${60 + 8 * (index % 2)}%)`;
-};
+// A band has its call site's colour; neighbours alternate a little in lightness, so two bands
+// of one site read as two. A call site's merged allocations are a lighter shade of it.
+const bandColour = (band, index) => siteColour(band.label, index % 2 ? 4 : -3);
+const mergedSiteColour = label => siteColour(label, 12);
+// The rest of the merged allocations: live before the trace, and made in it.
+const baseColour = 'rgb(168,178,194)', otherColour = 'rgb(212,212,212)';
+
+// The merged regions at sample i, bottom up: { kind: 'base' | 'site' | 'other', bottom, bytes,
+// label, colour }.
+function mergedAt(data, i) {
+  const regions = [{ kind: 'base', bottom: data.base_bottom[i], bytes: data.base_bytes[i], colour: baseColour }];
+  let bottom = data.sites_bottom[i];
+  data.merged_sites.forEach((label, k) => {
+    const bytes = data.merged_site_bytes[i][k];
+    regions.push({ kind: 'site', bottom, bytes, label, colour: mergedSiteColour(label) });
+    bottom += bytes;
+  });
+  regions.push({ kind: 'other', bottom: data.other_bottom[i], bytes: data.other_bytes[i], colour: otherColour });
+  return regions;
+}
+
+// What holds the peak by call site, bands and merged alike, the most first: [label, bytes, colour].
+function peakSites(data) {
+  const sites = new Map();
+  const add = (label, bytes, colour) => {
+    const site = sites.get(label) || { bytes: 0, colour };
+    site.bytes += bytes;
+    sites.set(label, site);
+  };
+  data.bands.forEach((band, index) => {
+    if (band.start > data.peak_event || (band.end <= data.peak_event && band.end !== data.events)) return;
+    add(band.label, band.size, bandColour(band, index));
+  });
+  const at = data.samples.indexOf(data.peak_event);
+  if (at >= 0) for (const region of mergedAt(data, at)) if (region.kind === 'site' && region.bytes) add(region.label, region.bytes, region.colour);
+  return [...sites].map(([label, site]) => [label, site.bytes, site.colour]).sort((a, b) => b[1] - a[1]);
+}
 
 function lowerBound(array, value, key = x => x) {
   let lo = 0, hi = array.length;
@@ -43,9 +76,29 @@ function niceStep(max, count) {
   return [1, 2, 4, 8].map(m => m * power).find(s => s >= raw) || raw;
 }
 
+// Ticks for the entry axis: round trace entry numbers (1, 2 or 5 times a power of ten apart)
+// within the window, each placed where the samples put that entry (between two samples, in
+// proportion), with the sample index nearest it for its time.
+function entryTicks(data, count) {
+  const entries = data.sample_entries, samples = data.samples;
+  if (!entries.length) return [];
+  const first = entries[0], last = entries[entries.length - 1];
+  const raw = Math.max(1, (last - first) / count), power = Math.pow(10, Math.floor(Math.log10(raw)));
+  const step = [1, 2, 5, 10].map(m => m * power).find(s => s >= raw);
+  const ticks = [];
+  for (let entry = Math.ceil(first / step) * step; entry <= last; entry += step) {
+    const i = lowerBound(entries, entry);
+    let at = samples[i];
+    if (entries[i] !== entry && i > 0)
+      at = samples[i - 1] + (samples[i] - samples[i - 1]) * (entry - entries[i - 1]) / Math.max(1, entries[i] - entries[i - 1]);
+    ticks.push({ entry, at, sample: i });
+  }
+  return ticks;
+}
+
 // A new view's state (windows: the zoom history, [begin, end] pairs), and what it asks the
 // server for in a state.
-const initialState = () => ({ device: undefined, windows: [], bands: 150, kind: 'active' });
+const initialState = () => ({ device: undefined, windows: [], bands: 500, kind: 'active' });
 function timelineParams(state) {
   const window = state.windows[state.windows.length - 1];
   const byRole = state.kind === 'roles', byPool = state.kind === 'pools';
@@ -64,14 +117,15 @@ export async function renderTimeline(container, { snapshot }) {
       <label title="Active memory by allocation (PyTorch's Active Memory Timeline), or reserved memory by segment and expandable mapping (its Active Cached Segment Timeline)">Memory
         <select class="kind" aria-label="Memory"><option value="active">active, by allocation</option><option value="roles">active, by role</option><option value="pools">active, by memory pool (incl. private pools)</option><option value="segments">reserved, by segment</option></select></label>
       <span class="role-legend"></span>
-      <label title="How many allocations are drawn on their own; the rest share the grey band">Detail
-        <select class="detail" aria-label="Detail">${[50, 150, 500, 2000].map(n => `<option ${n === 150 ? 'selected' : ''}>${n}</option>`).join('')}</select></label>
+      <label title="How many allocations are drawn on their own; the rest merge into the grey bands">Detail
+        <select class="detail" aria-label="Detail">${[50, 150, 500, 2000].map(n => `<option ${n === 500 ? 'selected' : ''}>${n}</option>`).join('')}</select></label>
       <button class="action back" disabled>Zoom out</button>
       <button class="action reset" disabled>Reset zoom</button>
       <span class="summary hint"></span>
     </div>
-    <div class="hint">Drag across the plot to zoom into a range of events.</div>
-    <div class="plot canvas-box"></div>`;
+    <div class="hint">Drag across the plot to zoom into a range of the trace.</div>
+    <div class="plot canvas-box"></div>
+    <div class="site-legend hint"></div>`;
   const plot = container.querySelector('.plot');
   let found = null;  // stacks matching the search: their bands stand out, the rest fade
   searchBox(container.querySelector('.toolbar'), q => api.search(snapshot.id, { q, device: state.device }), result => {
@@ -99,13 +153,29 @@ export async function renderTimeline(container, { snapshot }) {
     container.querySelector('.back').disabled = container.querySelector('.reset').disabled = state.windows.length === 0;
     const [begin, end] = data.window;
     const things = data.kind === 'segments' ? ['segment or mapping', 'segments and mappings'] : ['allocation', 'allocations'];
-    // The axis counts allocations and frees; the peak is also named by the trace's own entry
-    // number (Trace, Segments' "at event", the state API), linked to the segments right after it.
-    container.querySelector('.summary').innerHTML = escapeHtml(`events ${begin}–${end} of ${data.events} · ${counted(data.allocations, ...things)} · ` +
-      `${data.bands.length} drawn on their own · peak ${humanBytes(data.peak_bytes)} at event ${data.peak_event}, `) +
+    // The axis is spaced by allocations and frees, but every number shown is the trace's own
+    // entry number (as Trace, Segments' "at event" and the state API count); the peak links to
+    // the segments right after its entry.
+    const [first, last] = data.window_entries;
+    const range = state.windows.length ? `entries ${first}–${last} of ${data.entries}` : counted(data.entries, 'trace entry', 'trace entries');
+    container.querySelector('.summary').innerHTML = escapeHtml(`${range} · ${counted(data.allocations, ...things)} · ` +
+      `${data.bands.length} drawn on their own · peak ${humanBytes(data.peak_bytes)} after `) +
       `<a class="peak-link" href="#segments/${encodeURIComponent(snapshot.id)}/${data.peak_entry}" ` +
       `title="the segments right after this entry of the trace">trace entry ${data.peak_entry}</a>`;
+    container.querySelector('.site-legend').innerHTML = groups ? '' : siteLegend();
     draw();
+  };
+
+  // What holds the peak, by call site, in the sites' colours; then the rest of what is merged.
+  const siteLegend = () => {
+    const entries = peakSites(data).slice(0, 10).map(([label, bytes, colour]) => [colour, `${humanBytes(bytes)} ${label || 'no stack recorded'}`]);
+    const at = data.samples.indexOf(data.peak_event);
+    for (const region of at >= 0 ? mergedAt(data, at) : []) {
+      if (region.kind === 'site' || !region.bytes) continue;
+      entries.push([region.colour, `${humanBytes(region.bytes)} ${region.kind === 'base' ? 'live before the trace began' : 'other small allocations'}, merged`]);
+    }
+    const title = data.kind === 'segments' ? 'At the peak, by the call site that reserved each segment:' : 'At the peak, by call site:';
+    return `<span class="legend-title">${title}</span>${legendHtml(entries)}`;
   };
 
   const geometry = () => {
@@ -133,13 +203,33 @@ export async function renderTimeline(container, { snapshot }) {
         return { colour: bandColour(band, index), alpha: found && !found.has(band.stack) ? 0.15 : 1, edges };
       }), { left: LEFT, top: TOP, width: g.width - LEFT - RIGHT, height: HEIGHT - TOP - BOTTOM, ratio: window.devicePixelRatio || 1 });
     }
-    // Merged small allocations at the bottom.
-    context.fillStyle = 'rgb(205,205,205)';
-    context.beginPath();
-    context.moveTo(g.x(data.samples[0]), g.y(0));
-    data.samples.forEach((s, i) => context.lineTo(g.x(s), g.y(data.other_bytes[i])));
-    context.lineTo(g.x(data.samples[data.samples.length - 1]), g.y(0));
-    context.fill();
+    // The merged allocations: live before the trace, above its bands; those made in it on top,
+    // the largest call sites' apart.
+    if (!groups) {
+      const regions = data.samples.map((s, i) => mergedAt(data, i));
+      for (let r = 0; regions.length && r < regions[0].length; ++r) {
+        if (!regions.some(row => row[r].bytes > 0)) continue;
+        context.fillStyle = found ? 'rgba(212,212,212,.5)' : regions[0][r].colour;
+        context.beginPath();
+        data.samples.forEach((s, i) => (i ? context.lineTo : context.moveTo).call(context, g.x(s), g.y(regions[i][r].bottom + regions[i][r].bytes)));
+        for (let i = data.samples.length - 1; i >= 0; --i) context.lineTo(g.x(data.samples[i]), g.y(regions[i][r].bottom));
+        context.closePath();
+        context.fill();
+      }
+    }
+    // Where memory in use rose above the drawn outline between two samples (a long trace's steps
+    // are shorter than a sample's interval): the most it reached, as a light block above.
+    if (!groups) {
+      context.fillStyle = 'rgba(90,90,120,.22)';
+      context.beginPath();
+      for (let i = 1; i < data.samples.length; ++i) {
+        const drawn = Math.max(data.total_bytes[i - 1], data.total_bytes[i]);
+        if (data.most_bytes[i] <= drawn) continue;
+        const x0 = g.x(data.samples[i - 1]), x1 = g.x(data.samples[i]);
+        context.rect(x0, g.y(data.most_bytes[i]), Math.max(x1 - x0, 1), g.y(drawn) - g.y(data.most_bytes[i]));
+      }
+      context.fill();
+    }
     if (groups) {
       // Memory by role (parameters at the bottom) or by pool (global first): stacked areas.
       let below = data.samples.map(() => 0);
@@ -154,7 +244,7 @@ export async function renderTimeline(container, { snapshot }) {
         below = above;
       });
     }
-    // Axes: bytes on the left, events (and seconds) below.
+    // Axes: bytes on the left, trace entries (and seconds) below, each tick at a sample.
     context.strokeStyle = '#999'; context.fillStyle = '#444'; context.lineWidth = 1;
     context.beginPath(); context.moveTo(LEFT, TOP); context.lineTo(LEFT, HEIGHT - BOTTOM); context.lineTo(g.width - RIGHT, HEIGHT - BOTTOM); context.stroke();
     const step = niceStep(g.top, 5);
@@ -166,12 +256,20 @@ export async function renderTimeline(container, { snapshot }) {
     context.textAlign = 'center';
     const [begin, end] = data.window;
     const t0 = data.time_us[0] ?? 0;
-    for (let k = 0; k <= 6; ++k) {
-      const event = Math.round(begin + (end - begin) * k / 6);
-      const i = Math.min(lowerBound(data.samples, event), data.samples.length - 1);
-      const seconds = ((data.time_us[i] ?? t0) - t0) / 1e6;
-      context.fillText(`${event}${k === 0 ? '' : `  +${seconds.toFixed(seconds < 10 ? 2 : 1)}s`}`, Math.min(Math.max(g.x(event), LEFT + 20), g.width - 40), HEIGHT - BOTTOM + 14);
+    const ticks = entryTicks(data, Math.max(2, Math.floor((g.width - LEFT - RIGHT) / 150)));
+    for (const [k, tick] of ticks.entries()) {
+      const seconds = ((data.time_us[tick.sample] ?? t0) - t0) / 1e6;
+      const x = g.x(tick.at);
+      context.beginPath(); context.moveTo(x, HEIGHT - BOTTOM); context.lineTo(x, HEIGHT - BOTTOM + 3); context.stroke();
+      const label = `${grouped(tick.entry)}${k === 0 && tick.entry === data.sample_entries[0] ? '' : `  +${seconds.toFixed(seconds < 10 ? 2 : 1)}s`}`;
+      context.textAlign = x - context.measureText(label).width / 2 < LEFT ? 'left'
+        : x + context.measureText(label).width / 2 > g.width - RIGHT ? 'right' : 'center';
+      context.fillText(label, x, HEIGHT - BOTTOM + 14);
     }
+    context.textAlign = 'center';
+    context.fillStyle = '#777';
+    context.fillText('trace entry (time since the first shown)', LEFT + (g.width - LEFT - RIGHT) / 2, HEIGHT - 6);
+    context.fillStyle = '#444';
     context.textAlign = 'left';
     // Out-of-memory errors across the plot; annotations as ticks on the event axis.
     // Each kind of line in one path: a long run's thousands of annotations stroke at once.
@@ -190,8 +288,12 @@ export async function renderTimeline(container, { snapshot }) {
     for (const marker of data.markers) {
       const x = g.x(marker.event), oom = marker.kind === 'oom';
       if (oom || data.markers.length <= 12) {
+        // Out-of-memory labels hang from the top; annotations rise from just above the axis,
+        // never across it.
         context.fillStyle = oom ? 'rgb(192,28,40)' : 'rgb(37,99,235)';
-        context.save(); context.translate(x + 3, oom ? TOP + 4 : HEIGHT - BOTTOM - 60); context.rotate(Math.PI / 2);
+        context.save();
+        if (oom) { context.translate(x + 3, TOP + 4); context.rotate(Math.PI / 2); }
+        else { context.translate(x - 3, HEIGHT - BOTTOM - 10); context.rotate(-Math.PI / 2); }
         context.fillText(oom ? marker.label : `${marker.kind === 'END' ? '◂ ' : '▸ '}${marker.label}`.slice(0, 40), 0, 0);
         context.restore();
       }
@@ -223,16 +325,24 @@ export async function renderTimeline(container, { snapshot }) {
       const bottom = band.outline[p + 1];
       if (bytes >= bottom && bytes < bottom + band.size) return { band };
     }
-    if (bytes < data.other_bytes[i]) return { other: data.other_bytes[i], sample };
+    for (const region of mergedAt(data, i))
+      if (bytes >= region.bottom && bytes < region.bottom + region.bytes) return { merged: region, sample, entry: data.sample_entries[i] };
+    // Above the outline, below the most memory in use since the sample before.
+    const next = Math.min(i + 1, data.samples.length - 1);
+    if (bytes < data.most_bytes[next] && bytes >= Math.min(data.total_bytes[i], data.total_bytes[next]))
+      return { range: next };
     return null;
   };
 
+  // When a band was alive, in trace entries: from its alloc entry to its free_completed entry.
+  const alive = band => `${band.before_trace ? 'from before the trace' : `from trace entry ${band.start_entry}`} ` +
+    `${band.end === data.events ? 'to the end' : `to trace entry ${band.end_entry}`}`;
   let hovered = null, lastPointerY = 0;
   const pinBand = async (band) => {
     try {
       const stack = await api.stack(snapshot.id, band.stack);
       hideTooltip();
-      pinStacks(`<span class="title">${humanBytes(band.size)} at 0x${band.address.toString(16)}, events ${band.before_trace ? 'before the trace' : band.start}–${band.end === data.events ? 'the end' : band.end}</span>`,
+      pinStacks(`<span class="title">${humanBytes(band.size)} at 0x${band.address.toString(16)}, ${alive(band)}</span>`,
         [{ caption: 'allocated by', frames: stack.frames }]);
     } catch (error) { /* the hover still shows what is known */ }
   };
@@ -253,20 +363,30 @@ export async function renderTimeline(container, { snapshot }) {
         if (px < LEFT || event < data.window[0] || event > data.window[1]) { hideTooltip(); return; }
         const i = Math.max(0, Math.min(lowerBound(data.samples, event + 1) - 1, data.samples.length - 1));
         const rows = groups.names.map((name, r) => `<div><span class="k">${escapeHtml(name)}</span> ${humanBytes(groups.bytes[i][r])}</div>`).join('');
-        showTooltip(e, `<div class="title">At event ${data.samples[i]}</div>${rows}`);
+        showTooltip(e, `<div class="title">After trace entry ${data.sample_entries[i]}</div>${rows}`);
         return;
       }
       const hit = hitTest(px, py);
       if (!hit) { hovered = null; hideTooltip(); return; }
-      if (hit.other !== undefined) {
+      if (hit.range !== undefined) {
         hovered = null;
-        showTooltip(e, `<div class="title">${humanBytes(hit.other)} in allocations without a band of their own</div>
-          <div>at event ${hit.sample}: raise Detail, or drag to zoom in, to draw them one by one</div>`);
+        const k = hit.range;
+        showTooltip(e, `<div class="title">Memory in use rose to ${humanBytes(data.most_bytes[k])} and fell to ${humanBytes(data.least_bytes[k])}</div>
+          <div>between trace entries ${data.sample_entries[k - 1] ?? data.sample_entries[k]} and ${data.sample_entries[k]}, more often than the picture has points: drag to zoom in</div>`);
+        return;
+      }
+      if (hit.merged !== undefined) {
+        hovered = null;
+        const region = hit.merged;
+        const what = region.kind === 'base' ? 'live before the trace began'
+          : region.kind === 'site' ? `allocated by ${escapeHtml(region.label || 'no stack recorded')}` : 'in other small allocations';
+        showTooltip(e, `<div class="title">${humanBytes(region.bytes)} ${what}, without a band of their own</div>
+          <div>after trace entry ${hit.entry}: raise Detail, or drag to zoom in, to draw them one by one</div>`);
         return;
       }
       const band = hit.band;
       const head = `<div class="title">${humanBytes(band.size)} · ${escapeHtml(band.label || 'no stack')}</div>
-        <div><span class="k">address</span> 0x${band.address.toString(16)} · <span class="k">alive</span> events ${band.before_trace ? 'before the trace' : band.start}–${band.end === data.events ? 'the end' : band.end}</div>`;
+        <div><span class="k">address</span> 0x${band.address.toString(16)} · <span class="k">alive</span> ${alive(band)}</div>`;
       if (hovered === band) { showTooltip(e, document.getElementById('tooltip').innerHTML); return; }
       hovered = band;
       showTooltip(e, head);
