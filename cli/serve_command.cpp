@@ -140,7 +140,9 @@ CommandRunner add_serve_options(CLI::App& app) {
           std::fprintf(stderr, "memsnap serve: loaded %s (%llu trace events)\n", file.c_str(),
                        static_cast<unsigned long long>(added.value()->trace_events));
         }
-        if (opened.empty()) throw CommandError(store.unopened().front().error);
+        // Files were named and none could be read: nothing to serve. None named: an empty
+        // server, for uploads.
+        if (opened.empty() && !store.unopened().empty()) throw CommandError(store.unopened().front().error);
       }
       if (any_folder || job_files.size() > 1) {
         JobRanksOptions job_options;

@@ -7,7 +7,8 @@
   view (GET /api/ranks is 404);
 - files that name two ranks (rank0.pickle, rank1.pickle) are a job, and a file beside them
   that names none is not one of its ranks;
-- nothing readable at all: exit status 1 with one error line.
+- nothing readable at all: exit status 1 with one error line;
+- no file at all: an empty server, for uploads, that lists nothing and takes one.
 
 usage: serve_given_files.py MEMSNAP DATA_DIR
 """
@@ -103,6 +104,24 @@ def main():
         rows = [(r["rank"], os.path.basename(r["file"])) for r in job.get("ranks", [])]
         if ranks_status != 200 or rows != [(0, "rank0.pickle"), (1, "rank1.pickle")]:
             problems.append(f"two named ranks: expected a job of ranks 0 and 1, got {ranks_status} {rows}")
+
+        process, url = serve(memsnap, [])
+        status, listed = get(url + "api/snapshots")
+        with open(mlp, "rb") as source:
+            upload = urllib.request.Request(url + "api/snapshots?name=mlp_train.pickle", data=source.read(), method="POST",
+                                            headers={"Content-Type": "application/octet-stream"})
+        try:
+            with urllib.request.urlopen(upload, timeout=60) as response:
+                uploaded = response.status
+        except (urllib.error.HTTPError, urllib.error.URLError) as error:
+            uploaded = getattr(error, "code", str(error))
+        after, listed_after = get(url + "api/snapshots")
+        alive = process.poll() is None
+        stop(process)
+        if status != 200 or listed.get("snapshots") != [] or not alive:
+            problems.append(f"no file: expected an empty server that stays up, got {status} {listed}, running {alive}")
+        if uploaded not in (200, 201) or after != 200 or len(listed_after.get("snapshots", [])) != 1:
+            problems.append(f"no file: an upload was not taken: {uploaded}, then {after} {listed_after}")
 
         run = subprocess.run([memsnap, "serve", "--port", "0", truncated], capture_output=True, text=True, timeout=60)
         errors = run.stderr.splitlines()
