@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "allocator/counted.h"
 #include "allocator/device_stats.h"
 #include "replay/recorded_config.h"
 #include "replay/snapshot_replay.h"
@@ -248,7 +249,8 @@ std::string settings_advice_to_text(const SettingsAdvice& advice, size_t shown) 
   if (advice.recorded) {
     const TunedSetting& r = *advice.recorded;
     out += "  recorded   " + name(r.config) + ": peak reserved " + bytes(r.peak_reserved_bytes) + ", " +
-           std::to_string(r.device_mallocs) + " device mallocs, " + std::to_string(r.alloc_retries) + " retries" +
+           counted(static_cast<uint64_t>(r.device_mallocs), "device malloc") + ", " +
+           counted(static_cast<uint64_t>(r.alloc_retries), "retry", "retries") +
            (advice.recorded_oom ? (r.ok ? ", and no out-of-memory in the replay" : ", out of memory as recorded") : "") + "\n";
   }
   const TunedSetting& best = advice.ranked.front();
@@ -259,10 +261,11 @@ std::string settings_advice_to_text(const SettingsAdvice& advice, size_t shown) 
     std::snprintf(line, sizeof line, "  recommended: PYTORCH_CUDA_ALLOC_CONF=%s\n", best.config.c_str());
     out += line;
     if (advice.recorded) {
-      std::snprintf(line, sizeof line, "               peak reserved %s (%s less, %.1f%%), %lld device mallocs, %lld retries%s\n",
+      std::snprintf(line, sizeof line, "               peak reserved %s (%s less, %.1f%%), %s, %s%s\n",
                     bytes(best.peak_reserved_bytes).c_str(), bytes(base - best.peak_reserved_bytes).c_str(),
                     base > 0 ? 100.0 * static_cast<double>(base - best.peak_reserved_bytes) / static_cast<double>(base) : 0.0,
-                    static_cast<long long>(best.device_mallocs), static_cast<long long>(best.alloc_retries),
+                    counted(static_cast<uint64_t>(best.device_mallocs), "device malloc").c_str(),
+                    counted(static_cast<uint64_t>(best.alloc_retries), "retry", "retries").c_str(),
                     advice.recorded_oom && !advice.recorded->ok ? "; avoids the recorded out-of-memory error" : "");
       out += line;
     }
