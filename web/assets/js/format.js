@@ -56,9 +56,15 @@ export function diffColour(after, before) {
 // A call site's colour, the same in every view and file (viewer/svg/svg_text.cpp's
 // site_colour makes the same one): the hue, saturation and lightness come from the site's
 // label; `shade` (a few points of lightness) tells neighbouring bands of one site apart.
+// A view asks for the same few hundred sites' colours thousands of times: each label is hashed once.
+const siteHashes = new Map();
 export function siteColour(label, shade = 0) {
   if (!label) return `hsl(30, 8%, ${60 + shade}%)`;
-  const h = stableHash(label);
+  let h = siteHashes.get(label);
+  if (h === undefined) {
+    if (siteHashes.size > 100000) siteHashes.clear();
+    siteHashes.set(label, h = stableHash(label));
+  }
   return `hsl(${h % 360}, ${55 + (h >>> 9) % 20}%, ${52 + (h >>> 17) % 14 + shade}%)`;
 }
 

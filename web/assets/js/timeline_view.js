@@ -33,11 +33,24 @@ function mergedAt(data, i) {
   let bottom = data.sites_bottom[i];
   data.merged_sites.forEach((label, k) => {
     const bytes = data.merged_site_bytes[i][k];
-    regions.push({ kind: 'site', bottom, bytes, label, colour: mergedSiteColour(label) });
+    regions.push({ kind: 'site', bottom, bytes, label, colour: data.merged_site_colours[k] });
     bottom += bytes;
   });
   regions.push({ kind: 'other', bottom: data.other_bottom[i], bytes: data.other_bytes[i], colour: otherColour });
   return regions;
+}
+
+// The merged regions as layers to draw, bottom up: [bottoms, bytes, colour], each per sample.
+function mergedLayers(data) {
+  const layers = [[data.base_bottom, data.base_bytes, baseColour]];
+  let bottoms = data.sites_bottom;
+  data.merged_sites.forEach((label, k) => {
+    const bytes = data.merged_site_bytes.map(row => row[k]);
+    layers.push([bottoms, bytes, data.merged_site_colours[k]]);
+    bottoms = bottoms.map((b, i) => b + bytes[i]);
+  });
+  layers.push([data.other_bottom, data.other_bytes, otherColour]);
+  return layers.filter(([, bytes]) => bytes.some(b => b > 0));
 }
 
 // What holds the peak by call site, bands and merged alike, the most first: [label, bytes, colour].
@@ -139,6 +152,9 @@ export async function renderTimeline(container, { snapshot }) {
   const load = async () => {
     loading(plot, 'timeline');
     data = await api.timeline(snapshot.id, timelineParams(state));
+    data.merged_site_colours = data.merged_sites.map(mergedSiteColour);
+    data.merged_layers = mergedLayers(data);
+    data.top_bytes = Math.max(...data.total_bytes, ...data.most_bytes, 1);
     groups = groupsOf(data);
     container.querySelector('.role-legend').innerHTML = groups
       ? legendHtml(groups.names.map((name, r) => [groups.colours[r % groups.colours.length], name])) : '';
@@ -181,7 +197,7 @@ export async function renderTimeline(container, { snapshot }) {
   const geometry = () => {
     const width = Math.max(500, plot.clientWidth - 2);
     const [begin, end] = data.window;
-    const top = Math.max(...data.total_bytes, 1) * 1.05;
+    const top = data.top_bytes * 1.05;
     const x = e => LEFT + (width - LEFT - RIGHT) * (e - begin) / Math.max(end - begin, 1);
     const y = b => TOP + (HEIGHT - TOP - BOTTOM) * (1 - b / top);
     const eventAt = px => begin + (px - LEFT) / (width - LEFT - RIGHT) * Math.max(end - begin, 1);
@@ -195,27 +211,22 @@ export async function renderTimeline(container, { snapshot }) {
     context.clearRect(0, 0, g.width, HEIGHT);
     // The bands first: their pixels are written, not painted over what is there.
     if (!groups) {
-      fillBands(context, data.bands.map((band, index) => {
+      const bands = data.bands.map((band, index) => {
         const outline = band.outline, edges = new Float64Array(outline.length / 2 * 3);
         for (let i = 0, e = 0; i + 1 < outline.length; i += 2, e += 3) {
           edges[e] = g.x(outline[i]); edges[e + 1] = g.y(outline[i + 1]); edges[e + 2] = g.y(outline[i + 1] + band.size);
         }
         return { colour: bandColour(band, index), alpha: found && !found.has(band.stack) ? 0.15 : 1, edges };
-      }), { left: LEFT, top: TOP, width: g.width - LEFT - RIGHT, height: HEIGHT - TOP - BOTTOM, ratio: window.devicePixelRatio || 1 });
-    }
-    // The merged allocations: live before the trace, above its bands; those made in it on top,
-    // the largest call sites' apart.
-    if (!groups) {
-      const regions = data.samples.map((s, i) => mergedAt(data, i));
-      for (let r = 0; regions.length && r < regions[0].length; ++r) {
-        if (!regions.some(row => row[r].bytes > 0)) continue;
-        context.fillStyle = found ? 'rgba(212,212,212,.5)' : regions[0][r].colour;
-        context.beginPath();
-        data.samples.forEach((s, i) => (i ? context.lineTo : context.moveTo).call(context, g.x(s), g.y(regions[i][r].bottom + regions[i][r].bytes)));
-        for (let i = data.samples.length - 1; i >= 0; --i) context.lineTo(g.x(data.samples[i]), g.y(regions[i][r].bottom));
-        context.closePath();
-        context.fill();
+      });
+      // The merged allocations: live before the trace, above its bands; those made in it on top,
+      // the largest call sites' apart. Written as bands too: a canvas path across the plot costs
+      // its whole bounding box to fill.
+      for (const [bottoms, bytes, colour] of data.merged_layers) {
+        const edges = new Float64Array(data.samples.length * 3);
+        data.samples.forEach((s, i) => { edges[3 * i] = g.x(s); edges[3 * i + 1] = g.y(bottoms[i]); edges[3 * i + 2] = g.y(bottoms[i] + bytes[i]); });
+        bands.push({ colour: found ? 'rgb(212,212,212)' : colour, alpha: found ? 0.5 : 1, edges });
       }
+      fillBands(context, bands, { left: LEFT, top: TOP, width: g.width - LEFT - RIGHT, height: HEIGHT - TOP - BOTTOM, ratio: window.devicePixelRatio || 1 });
     }
     // Where memory in use rose above the drawn outline between two samples (a long trace's steps
     // are shorter than a sample's interval): the most it reached, as a light block above.
