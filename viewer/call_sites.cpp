@@ -5,12 +5,14 @@
 namespace memsnap {
 
 uint32_t CallSites::of(StackIndex stack) {
-  if (const auto it = by_stack_.find(stack); it != by_stack_.end()) return it->second;
-  std::string label = stack == kNoStackIndex ? std::string() : site_label(snapshot_, stack);
+  // A stack index outside the table (a damaged file) is a stack of no frames, as for the labels.
+  const size_t slot = stack < 0 || static_cast<size_t>(stack) >= snapshot_.stacks.size() ? 0 : static_cast<size_t>(stack) + 1;
+  if (by_stack_.empty()) by_stack_.assign(snapshot_.stacks.size() + 1, kUnknown);
+  if (by_stack_[slot] != kUnknown) return by_stack_[slot];
+  std::string label = slot == 0 ? std::string() : site_label(snapshot_, stack);
   const auto [it, made] = by_label_.try_emplace(std::move(label), static_cast<uint32_t>(labels_.size()));
   if (made) labels_.push_back(it->first);
-  by_stack_.emplace(stack, it->second);
-  return it->second;
+  return by_stack_[slot] = it->second;
 }
 
 }  // namespace memsnap

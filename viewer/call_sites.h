@@ -24,8 +24,9 @@ class CallSites {
   size_t size() const { return labels_.size(); }
 
  private:
+  static constexpr uint32_t kUnknown = UINT32_MAX;
   const Snapshot& snapshot_;
-  std::unordered_map<StackIndex, uint32_t> by_stack_;
+  std::vector<uint32_t> by_stack_;  // by stack index + 1 (kNoStackIndex first): an analysis asks per allocation
   std::unordered_map<std::string, uint32_t> by_label_;
   std::vector<std::string> labels_;
 };

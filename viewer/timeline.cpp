@@ -9,6 +9,8 @@
 #include <array>
 #include <map>
 #include <optional>
+#include <type_traits>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace memsnap {
@@ -48,30 +50,41 @@ class AllocationWalk {
   // out-of-memory entry (its index in the trace), at the x axis's index.
   template <typename OnAllocation, typename OnEvent, typename OnOom>
   void run(OnAllocation on_allocation, OnEvent on_event, OnOom on_oom) const {
-    Pass<OnAllocation> pass{*this, on_allocation, 0, 0, {}};
+    // Allocations pair by their exact address, found by hashing; segments and mappings by
+    // ranges (an unmap of part of a mapping), found in address order.
+    if (kind_ == TimelineKind::kSegments)
+      run_pass<std::map<uint64_t, Allocation>>(on_allocation, on_event, on_oom);
+    else
+      run_pass<std::unordered_map<uint64_t, Allocation>>(on_allocation, on_event, on_oom);
+  }
+
+ private:
+  template <typename Live, typename OnAllocation, typename OnEvent, typename OnOom>
+  void run_pass(OnAllocation& on_allocation, OnEvent& on_event, OnOom& on_oom) const {
+    constexpr bool kSegmentsWalk = std::is_same_v<Live, std::map<uint64_t, Allocation>>;
+    Pass<OnAllocation, Live> pass{*this, on_allocation, 0, 0, {}};
     uint64_t entry = 0;
     for (const TraceEntry& e : trace_) {
       if (e.action == TraceAction::kOom) on_oom(pass.index, entry);
       ++entry;
-      if (kind_ == TimelineKind::kSegments) pass.segment_event(e);
+      if constexpr (kSegmentsWalk) pass.segment_event(e);
       else pass.allocation_event(e);
       if (!is_alloc_or_free(e.action)) continue;
       on_event(e.time_us);
       ++pass.index;
     }
-    if (kind_ == TimelineKind::kSegments) pass.snapshot_segments();
+    if constexpr (kSegmentsWalk) pass.snapshot_segments();
     else pass.snapshot_blocks();
     for (const auto& [address, a] : pass.live) pass.ended(a, events_);
   }
 
- private:
-  template <typename OnAllocation>
+  template <typename OnAllocation, typename Live>
   struct Pass {
     const AllocationWalk& walk;
     OnAllocation& on_allocation;
     uint64_t index = 0;  // on the x axis
     uint64_t made = 0;
-    std::map<uint64_t, Allocation> live;  // by start address
+    Live live;  // by start address
 
     void ended(Allocation a, uint64_t end) {
       a.end = end;
@@ -355,6 +368,10 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
       bands.push_back(a);
       taken.insert(a.id);
     }
+  // Allocations are numbered in the order a walk meets them, the same in every walk.
+  std::vector<bool> is_band(out.allocations, false);
+  for (const Allocation& a : bands)
+    if (a.id < is_band.size()) is_band[a.id] = true;
   // The call sites with the most merged memory (their allocations' area less their bands').
   std::vector<int32_t> merged_site_of(site_area.size(), -1);
   if (by_site) {
@@ -500,7 +517,7 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
           };
           if (roles) add(by_role[static_cast<size_t>(roles->of(a.stack))]);
           if (pools) add(by_pool[index_of.at(pools->at(a.address))]);
-          if (!by_merged_site.empty() && !a.before_trace && !taken.count(a.id)) {
+          if (!by_merged_site.empty() && !a.before_trace && !(a.id < is_band.size() && is_band[a.id])) {
             const uint32_t site = sites.of(a.stack);
             if (site < merged_site_of.size() && merged_site_of[site] >= 0) add(by_merged_site[static_cast<size_t>(merged_site_of[site])]);
           }
