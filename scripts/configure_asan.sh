@@ -6,7 +6,6 @@
 # about 5.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# Line tables only: sanitizer reports still name file and line, and the build is ~15% faster.
 cmake -S "$root" -B "$root/build-asan" -G Ninja -DCMAKE_CXX_COMPILER=clang++ \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG" -DMEMSNAP_FUZZ=ON -DMEMSNAP_BUILD_TESTS=ON \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEMSNAP_FUZZ=ON -DMEMSNAP_BUILD_TESTS=ON \
   -DMEMSNAP_BUILD_BENCH=OFF -DMEMSNAP_WITH_CUDA=OFF -DMEMSNAP_WERROR=ON >/dev/null

@@ -48,7 +48,6 @@ unset ASAN_OPTIONS UBSAN_OPTIONS
 
 echo "== ThreadSanitizer (clang, build-tsan): the concurrency tests"
 cmake -S "$root" -B "$root/build-tsan" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG" \
   -DMEMSNAP_SANITIZE=thread -DMEMSNAP_WITH_CUDA=OFF -DMEMSNAP_BUILD_BENCH=OFF -DMEMSNAP_WERROR=ON >/dev/null
 tsan_binaries="memsnap_allocator_tests memsnap_snapshot_tests memsnap_history_tests memsnap_web_tests"
 ninja -C "$root/build-tsan" -t targets all | grep -q '^memsnap_record_tests:' && tsan_binaries+=" memsnap_record_tests"
