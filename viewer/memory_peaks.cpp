@@ -4,13 +4,14 @@
 #include <string_view>
 
 namespace memsnap {
-namespace {
 
 std::optional<int64_t> statistic(const Statistics& statistics, std::string_view key) {
   for (const auto& [name, value] : statistics)
     if (name == key) return value;
   return std::nullopt;
 }
+
+namespace {
 
 std::optional<uint64_t> non_negative(std::optional<int64_t> value) {
   if (!value) return std::nullopt;

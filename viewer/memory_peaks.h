@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "snapshot/snapshot.h"
@@ -48,6 +49,9 @@ struct MemoryPeaks {
 };
 
 MemoryPeaks compute_peaks(const Snapshot& snapshot);
+
+// One of a device's allocator statistics by its memory_stats() key, when the snapshot holds it.
+std::optional<int64_t> statistic(const Statistics& statistics, std::string_view key);
 
 // A trace entry's effect on memory in use (requested bytes of allocations not yet
 // free_completed) and on reserved bytes.

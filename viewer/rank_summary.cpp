@@ -12,12 +12,6 @@
 namespace memsnap {
 namespace {
 
-std::optional<int64_t> statistic(const Statistics& statistics, std::string_view key) {
-  for (const auto& [name, value] : statistics)
-    if (name == key) return value;
-  return std::nullopt;
-}
-
 // Live bytes by stack at event `peak` of `trace` (entries before it applied), starting from
 // `start_active` bytes whose stacks the trace does not know.
 std::unordered_map<StackIndex, uint64_t> live_by_stack_at(const DeviceTrace& trace, size_t peak,
