@@ -140,9 +140,12 @@ TEST(TimelineLayout, TheRangeBetweenSamplesIsWhatTheEventsSay) {
   std::vector<uint64_t> in_use;
   uint64_t live = 0;
   for (const TraceEntry& e : s.device_traces[0]) in_use.push_back(live += e.action == TraceAction::kAlloc ? e.size : -e.size);
+  // in_use[k]: after event k. The axis's end (sample == events) is the state after the last one.
   for (size_t i = 1; i < t.samples.size(); ++i) {
-    const auto [least, most] = std::minmax_element(in_use.begin() + static_cast<std::ptrdiff_t>(t.samples[i - 1] + 1),
-                                                   in_use.begin() + static_cast<std::ptrdiff_t>(t.samples[i] + 1));
+    const uint64_t last = std::min<uint64_t>(t.samples[i], in_use.size() - 1);
+    const uint64_t first = std::min(t.samples[i - 1] + 1, last);
+    const auto [least, most] = std::minmax_element(in_use.begin() + static_cast<std::ptrdiff_t>(first),
+                                                   in_use.begin() + static_cast<std::ptrdiff_t>(last + 1));
     EXPECT_EQ(t.least_bytes[i], *least) << "sample " << t.samples[i];
     EXPECT_EQ(t.most_bytes[i], *most) << "sample " << t.samples[i];
   }
