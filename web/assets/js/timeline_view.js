@@ -130,7 +130,7 @@ export async function renderTimeline(container, { snapshot }) {
       <label title="Active memory by allocation (PyTorch's Active Memory Timeline), or reserved memory by segment and expandable mapping (its Active Cached Segment Timeline)">Memory
         <select class="kind" aria-label="Memory"><option value="active">active, by allocation</option><option value="roles">active, by role</option><option value="pools">active, by memory pool (incl. private pools)</option><option value="segments">reserved, by segment</option></select></label>
       <span class="role-legend"></span>
-      <label title="How many allocations are drawn on their own; the rest merge into the grey bands">Detail
+      <label title="How many allocations are drawn on their own; the rest are merged, by call site for the sites with the most">Detail
         <select class="detail" aria-label="Detail">${[50, 150, 500, 2000].map(n => `<option ${n === 500 ? 'selected' : ''}>${n}</option>`).join('')}</select></label>
       <button class="action back" disabled>Zoom out</button>
       <button class="action reset" disabled>Reset zoom</button>
