@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "snapshot/snapshot.h"
+#include "viewer/call_sites.h"
 #include "web/json_text.h"
 
 namespace memsnap::web {
@@ -142,13 +143,36 @@ json segments_json(const std::vector<SnapshotSegment>& all, std::optional<int64_
           {"states", {"active_allocated", "active_pending_free", "inactive"}}};
 }
 
+namespace {
+
+// The call site of each stack that holds a live block (by stack index), so the page can colour
+// blocks as the timeline colours bands.
+json block_sites_json(const Snapshot& snapshot, const std::vector<SnapshotSegment>& segments, std::optional<int64_t> device) {
+  CallSites sites(snapshot);
+  json out = json::object();
+  for (const SnapshotSegment& s : segments) {
+    if (device && s.device != *device) continue;
+    for (const SnapshotBlock& b : s.blocks) {
+      if (b.state == BlockState::kInactive || b.stack == kNoStackIndex) continue;
+      const std::string key = std::to_string(b.stack);
+      if (!out.contains(key)) out[key] = sites.label(sites.of(b.stack));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 json segments_json(const Snapshot& snapshot, std::optional<int64_t> device) {
-  return segments_json(snapshot.segments, device);
+  json out = segments_json(snapshot.segments, device);
+  out["sites"] = block_sites_json(snapshot, snapshot.segments, device);
+  return out;
 }
 
 json state_json(const Snapshot& snapshot, const StateAfterEntry& state) {
   const TraceEntry& entry = snapshot.device_traces[static_cast<size_t>(state.device)][state.entry];
   json out = segments_json(state.segments, std::nullopt);
+  out["sites"] = block_sites_json(snapshot, state.segments, std::nullopt);
   out["device"] = state.device;
   out["event"] = state.entry;
   out["events"] = snapshot.device_traces[static_cast<size_t>(state.device)].size();

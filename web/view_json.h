@@ -27,7 +27,8 @@ nlohmann::json snapshot_summary_json(const StoredSnapshot& stored);
 // (their bytes stay in their parent's).
 nlohmann::json flamegraph_json(const FlameTree& tree, double min_share);
 
-// Every segment with its blocks as [offset, size, requested_size, state, stack, history_count].
+// Every segment with its blocks as [offset, size, requested_size, state, stack, history_count,
+// last_holder]; `sites`: the call site of each stack that holds a live block, by stack index.
 nlohmann::json segments_json(const Snapshot& snapshot, std::optional<int64_t> device);
 nlohmann::json segments_json(const std::vector<SnapshotSegment>& segments, std::optional<int64_t> device);
 // The allocator's state after one trace entry: its segments as segments_json gives them, the

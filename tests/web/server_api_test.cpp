@@ -1,5 +1,9 @@
 // The JSON API through a real HTTP client: every route's status, content type and shape, and
 // that the answers are the analyses the CLI gives.
+#include <map>
+#include <set>
+#include <string>
+
 #include <nlohmann/json.hpp>
 
 #include "server_test_support.h"
@@ -114,6 +118,36 @@ TEST_F(ServerApi, SegmentsBlocksAndStacks) {
     }
   }
   FAIL() << "no block with a stack";
+}
+
+// Segments can be coloured as the timeline colours its bands: each live block's stack has its
+// call site, the label the timeline gives a band of the same stack.
+TEST_F(ServerApi, SegmentsNameEachLiveBlocksCallSiteAsTheTimelineDoes) {
+  const json segments = get_json("/api/snapshots/1/segments");
+  const json timeline = get_json("/api/snapshots/1/timeline?bands=2000");
+  std::map<int64_t, std::string> band_labels;
+  for (const json& band : timeline["bands"]) band_labels[band["stack"].get<int64_t>()] = band["label"];
+  size_t live = 0, compared = 0;
+  for (const json& s : segments["segments"])
+    for (const json& b : s["blocks"]) {
+      if (b[3].get<int>() == 2 || b[4].get<int64_t>() < 0) continue;
+      ++live;
+      const std::string stack = b[4].dump();
+      ASSERT_TRUE(segments["sites"].contains(stack)) << "stack " << stack;
+      if (const auto it = band_labels.find(b[4].get<int64_t>()); it != band_labels.end()) {
+        EXPECT_EQ(segments["sites"][stack], it->second) << "stack " << stack;
+        ++compared;
+      }
+    }
+  EXPECT_GT(live, 0u);
+  EXPECT_GT(compared, 0u) << "some live block's stack also has a band";
+  EXPECT_EQ(segments["sites"].size(), std::set<std::string>([&] {
+              std::set<std::string> stacks;
+              for (const json& s : segments["segments"])
+                for (const json& b : s["blocks"])
+                  if (b[3].get<int>() != 2 && b[4].get<int64_t>() >= 0) stacks.insert(b[4].dump());
+              return stacks;
+            }()).size()) << "only the stacks of live blocks";
 }
 
 TEST_F(ServerApi, TimelineIsDownsampledAndZooms) {

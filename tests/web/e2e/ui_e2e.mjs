@@ -110,6 +110,17 @@ await runChecked({ browser, server, problems, current }, async () => {
     await page.waitForFunction(() => document.querySelector('#pinned .frames')?.innerText.includes('/'));
     await shot('segments-pinned');
     await page.click('#pinned .close');
+    // Coloured by call site, an allocated block takes the colour the Timeline gives its site.
+    const pixel = () => page.evaluate(([x, y]) => {
+      const c = document.querySelector('.scroll-box canvas'), r = window.devicePixelRatio || 1;
+      return [...c.getContext('2d').getImageData(Math.round(x * r), Math.round(y * r), 1, 1).data].join(',');
+    }, [256, 30]);
+    const byState = await pixel();
+    await page.selectOption('select.colour', 'site');
+    await page.waitForFunction(() => /each call site/.test(document.querySelector('.state-legend')?.textContent));
+    assert.notEqual(await pixel(), byState, 'an allocated block in its call site\'s colour');
+    await shot('segments-by-site');
+    await page.selectOption('select.colour', 'state');
     await page.waitForSelector('#pinned', { state: 'hidden' });
     // At event: the segments as they were after an early event, then the final state again.
     const finalCounts = await page.locator('.counts').innerText();

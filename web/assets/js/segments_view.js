@@ -1,18 +1,23 @@
-// Segments: every segment a bar of its blocks, lowest address on the left, coloured by state,
-// bar length proportional to the segment's size. Only the rows in sight are drawn, so 100,000
+// Segments: every segment a bar of its blocks, lowest address on the left, coloured by state
+// (or allocated blocks by call site, as the Timeline colours its bands), bar length
+// proportional to the segment's size. Only the rows in sight are drawn, so 100,000
 // blocks stay responsive. Hover a block for its stack and the history of its bytes; click to
 // pin it. "At event" shows the segments as they were right after any event of the trace
 // (rebuilt by the server's replay; the slider and the arrow keys step through events).
 import { api } from './api.js';
-import { counted, escapeHtml, hex, humanBytes, legendHtml, percent, stableHash, stateColours } from './format.js';
+import { counted, escapeHtml, hex, humanBytes, legendHtml, percent, siteColour, stableHash, stateColours } from './format.js';
 import { framesHtml, hideTooltip, loading, pinStacks, searchBox, prepareCanvas, redrawOnResize, showTooltip } from './ui.js';
 
 const ROW = 20, LABEL = 250;
 const stateNames = ['active_allocated', 'active_pending_free', 'inactive'];
 
 const allocatedShades = new Map();  // by stack: 100,000 blocks share a few hundred stacks
-function blockColour(state, stack) {
+// A block's colour: by its state, an allocated block a shade of orange by its stack; or, with
+// `sites` (stack -> call site), an allocated block in its call site's colour, as the Timeline
+// draws it.
+function blockColour(state, stack, sites = null) {
   if (state !== 0) return stateColours[stateNames[state]];
+  if (sites) return siteColour(sites[stack] || '');
   let shade = allocatedShades.get(stack);
   if (!shade) {
     const jitter = (stableHash(String(stack)) % 1000) / 1000;  // neighbours differ, a stack keeps its shade
@@ -56,8 +61,10 @@ export async function renderSegments(container, { snapshot, atEntry = null }) {
         <option value="address">by address</option><option value="size">largest first</option><option value="free">most free first</option></select></label>
       <label>Bars <select class="scale" aria-label="Bar length">
         <option value="proportional">proportional to size</option><option value="full">each full width</option></select></label>
+      <label title="Allocated blocks in one colour by state, or each in its call site's colour, as the Timeline draws its bands">Colour
+        <select class="colour" aria-label="Colour"><option value="state">by state</option><option value="site">by call site</option></select></label>
       <span class="hint counts">${counted(data.segments.length, 'segment')} · ${counted(data.blocks, 'block')}</span>
-      ${legendHtml([[blockColour(0, 0), 'allocated'], [stateColours.active_pending_free, 'freed, pending stream use'], [stateColours.inactive, 'free (cached)']])}
+      <span class="state-legend"></span>
     </div>
     ${at.events > 0 ? `<div class="toolbar at-event-bar">
       <label title="The segments right after this event of device ${at.device}'s trace">At event
@@ -83,7 +90,13 @@ export async function renderSegments(container, { snapshot, atEntry = null }) {
     draw();
   });
 
+  // By call site: allocated blocks in their sites' colours (the sites of the state shown).
+  const sitesShown = () => container.querySelector('.colour').value === 'site' ? data.sites || {} : null;
   const arrange = () => {
+    container.querySelector('.state-legend').innerHTML = legendHtml([
+      ...(sitesShown() ? [] : [[blockColour(0, 0), 'allocated']]),
+      [stateColours.active_pending_free, 'freed, pending stream use'], [stateColours.inactive, 'free (cached)']]) +
+      (sitesShown() ? '<span class="hint">allocated: each call site in its Timeline colour</span>' : '');
     const device = container.querySelector('.device')?.value ?? '';
     const pool = container.querySelector('.pool')?.value ?? '';
     rows = data.segments.filter(s => (device === '' || String(s.device) === device) && (pool === '' || poolKey(s) === pool));
@@ -104,6 +117,7 @@ export async function renderSegments(container, { snapshot, atEntry = null }) {
 
   function draw() {
     const { width, height, barWidth } = geometry();
+    const sites = sitesShown();
     spacer.style.height = `${Math.max(0, rows.length * ROW + 4 - height)}px`;
     const context = prepareCanvas(canvas, width, height);
     const first = Math.floor(box.scrollTop / ROW), shift = box.scrollTop - first * ROW;
@@ -117,7 +131,7 @@ export async function renderSegments(container, { snapshot, atEntry = null }) {
       s.blocks.forEach(([offset, size, , state, stack, , lastHolder], b) => {
         const faded = found && found.stacks.size > 0 && !found.stacks.has(stack) && !found.stacks.has(lastHolder);
         context.globalAlpha = faded ? 0.18 : 1;
-        context.fillStyle = blockColour(state, stack);
+        context.fillStyle = blockColour(state, stack, sites);
         const w = size * scale;
         context.fillRect(LABEL + offset * scale, y + 2, Math.max(w - (w > 4 ? 1 : 0), 0.6), ROW - 4);
         context.globalAlpha = 1;
