@@ -29,8 +29,8 @@ constexpr std::array<std::string_view, 10> kNoiseFunctions = {
     "torch::autograd::Engine::thread_init", "torch::autograd::Engine::thread_main"};
 // C functions that start a process or a thread, by their whole name (with an offset or a
 // parameter list at most): common words, so never matched inside other names.
-constexpr std::array<std::string_view, 9> kStartFunctions = {
-    "_start", "__libc_start_call_main", "start_thread", "__clone", "__clone3", "clone", "clone3",
+constexpr std::array<std::string_view, 8> kStartFunctions = {
+    "_start", "__libc_start_call_main", "start_thread", "__clone", "__clone3", "clone3",
     "pthread_condattr_setpshared", "execute_native_thread_routine"};
 // Unsymbolized frames ("module+0xoffset") of the C library, the loader and the Python
 // interpreter's own binary or library: process and thread start-up, and the interpreter loop.
@@ -73,6 +73,8 @@ bool is_unsymbolized_in(std::string_view function, std::string_view module) {
 }
 
 bool is_start_function(std::string_view function) {
+  // Older C libraries start threads in clone(); a C++ function of that name has parameters.
+  if (function == "clone" || starts_with(function, "clone+0x")) return true;
   for (std::string_view name : kStartFunctions)
     if (starts_with(function, name) &&
         (function.size() == name.size() || starts_with(function.substr(name.size()), "+0x") || function[name.size()] == '('))

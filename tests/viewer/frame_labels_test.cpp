@@ -116,7 +116,7 @@ TEST(FrameLabels, BackwardAllocationsAreNamedByTheirForwardCall) {
 TEST(FrameLabels, ProcessAndThreadStartFramesFoldAway) {
   memsnap::Snapshot s;
   const std::vector<std::string> start = {
-      "_start", "_start+0x24", "__libc_start_call_main", "libc.so.6+0x2a1c9", "__clone3", "__clone+0x44",
+      "_start", "_start+0x24", "__libc_start_call_main", "libc.so.6+0x2a1c9", "__clone3", "__clone+0x44", "clone+0x43",
       "start_thread", "pthread_condattr_setpshared+0x1b0", "execute_native_thread_routine",
       "std::thread::_State_impl<std::thread::_Invoker<std::tuple<void (torch::autograd::Engine::*)(), torch::autograd::Engine*> > >::_M_run()",
       "torch::autograd::Engine::thread_init(int, std::shared_ptr<torch::autograd::ReadyQueue> const&, bool)",
@@ -126,7 +126,7 @@ TEST(FrameLabels, ProcessAndThreadStartFramesFoldAway) {
     EXPECT_TRUE(memsnap::frame_is_noise({function, "", 0})) << function;
   }
   // Names that only contain such a word are the user's.
-  for (const char* function : {"restart_thread_pool", "my::clone", "cloned_weights", "python3_loader::load+0x10",
+  for (const char* function : {"restart_thread_pool", "my::clone", "cloned_weights", "python3_loader::load+0x10", "clone(Model const&)",
                                       "at::native::clone(at::Tensor const&, std::optional<c10::MemoryFormat>)"}) {
     EXPECT_FALSE(memsnap::frame_is_noise({function, "", 0})) << function;
   }
