@@ -13,6 +13,7 @@
 #include "history/history_recorder.h"
 #include "snapshot/snapshot_builder.h"
 #include "snapshot/snapshot_loader.h"
+#include "tests/test_snapshots.h"
 #include "replay/recorded_config.h"
 #include "replay/snapshot_replay_report.h"
 
@@ -21,11 +22,6 @@ namespace {
 
 constexpr size_t kMiB = 1 << 20;
 
-Snapshot load(const std::string& name) {
-  Result<LoadedSnapshot> loaded = load_snapshot(std::string(MEMSNAP_TEST_DATA_DIR "/") + name);
-  EXPECT_TRUE(loaded.ok()) << name << ": " << loaded.error();
-  return loaded.ok() ? loaded.value().snapshot : Snapshot{};
-}
 
 SnapshotReplay replay_recorded(const Snapshot& snapshot) {
   SnapshotReplayOptions options;
@@ -63,7 +59,7 @@ TEST(SnapshotReplay, PyTorchRecordingsAreReproducedExactly) {
   for (const char* name : {"pytorch-2.11/mlp_train.pickle", "pytorch-2.11/two_streams.pickle",
                            "pytorch-2.11-h100/transformer_s0.pickle.gz",
                            "pytorch-2.11-h100/oom_all_stacks.pickle", "pytorch-2.11-h100/frag_oom.pickle"}) {
-    const SnapshotReplay replay = replay_recorded(load(name));
+    const SnapshotReplay replay = replay_recorded(testing::load_test_snapshot(name));
     expect_exact(replay, name);
     EXPECT_TRUE(replay.devices[0].start.empty()) << name;  // these traces begin at an empty device
   }
@@ -80,7 +76,7 @@ const char* const kPoolRecordings[] = {
 TEST(SnapshotReplay, PyTorchPrivatePoolsAreReproducedExactly) {
   for (const char* scenario : kPoolRecordings) {
     const std::string name = std::string("pytorch-2.11-pools/") + scenario + ".pickle";
-    expect_exact(replay_recorded(load(name)), name);
+    expect_exact(replay_recorded(testing::load_test_snapshot(name)), name);
   }
 }
 
@@ -90,7 +86,7 @@ TEST(SnapshotReplay, PrivatePoolTracesCutAtEveryEventAreReplayedFromTheReconstru
   for (const char* scenario : kPoolRecordings) {
     if (std::string(scenario) == "expandable_capture") continue;
     const std::string name = std::string("pytorch-2.11-pools/") + scenario + ".pickle";
-    const Snapshot full = load(name);
+    const Snapshot full = testing::load_test_snapshot(name);
     for (size_t cut = 0; cut < full.device_traces[0].size(); ++cut) {
       expect_exact(replay_recorded(without_first_events(full, cut)),
                    name + " without its first " + std::to_string(cut) + " events");
@@ -102,7 +98,7 @@ TEST(SnapshotReplay, PrivatePoolTracesCutAtEveryEventAreReplayedFromTheReconstru
 TEST(SnapshotReplay, PyTorchRingBufferThatWrappedOverTwoStreamsIsReproduced) {
   // Recorded on the H100 with max_entries=700 over 120 steps: side stream, record_stream,
   // empty_cache. The trace begins mid-run, so the start state is rebuilt.
-  const SnapshotReplay replay = replay_recorded(load("pytorch-2.11-h100/streams_wrapped.pickle"));
+  const SnapshotReplay replay = replay_recorded(testing::load_test_snapshot("pytorch-2.11-h100/streams_wrapped.pickle"));
   expect_exact(replay, "streams_wrapped");
   ASSERT_EQ(replay.devices.size(), 1u);
   EXPECT_EQ(replay.devices[0].start.segments.size(), 10u);
@@ -115,7 +111,7 @@ TEST(SnapshotReplay, PyTorchTrainingOnMemsnapsAllocatorIsReproduced) {
   // A transformer trained by PyTorch 2.11 on the H100 through libmemsnap_torch.so, recorded
   // with C++ stacks (bench/torch_training_compare.py --snapshot): 90,951 events.
   const SnapshotReplay replay =
-      replay_recorded(load("pytorch-2.11-h100/memsnap_plugin_transformer.msgpack.gz"));
+      replay_recorded(testing::load_test_snapshot("pytorch-2.11-h100/memsnap_plugin_transformer.msgpack.gz"));
   expect_exact(replay, "memsnap_plugin_transformer");
   ASSERT_EQ(replay.devices.size(), 1u);
   EXPECT_EQ(replay.devices[0].events, 90951u);
@@ -123,7 +119,7 @@ TEST(SnapshotReplay, PyTorchTrainingOnMemsnapsAllocatorIsReproduced) {
 }
 
 TEST(SnapshotReplay, TheRecordedOutOfMemoryErrorHappensAgain) {
-  const SnapshotReplay replay = replay_recorded(load("pytorch-2.11-h100/oom_all_stacks.pickle"));
+  const SnapshotReplay replay = replay_recorded(testing::load_test_snapshot("pytorch-2.11-h100/oom_all_stacks.pickle"));
   ASSERT_EQ(replay.devices.size(), 1u);
   EXPECT_EQ(replay.devices[0].recorded_ooms, 1u);
   EXPECT_EQ(replay.devices[0].reproduced_ooms, 1u);
@@ -133,7 +129,7 @@ TEST(SnapshotReplay, TheRecordedOutOfMemoryErrorHappensAgain) {
 
 TEST(SnapshotReplay, TracesCutAtEveryEventAreReplayedFromTheReconstructedState) {
   for (const char* name : {"pytorch-2.11/mlp_train.pickle", "pytorch-2.11/two_streams.pickle"}) {
-    const Snapshot full = load(name);
+    const Snapshot full = testing::load_test_snapshot(name);
     size_t reconstructed = 0;
     for (size_t cut = 0; cut < full.device_traces[0].size(); ++cut) {
       const SnapshotReplay replay = replay_recorded(without_first_events(full, cut));
@@ -146,7 +142,7 @@ TEST(SnapshotReplay, TracesCutAtEveryEventAreReplayedFromTheReconstructedState) 
 }
 
 TEST(SnapshotReplay, ALongTraceCutAnywhereIsStillExact) {
-  const Snapshot full = load("pytorch-2.11-h100/transformer_s0.pickle.gz");
+  const Snapshot full = testing::load_test_snapshot("pytorch-2.11-h100/transformer_s0.pickle.gz");
   const size_t events = full.device_traces[0].size();
   for (size_t i = 1; i < 40; ++i) {
     const size_t cut = events * i / 40 + i;  // odd places: mid-step, mid-free
@@ -246,14 +242,14 @@ TEST(SnapshotReplay, PyTorchExpandableSegmentsAreReproducedExactly) {
   for (const char* name : {"pytorch-2.11-h100/expandable_streams.pickle",
                            "pytorch-2.11-h100/expandable_frag.pickle",
                            "pytorch-2.11-h100/transformer_expandable.msgpack.gz"}) {
-    const SnapshotReplay replay = replay_recorded(load(name));
+    const SnapshotReplay replay = replay_recorded(testing::load_test_snapshot(name));
     expect_exact(replay, name);
     EXPECT_EQ(replay.config, "expandable_segments:True") << name;
     EXPECT_GT(replay.devices[0].recorded_segment_allocs.size(), 1u) << name;
     EXPECT_EQ(replay.devices[0].replayed_segment_frees, replay.devices[0].recorded_segment_frees)
         << name;
   }
-  const SnapshotReplay replay = replay_recorded(load("pytorch-2.11/expandable_segments.pickle"));
+  const SnapshotReplay replay = replay_recorded(testing::load_test_snapshot("pytorch-2.11/expandable_segments.pickle"));
   expect_exact(replay, "expandable_segments");
   EXPECT_EQ(replay.config, "expandable_segments:True");
   const DeviceReplay& d = replay.devices[0];
@@ -296,7 +292,7 @@ TEST(SnapshotReplay, ExpandablePagesMappedBeforeTheTraceBeganAreReported) {
 }
 
 TEST(SnapshotReplay, ALostEventIsReportedNotSilentlySimulated) {
-  Snapshot snapshot = load("pytorch-2.11/mlp_train.pickle");
+  Snapshot snapshot = testing::load_test_snapshot("pytorch-2.11/mlp_train.pickle");
   auto& trace = snapshot.device_traces[0];
   // Drop an allocation from the middle: its free then frees nothing the replay knows.
   for (size_t i = trace.size() / 2; i < trace.size(); ++i)
@@ -311,7 +307,7 @@ TEST(SnapshotReplay, ALostEventIsReportedNotSilentlySimulated) {
 }
 
 TEST(SnapshotReplay, OtherSettingsReplayAndReportTheRequiredFields) {
-  const Snapshot snapshot = load("pytorch-2.11-h100/transformer_s0.pickle.gz");
+  const Snapshot snapshot = testing::load_test_snapshot("pytorch-2.11-h100/transformer_s0.pickle.gz");
   SnapshotReplayOptions options;
   options.config = parse_allocator_config("max_split_size_mb:64,roundup_power2_divisions:4").value();
   Result<SnapshotReplay> replay = replay_snapshot(snapshot, options);

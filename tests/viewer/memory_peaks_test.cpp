@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "snapshot/snapshot_loader.h"
+#include "tests/test_snapshots.h"
 #include "viewer/snapshot_stats.h"
 #include "viewer/timeline.h"
 
@@ -13,11 +14,6 @@ namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
 
-Snapshot load(const std::string& name) {
-  Result<LoadedSnapshot> loaded = load_snapshot(std::string(MEMSNAP_TEST_DATA_DIR "/") + name);
-  EXPECT_TRUE(loaded.ok()) << name << ": " << loaded.error();
-  return loaded.ok() ? loaded.value().snapshot : Snapshot{};
-}
 
 SnapshotBlock block(uint64_t address, uint64_t size, uint64_t requested, BlockState state) {
   SnapshotBlock b;
@@ -116,7 +112,7 @@ TEST(MemoryPeaks, EqualTheTimelinesPeaksOnRealPickles) {
                            "pytorch-2.11-h100/expandable_streams.pickle", "pytorch-2.11-pools/two_graphs.pickle",
                            "pytorch-2.11/mlp_train.pickle", "pytorch-2.11/expandable_segments.pickle"}) {
     SCOPED_TRACE(name);
-    const Snapshot snapshot = load(name);
+    const Snapshot snapshot = testing::load_test_snapshot(name);
     const MemoryPeaks peaks = compute_peaks(snapshot);
     ASSERT_FALSE(peaks.traces.empty());
     EXPECT_TRUE(peaks.statistics.empty());  // PyTorch's pickles hold no allocator statistics
@@ -138,10 +134,10 @@ TEST(MemoryPeaks, EqualTheTimelinesPeaksOnRealPickles) {
 // wrapped with ~105 MiB live at each step's start, so its trace began with memory in use; every
 // segment of predating_segments was made before the trace, which reserves nothing new.
 TEST(MemoryPeaks, KnowWhatWasThereBeforeTheTraceOnRecordedRuns) {
-  const TracePeaks wrapped = compute_peaks(load("pytorch-2.11-h200/wrapped_decoder.pickle")).traces.at(0);
+  const TracePeaks wrapped = compute_peaks(testing::load_test_snapshot("pytorch-2.11-h200/wrapped_decoder.pickle")).traces.at(0);
   EXPECT_GE(wrapped.in_use_at_start, 104 * kMiB);
   EXPECT_GT(wrapped.in_use_bytes, wrapped.in_use_at_start);
-  const Snapshot predating_snapshot = load("pytorch-2.11-h200/predating_segments.pickle");
+  const Snapshot predating_snapshot = testing::load_test_snapshot("pytorch-2.11-h200/predating_segments.pickle");
   const TracePeaks predating = compute_peaks(predating_snapshot).traces.at(0);
   EXPECT_FALSE(predating.reserved_entry.has_value());
   EXPECT_EQ(predating.reserved_bytes, compute_stats(predating_snapshot).totals.reserved_bytes);
@@ -151,7 +147,7 @@ TEST(MemoryPeaks, KnowWhatWasThereBeforeTheTraceOnRecordedRuns) {
 // A memsnap snapshot holds the process's statistics: its active peak (block bytes, all of the
 // process's life) bounds the trace's in-use peak (requested bytes of the trace's window).
 TEST(MemoryPeaks, StatisticsBoundTheTracesPeakInAMemsnapSnapshot) {
-  const Snapshot snapshot = load("pytorch-2.11-h100/memsnap_plugin_transformer.msgpack.gz");
+  const Snapshot snapshot = testing::load_test_snapshot("pytorch-2.11-h100/memsnap_plugin_transformer.msgpack.gz");
   const MemoryPeaks peaks = compute_peaks(snapshot);
   ASSERT_FALSE(peaks.statistics.empty());
   ASSERT_FALSE(peaks.traces.empty());

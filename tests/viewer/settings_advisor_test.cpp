@@ -15,15 +15,11 @@
 #include "replay/snapshot_replay.h"
 #include "snapshot/snapshot_builder.h"
 #include "snapshot/snapshot_loader.h"
+#include "tests/test_snapshots.h"
 
 namespace memsnap {
 namespace {
 
-Snapshot load(const std::string& name) {
-  auto loaded = load_snapshot(std::string(MEMSNAP_TEST_DATA_DIR) + "/" + name);
-  EXPECT_TRUE(loaded) << loaded.error();
-  return loaded ? std::move(loaded).value().snapshot : Snapshot{};
-}
 
 TEST(SettingsAdvisor, CandidatesAreDistinctValidSettings) {
   const std::vector<std::string> candidates = tune_candidates();
@@ -33,7 +29,7 @@ TEST(SettingsAdvisor, CandidatesAreDistinctValidSettings) {
 }
 
 TEST(SettingsAdvisor, RanksWorkingSettingsByPeakReservedWithReplayedFigures) {
-  const Snapshot s = load("pytorch-2.11-h100/transformer_s0.pickle.gz");
+  const Snapshot s = testing::load_test_snapshot("pytorch-2.11-h100/transformer_s0.pickle.gz");
   const auto advice = tune_settings(s);
   ASSERT_TRUE(advice) << advice.error();
   ASSERT_TRUE(advice->recorded);
@@ -58,7 +54,7 @@ TEST(SettingsAdvisor, RanksWorkingSettingsByPeakReservedWithReplayedFigures) {
 }
 
 TEST(SettingsAdvisor, FindsTheSettingThatAvoidsARecordedFragmentationOom) {
-  const auto advice = tune_settings(load("pytorch-2.11-h100/frag_oom.pickle"));
+  const auto advice = tune_settings(testing::load_test_snapshot("pytorch-2.11-h100/frag_oom.pickle"));
   ASSERT_TRUE(advice) << advice.error();
   EXPECT_TRUE(advice->recorded_oom);
   ASSERT_TRUE(advice->recorded);
@@ -111,7 +107,7 @@ TEST(SettingsAdvisor, ARealRunWhoseSegmentsPredateTheTraceCannotBeJudged) {
   // Recorded on an H200 with PyTorch's allocator: the trace reuses segments made before it and
   // needs none. Some settings would need one on top of those segments; none can look better,
   // so "keep" would be a verdict the data cannot support.
-  const auto advice = tune_settings(load("pytorch-2.11-h200/predating_segments.pickle"));
+  const auto advice = tune_settings(testing::load_test_snapshot("pytorch-2.11-h200/predating_segments.pickle"));
   ASSERT_TRUE(advice) << advice.error();
   ASSERT_TRUE(advice->recorded);
   EXPECT_EQ(advice->recorded->device_mallocs, 0);
@@ -126,7 +122,7 @@ TEST(SettingsAdvisor, ARealRunWhoseSegmentsPredateTheTraceCannotBeJudged) {
 TEST(SettingsAdvisor, AVerdictOnATraceThatBeganMidRunSaysWhatItCovers) {
   // streams_wrapped.pickle: 154 of its 158 MiB peak was reserved before the trace began;
   // every replay keeps those segments as recorded, so the comparison covers the other 4 MiB.
-  const auto advice = tune_settings(load("pytorch-2.11-h100/streams_wrapped.pickle"));
+  const auto advice = tune_settings(testing::load_test_snapshot("pytorch-2.11-h100/streams_wrapped.pickle"));
   ASSERT_TRUE(advice) << advice.error();
   EXPECT_EQ(advice->reserved_before_trace_bytes, 154u << 20);
   EXPECT_EQ(advice->verdict, TuneVerdict::kKeep);

@@ -7,20 +7,16 @@
 
 #include "replay/recorded_config.h"
 #include "snapshot/snapshot_loader.h"
+#include "tests/test_snapshots.h"
 
 namespace memsnap {
 namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
 
-Snapshot load(const std::string& name) {
-  auto loaded = load_snapshot(std::string(MEMSNAP_TEST_DATA_DIR) + "/pytorch-2.11-pools/" + name);
-  EXPECT_TRUE(loaded) << loaded.error();
-  return loaded ? std::move(loaded).value().snapshot : Snapshot{};
-}
 
 TEST(SharedGraphPool, ReservesWhatPyTorchReservedWithTheGraphsSharingOnePool) {
-  const Snapshot apart = load("two_graphs.pickle");
+  const Snapshot apart = testing::load_test_snapshot("pytorch-2.11-pools/two_graphs.pickle");
   const std::optional<SharedGraphPool> shared =
       replay_with_one_graph_pool(apart, 0, apart.device_traces[0].size(), recorded_allocator_config(apart).value());
   ASSERT_TRUE(shared.has_value());
@@ -32,7 +28,7 @@ TEST(SharedGraphPool, ReservesWhatPyTorchReservedWithTheGraphsSharingOnePool) {
 }
 
 TEST(SharedGraphPool, OneGraphPoolHasNothingToShare) {
-  const Snapshot one = load("shared_pool.pickle");
+  const Snapshot one = testing::load_test_snapshot("pytorch-2.11-pools/shared_pool.pickle");
   EXPECT_FALSE(replay_with_one_graph_pool(one, 0, one.device_traces[0].size(), recorded_allocator_config(one).value()));
 }
 

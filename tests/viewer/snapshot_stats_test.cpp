@@ -4,22 +4,18 @@
 #include <gtest/gtest.h>
 
 #include "snapshot/snapshot_loader.h"
+#include "tests/test_snapshots.h"
 
 namespace memsnap {
 namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
 
-Snapshot load(const std::string& name) {
-  Result<LoadedSnapshot> loaded = load_snapshot(std::string(MEMSNAP_TEST_DATA_DIR "/") + name);
-  EXPECT_TRUE(loaded.ok()) << name << ": " << loaded.error();
-  return loaded.ok() ? loaded.value().snapshot : Snapshot{};
-}
 
 // Two graphs' pools at the OOM of bench/make_pytorch_pool_snapshots.py pool_oom: each holds a
 // 384 MiB free block and a 128 MiB output; PyTorch's snapshot names them (1,0) and (2,0).
 TEST(SnapshotStats, PrivatePoolsAreTotalledAndNamed) {
-  const Snapshot snapshot = load("pytorch-2.11-pools/pool_oom.pickle");
+  const Snapshot snapshot = testing::load_test_snapshot("pytorch-2.11-pools/pool_oom.pickle");
   const SnapshotStats stats = compute_stats(snapshot);
   ASSERT_EQ(stats.by_pool.size(), 3u);
   EXPECT_TRUE(stats.by_pool[0].pool.is_global());
@@ -39,7 +35,7 @@ TEST(SnapshotStats, PrivatePoolsAreTotalledAndNamed) {
 }
 
 TEST(SnapshotStats, AMemPoolIsNamedAsOne) {
-  const Snapshot snapshot = load("pytorch-2.11-pools/mempool.pickle");
+  const Snapshot snapshot = testing::load_test_snapshot("pytorch-2.11-pools/mempool.pickle");
   const SnapshotStats stats = compute_stats(snapshot);
   ASSERT_EQ(stats.by_pool.size(), 2u);
   EXPECT_EQ(pool_display_name(stats.by_pool[1].pool), "MemPool (0,1)");
@@ -47,7 +43,7 @@ TEST(SnapshotStats, AMemPoolIsNamedAsOne) {
 }
 
 TEST(SnapshotStats, WithoutPrivatePoolsThereIsNoPoolTable) {
-  const Snapshot snapshot = load("pytorch-2.11/two_streams.pickle");
+  const Snapshot snapshot = testing::load_test_snapshot("pytorch-2.11/two_streams.pickle");
   const SnapshotStats stats = compute_stats(snapshot);
   ASSERT_EQ(stats.by_pool.size(), 1u);
   EXPECT_EQ(stats_to_text(stats, snapshot).find("by memory pool"), std::string::npos);
