@@ -17,10 +17,5 @@ if (( $# < 3 )); then
 fi
 memsnap=$1 memory_viz=$2
 shift 2
-modules="$root/build/bench-web-node"
-if [[ ! -d "$modules/node_modules/esbuild" ]] || ! cmp -s "$root/bench/web_first_view/package-lock.json" "$modules/package-lock.json"; then
-  mkdir -p "$modules"
-  cp "$root/bench/web_first_view/package.json" "$root/bench/web_first_view/package-lock.json" "$modules/"
-  (cd "$modules" && npm ci --no-audit --no-fund --loglevel=error)
-fi
-exec node "$root/bench/web_first_view/web_first_view.mjs" "$memsnap" "$memory_viz" "$modules/node_modules" "$rounds" "$@"
+modules=$(bash "$root/bench/web_first_view/node_modules.sh")
+exec node "$root/bench/web_first_view/web_first_view.mjs" "$memsnap" "$memory_viz" "$modules" "$rounds" "$@"
