@@ -11,7 +11,6 @@
 #include <optional>
 #include <type_traits>
 #include <unordered_map>
-#include <unordered_set>
 
 namespace memsnap {
 namespace {
@@ -359,19 +358,20 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
         }
       },
       [](int64_t) {}, [](uint64_t, uint64_t) {});
-  std::vector<Allocation> bands = at_peak.best_first();
-  std::unordered_set<uint64_t> taken;
-  for (const Allocation& a : bands) taken.insert(a.id);
-  const size_t peak_bands = bands.size();
-  for (const Allocation& a : by_area.best_first())
-    if (bands.size() - peak_bands < options.max_bands - peak_bands && !taken.count(a.id)) {
-      bands.push_back(a);
-      taken.insert(a.id);
-    }
   // Allocations are numbered in the order a walk meets them, the same in every walk.
   std::vector<bool> is_band(out.allocations, false);
-  for (const Allocation& a : bands)
+  const auto take = [&](const Allocation& a) {
     if (a.id < is_band.size()) is_band[a.id] = true;
+  };
+  const auto has_band = [&](const Allocation& a) { return a.id < is_band.size() && is_band[a.id]; };
+  std::vector<Allocation> bands = at_peak.best_first();
+  for (const Allocation& a : bands) take(a);
+  const size_t peak_bands = bands.size();
+  for (const Allocation& a : by_area.best_first())
+    if (bands.size() - peak_bands < options.max_bands - peak_bands && !has_band(a)) {
+      bands.push_back(a);
+      take(a);
+    }
   // The call sites with the most merged memory (their allocations' area less their bands').
   std::vector<int32_t> merged_site_of(site_area.size(), -1);
   if (by_site) {
@@ -517,7 +517,7 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
           };
           if (roles) add(by_role[static_cast<size_t>(roles->of(a.stack))]);
           if (pools) add(by_pool[index_of.at(pools->at(a.address))]);
-          if (!by_merged_site.empty() && !a.before_trace && !(a.id < is_band.size() && is_band[a.id])) {
+          if (!by_merged_site.empty() && !a.before_trace && !has_band(a)) {
             const uint32_t site = sites.of(a.stack);
             if (site < merged_site_of.size() && merged_site_of[site] >= 0) add(by_merged_site[static_cast<size_t>(merged_site_of[site])]);
           }

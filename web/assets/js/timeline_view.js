@@ -26,32 +26,23 @@ const mergedSiteColour = label => siteColour(label, 12);
 // The rest of the merged allocations: live before the trace, and made in it.
 const baseColour = 'rgb(168,178,194)', otherColour = 'rgb(212,212,212)';
 
-// The merged regions at sample i, bottom up: { kind: 'base' | 'site' | 'other', bottom, bytes,
-// label, colour }.
-function mergedAt(data, i) {
-  const regions = [{ kind: 'base', bottom: data.base_bottom[i], bytes: data.base_bytes[i], colour: baseColour }];
-  let bottom = data.sites_bottom[i];
-  data.merged_sites.forEach((label, k) => {
-    const bytes = data.merged_site_bytes[i][k];
-    regions.push({ kind: 'site', bottom, bytes, label, colour: data.merged_site_colours[k] });
-    bottom += bytes;
-  });
-  regions.push({ kind: 'other', bottom: data.other_bottom[i], bytes: data.other_bytes[i], colour: otherColour });
-  return regions;
-}
-
-// The merged regions as layers to draw, bottom up: [bottoms, bytes, colour], each per sample.
+// The merged regions as layers, bottom up, each per sample: { kind: 'base' | 'site' | 'other',
+// label, colour, bottoms, bytes }.
 function mergedLayers(data) {
-  const layers = [[data.base_bottom, data.base_bytes, baseColour]];
+  const layers = [{ kind: 'base', colour: baseColour, bottoms: data.base_bottom, bytes: data.base_bytes }];
   let bottoms = data.sites_bottom;
   data.merged_sites.forEach((label, k) => {
     const bytes = data.merged_site_bytes.map(row => row[k]);
-    layers.push([bottoms, bytes, data.merged_site_colours[k]]);
+    layers.push({ kind: 'site', label, colour: data.merged_site_colours[k], bottoms, bytes });
     bottoms = bottoms.map((b, i) => b + bytes[i]);
   });
-  layers.push([data.other_bottom, data.other_bytes, otherColour]);
-  return layers.filter(([, bytes]) => bytes.some(b => b > 0));
+  layers.push({ kind: 'other', colour: otherColour, bottoms: data.other_bottom, bytes: data.other_bytes });
+  return layers;
 }
+
+// The merged regions at sample i, bottom up: { kind, label, colour, bottom, bytes }.
+const mergedAt = (data, i) => data.merged_layers.map(({ kind, label, colour, bottoms, bytes }) =>
+  ({ kind, label, colour, bottom: bottoms[i], bytes: bytes[i] }));
 
 // What holds the peak by call site, bands and merged alike, the most first: [label, bytes, colour].
 function peakSites(data) {
@@ -221,7 +212,8 @@ export async function renderTimeline(container, { snapshot }) {
       // The merged allocations: live before the trace, above its bands; those made in it on top,
       // the largest call sites' apart. Written as bands too: a canvas path across the plot costs
       // its whole bounding box to fill.
-      for (const [bottoms, bytes, colour] of data.merged_layers) {
+      for (const { bottoms, bytes, colour } of data.merged_layers) {
+        if (!bytes.some(b => b > 0)) continue;
         const edges = new Float64Array(data.samples.length * 3);
         data.samples.forEach((s, i) => { edges[3 * i] = g.x(s); edges[3 * i + 1] = g.y(bottoms[i]); edges[3 * i + 2] = g.y(bottoms[i] + bytes[i]); });
         bands.push({ colour: found ? 'rgb(212,212,212)' : colour, alpha: found ? 0.5 : 1, edges });
