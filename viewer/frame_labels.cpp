@@ -193,7 +193,7 @@ std::string frame_label(const Frame& frame, const FrameFilter& filter) {
   std::string label;
   if (frame.function.empty()) {
     label = "??";
-  } else if (filter.keep_all) {
+  } else if (filter.keep_all || frame_is_python(frame)) {  // a Python name is never a C++ signature
     label = frame.function;
   } else if (frame_is_dispatcher(frame)) {
     const std::string op = operator_of(frame.function);

@@ -41,7 +41,7 @@ function renderSnapshotList() {
   const box = document.getElementById('snapshots');
   box.innerHTML = state.snapshots.map(s => `
     <span class="chip" role="radio" tabindex="0" aria-checked="${s.id === state.selected}" data-id="${s.id}"
-          title="${escapeHtml(s.name)} · ${s.format}${s.compressed ? ' (gzip)' : ''} · ${s.source}">
+          title="${escapeHtml(`${s.name} · ${s.format}${s.compressed ? ' (gzip)' : ''} · ${s.source}`)}">
       <span class="name">${escapeHtml(s.name)}</span>
       <span class="meta">${humanBytes(s.reserved_bytes)} · ${counted(s.events, 'event')}</span>
       <button class="close" aria-label="Close ${escapeHtml(s.name)}" data-close="${s.id}">×</button>
