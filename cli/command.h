@@ -3,13 +3,15 @@
 // throwing CommandError; main() turns it into one line on stderr and exit status 1.
 #pragma once
 
-#include <fstream>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 
 #include <CLI/CLI.hpp>
+
+#include "snapshot/output_file.h"
 
 namespace memsnap::cli {
 
@@ -50,26 +52,25 @@ CommandRunner add_record_command(CLI::App& app);
 // look like memsnap's options) off the command line before it is parsed. Other commands: nothing.
 void take_record_program(int& argc, char** argv);
 
-// Writes `text` to `path`, or to stdout when path is empty or "-". The file is written to a
-// temporary name and renamed, so a failure never leaves a partial file behind.
-void write_output(const std::string& path, const std::string& text);
-
-// The same, for output written as it is made (a 3M-event trace is hundreds of megabytes of
-// text): write() in pieces, then finish(), which renames the file into place. A writer that
-// is not finished (an error on the way) removes its temporary file.
+// Where a command's output goes: the file `path` (snapshot/output_file.h: written whole or not
+// at all, never through a planted link, a FIFO or device written through, a directory
+// refused), or standard output when path is empty or "-". Made before the command's work, so
+// a path that cannot be written fails at once. write() in pieces (a 3M-event trace is
+// hundreds of megabytes of text), then finish(); a writer that is not finished (an error on
+// the way) removes its temporary file and leaves the destination as it was.
 class OutputWriter {
  public:
   explicit OutputWriter(const std::string& path);
-  ~OutputWriter();
-  OutputWriter(const OutputWriter&) = delete;
-  OutputWriter& operator=(const OutputWriter&) = delete;
   void write(std::string_view text);
   void finish();
+  // write(text), then finish().
+  void write_all(std::string_view text) {
+    write(text);
+    finish();
+  }
 
  private:
-  std::string path_;
-  std::string temporary_;  // empty when writing to stdout, or once finished
-  std::ofstream file_;
+  std::optional<OutputFile> file_;  // none: standard output
 };
 
 }  // namespace memsnap::cli

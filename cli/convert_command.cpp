@@ -41,9 +41,9 @@ CommandRunner add_convert_command(CLI::App& app) {
       else
         throw CommandError(options->output + ": unknown output format (use .msgpack, .json or .pickle, or --to)");
     }
-    const LoadedSnapshot input = load_input(options->input);
     // Written as it is made: a large snapshot's file is never held whole.
     OutputWriter out(options->output);
+    const LoadedSnapshot input = load_input(options->input);
     const ByteSink sink = [&](std::string_view piece) { out.write(piece); };
     if (to == "json") {
       write_json(input.snapshot, sink);

@@ -30,13 +30,14 @@ CommandRunner add_explain_oom_command(CLI::App& app) {
   command->add_option("-o,--output", options->output, "write to this file instead of stdout");
   return [command, options] {
     if (!command->parsed()) return;
+    OutputWriter output(options->output);
     const LoadedSnapshot input = load_input(options->file);
     std::optional<int64_t> device;
     if (options->device >= 0) device = options->device;
     require_device(input, options->file, device);
     Result<OomExplanation> explanation = explain_oom(input.snapshot, device);
     if (!explanation) throw CommandError(explanation.error());
-    write_output(options->output, options->json
+    output.write_all(options->json
                                       ? oom_explanation_to_json(explanation.value()).dump() + "\n"
                                       : oom_explanation_to_text(explanation.value()));
   };

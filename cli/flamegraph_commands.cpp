@@ -58,6 +58,7 @@ CommandRunner add_flamegraph_command(CLI::App& app) {
   options->flags.add_to(command);
   return [command, options] {
     if (!command->parsed()) return;
+    OutputWriter output(options->output);
     const LoadedSnapshot input = load_input(options->file);
     require_device(input, options->file, options->flags.device);
     const FlameTree tree = view_tree(input.snapshot, options->kind, options->flags.options());
@@ -67,7 +68,7 @@ CommandRunner add_flamegraph_command(CLI::App& app) {
     render.subtitle = svg::human_bytes(tree.total_bytes()) + " reserved in " +
                       std::to_string(input.snapshot.segments.size()) + " segments";
     render.width = options->width;
-    write_output(options->output, svg::render_flamegraph(tree, render));
+    output.write_all(svg::render_flamegraph(tree, render));
   };
 }
 
@@ -88,9 +89,10 @@ CommandRunner add_folded_command(CLI::App& app) {
   options->flags.add_to(command);
   return [command, options] {
     if (!command->parsed()) return;
+    OutputWriter output(options->output);
     const LoadedSnapshot input = load_input(options->file);
     require_device(input, options->file, options->flags.device);
-    write_output(options->output, view_tree(input.snapshot, options->kind, options->flags.options()).folded());
+    output.write_all(view_tree(input.snapshot, options->kind, options->flags.options()).folded());
   };
 }
 
@@ -116,6 +118,7 @@ CommandRunner add_compare_command(CLI::App& app) {
   options->flags.add_to(command);
   return [command, options] {
     if (!command->parsed()) return;
+    OutputWriter output(options->output);
     const LoadedSnapshot before = load_input(options->before);
     const LoadedSnapshot after = load_input(options->after);
     require_device(before, options->before, options->flags.device);
@@ -157,8 +160,8 @@ CommandRunner add_compare_command(CLI::App& app) {
                       svg::human_bytes(comparison.after_allocated) + "; " +
                       std::to_string(comparison.only_before.size()) + " segments only before, " +
                       std::to_string(comparison.only_after.size()) + " only after";
-    write_output(options->output, svg::render_flamegraph(comparison.allocated_by_stack, render));
-    write_output("", summary);
+    output.write_all(svg::render_flamegraph(comparison.allocated_by_stack, render));
+    OutputWriter("").write_all(summary);
   };
 }
 

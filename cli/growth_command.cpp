@@ -34,6 +34,7 @@ CommandRunner add_growth_command(CLI::App& app) {
   command->add_option("-o,--output", options->output, "write to this file instead of stdout");
   return [command, options] {
     if (!command->parsed()) return;
+    OutputWriter output(options->output);
     const LoadedSnapshot input = load_input(options->file);
     require_device(input, options->file, options->device);
     GrowthOptions growth_options;
@@ -42,7 +43,7 @@ CommandRunner add_growth_command(CLI::App& app) {
     growth_options.max_sites = options->top;
     Result<Growth> growth = compute_growth(input.snapshot, growth_options);
     if (!growth) throw CommandError(options->file + ": " + growth.error());
-    write_output(options->output, options->json ? growth_to_json(input.snapshot, growth.value()).dump() + "\n"
+    output.write_all(options->json ? growth_to_json(input.snapshot, growth.value()).dump() + "\n"
                                                 : growth_to_text(input.snapshot, growth.value()));
   };
 }

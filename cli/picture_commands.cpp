@@ -35,6 +35,7 @@ CommandRunner add_segments_command(CLI::App& app) {
   command->add_flag("--all-frames", options->all_frames, "keep every frame in stacks");
   return [command, options] {
     if (!command->parsed()) return;
+    OutputWriter output(options->output);
     LoadedSnapshot input = load_input(options->file);
     require_device(input, options->file, options->device);
     svg::SegmentsOptions render;
@@ -53,7 +54,7 @@ CommandRunner add_segments_command(CLI::App& app) {
     render.width = options->width;
     if (!options->at_event) render.device = options->device;
     render.frames.keep_all = options->all_frames;
-    write_output(options->output, svg::render_segments(input.snapshot, render));
+    output.write_all(svg::render_segments(input.snapshot, render));
   };
 }
 
@@ -86,6 +87,7 @@ CommandRunner add_timeline_command(CLI::App& app) {
   command->add_flag("--all-frames", options->all_frames, "keep every frame in stacks");
   return [command, options] {
     if (!command->parsed()) return;
+    OutputWriter output(options->output);
     const LoadedSnapshot input = load_input(options->file);
     require_device(input, options->file, options->device);
     if (options->device && static_cast<size_t>(*options->device) >= input.snapshot.device_traces.size())
@@ -101,7 +103,7 @@ CommandRunner add_timeline_command(CLI::App& app) {
                    file_base_name(options->file);
     render.width = options->width;
     render.frames.keep_all = options->all_frames;
-    write_output(options->output, svg::render_timeline(input.snapshot, timeline, render));
+    output.write_all(svg::render_timeline(input.snapshot, timeline, render));
   };
 }
 

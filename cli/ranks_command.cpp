@@ -39,6 +39,7 @@ CommandRunner add_ranks_command(CLI::App& app) {
   command->add_option("-o,--output", options->output, "write to this file instead of stdout");
   return [command, options] {
     if (!command->parsed()) return;
+    OutputWriter output(options->output);
     Result<std::vector<std::string>> files = expand_snapshot_paths(options->paths);
     if (!files) throw CommandError(files.error());
     JobRanksOptions job_options;
@@ -54,7 +55,7 @@ CommandRunner add_ranks_command(CLI::App& app) {
     };
     Result<JobRanks> job = summarize_job(files.value(), load, job_options);
     if (!job) throw CommandError(job.error());
-    write_output(options->output, options->json ? job_ranks_to_json(job.value()).dump() + "\n"
+    output.write_all(options->json ? job_ranks_to_json(job.value()).dump() + "\n"
                                                 : job_ranks_to_text(job.value()));
   };
 }

@@ -20,10 +20,12 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
 #include "record/record_settings.h"
+#include "snapshot/snapshot_file.h"
 
 #ifndef MEMSNAP_RECORD_INSTALLED_LIBRARY
 #define MEMSNAP_RECORD_INSTALLED_LIBRARY "../lib/libmemsnap_record.so"
@@ -61,6 +63,18 @@ std::string record_library() {
 std::string absolute_pattern(const std::string& pattern) {
   if (pattern.empty() || pattern == "off" || pattern.front() == '/') return pattern;
   return (fs::current_path() / pattern).string();
+}
+
+// Why `path` is not a shared library to load (missing, not a regular file, not ELF); nullopt if it may be.
+std::optional<std::string> shared_library_problem(const std::string& path) {
+  if (path.empty()) return std::string("is empty: expected the path of the CUPTI library");
+  std::error_code error;
+  if (!fs::is_regular_file(path, error)) return path + ": no such file";
+  char magic[4] = {};
+  std::ifstream file(path, std::ios::binary);
+  if (!file.read(magic, sizeof magic) || std::string_view(magic, 4) != "\x7f" "ELF")
+    return path + ": not a shared library (no ELF header)";
+  return std::nullopt;
 }
 
 std::atomic<pid_t> child{-1};  // read by the signal handler below
@@ -196,9 +210,9 @@ CommandRunner add_record_command(CLI::App& app) {
     };
     if (!options->max_entries.empty()) variables["MEMSNAP_RECORD_MAX_ENTRIES"] = options->max_entries;
     if (!options->oom_limit.empty()) variables["MEMSNAP_RECORD_OOM_LIMIT"] = options->oom_limit;
-    if (!options->signal.empty()) variables["MEMSNAP_RECORD_SIGNAL"] = options->signal;
-    if (!options->cupti.empty()) {
-      if (!fs::is_regular_file(options->cupti)) throw CommandError("--cupti " + options->cupti + ": no such file");
+    if (command->count("--signal") > 0) variables["MEMSNAP_RECORD_SIGNAL"] = options->signal;
+    if (command->count("--cupti") > 0) {
+      if (auto problem = shared_library_problem(options->cupti)) throw CommandError("--cupti " + *problem);
       variables["MEMSNAP_RECORD_CUPTI"] = fs::absolute(options->cupti).string();
     }
     // The same parser the recorder runs: a bad option is one line here, before the program starts.
@@ -207,6 +221,11 @@ CommandRunner add_record_command(CLI::App& app) {
       return it == variables.end() ? nullptr : it->second.c_str();
     });
     if (!checked) throw CommandError("record: " + checked.error());
+    // Where the snapshots go is checked before the program runs, not when it ends.
+    for (const auto& [option, pattern] : {std::pair{"-o", &checked->output}, std::pair{"--oom", &checked->oom_output}}) {
+      if (pattern->empty()) continue;
+      if (auto problem = dump_pattern_problem(*pattern)) throw CommandError(std::string("record: ") + option + " " + *problem);
+    }
     variables["CUDA_INJECTION64_PATH"] = record_library();
     char report_template[] = "/tmp/memsnap-record-XXXXXX";
     const int report_fd = mkstemp(report_template);
@@ -226,9 +245,12 @@ CommandRunner add_record_command(CLI::App& app) {
       throw CommandExit(127);  // as a shell says a program is not there
     }
     std::vector<std::string> written;
+    size_t lost = 0;  // snapshots the recorder could not write (it said why on stderr)
     std::ifstream lines(report);
-    for (std::string line; std::getline(lines, line);)
-      if (!line.empty()) written.push_back(line);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.starts_with("!")) ++lost;
+      else if (!line.empty()) written.push_back(line);
+    }
     std::remove(report.c_str());
     std::vector<std::string> distinct = written;
     std::sort(distinct.begin(), distinct.end());
@@ -236,13 +258,16 @@ CommandRunner add_record_command(CLI::App& app) {
          it = std::adjacent_find(std::upper_bound(it, distinct.end(), *it), distinct.end()))
       std::cerr << "memsnap record: " << *it << " was written more than once, by several processes or "
                    "snapshots (the last is kept): put {pid}, {rank} or {n} in the pattern\n";
-    if (written.empty())
+    if (written.empty() && lost == 0)
       std::cerr << "memsnap record: no snapshot written (the program never initialized CUDA, or the "
                    "recorder said why above)\n";
-    else
+    else if (!written.empty())
       std::cerr << "memsnap record: " << written.size() << (written.size() == 1 ? " snapshot" : " snapshots")
                 << " written; view with: memsnap serve " << written.back() << "\n";
     if (status != 0) throw CommandExit(status);
+    if (lost > 0)
+      throw CommandError(std::to_string(lost) + (lost == 1 ? " snapshot" : " snapshots") +
+                         " not written (the recorder said why above)");
   };
 }
 

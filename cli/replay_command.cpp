@@ -44,7 +44,7 @@ AllocatorConfig parse_config(const std::string& text) {
   return config.value();
 }
 
-void replay_text_trace(const Options& options) {
+void replay_text_trace(const Options& options, OutputWriter& output) {
   const AllocatorConfig config = parse_config(options.config);
   if (!options.compare_configs.empty())
     throw CommandError("--compare-configs needs a snapshot (a text trace has no recorded settings)");
@@ -59,9 +59,9 @@ void replay_text_trace(const Options& options) {
                                                           : AddressHints::kAuto;
   const ReplayResult result = replay_trace(trace.value(), replay);
   if (options.json)
-    write_output(options.output, replay_to_json(result).dump() + "\n");
+    output.write_all(replay_to_json(result).dump() + "\n");
   else
-    write_output(options.output, replay_to_text(result, options.file));
+    output.write_all(replay_to_text(result, options.file));
   if (!result.invariant_problems.empty())
     throw CommandError("the allocator's invariants were violated during the replay");
 }
@@ -78,7 +78,7 @@ SnapshotReplay run_replay(const Snapshot& snapshot, const AllocatorConfig& confi
   return std::move(replay).value();
 }
 
-void replay_snapshot_file(const Options& options) {
+void replay_snapshot_file(const Options& options, OutputWriter& output) {
   const Snapshot snapshot = load_input(options.file).snapshot;
   Result<AllocatorConfig> recorded = recorded_allocator_config(snapshot);
   SnapshotReplayOptions base;
@@ -98,7 +98,7 @@ void replay_snapshot_file(const Options& options) {
       replays.push_back(run_replay(snapshot, parse_config(text), base));
       labels.push_back(text.empty() ? "defaults" : text);
     }
-    write_output(options.output, options.json
+    output.write_all(options.json
                                      ? replay_comparison_to_json(replays, labels).dump() + "\n"
                                      : replay_comparison_to_text(replays, labels, name));
     return;
@@ -115,7 +115,7 @@ void replay_snapshot_file(const Options& options) {
     throw CommandError(recorded.error() + " (give the settings with --config)");
   }
   const SnapshotReplay replay = run_replay(snapshot, config, base);
-  write_output(options.output, options.json ? snapshot_replay_to_json(replay).dump() + "\n"
+  output.write_all(options.json ? snapshot_replay_to_json(replay).dump() + "\n"
                                             : snapshot_replay_to_text(replay, name));
   if (!replay.consistent())
     std::fprintf(stderr,
@@ -158,10 +158,11 @@ CommandRunner add_replay_command(CLI::App& app) {
     options->capacity_given = command->count("--capacity-gib") > 0;
     if (options->capacity_given && !(options->capacity_gib > 0 && options->capacity_gib <= 1 << 20))
       throw CommandError("--capacity-gib must be between 0 and 1048576");
+    OutputWriter output(options->output);
     if (looks_like_text_trace(options->file))
-      replay_text_trace(*options);
+      replay_text_trace(*options, output);
     else
-      replay_snapshot_file(*options);
+      replay_snapshot_file(*options, output);
   };
 }
 

@@ -25,12 +25,13 @@ CommandRunner add_stats_command(CLI::App& app) {
   command->add_option("-o,--output", options->output, "write to this file instead of stdout");
   return [command, options] {
     if (!command->parsed()) return;
+    OutputWriter output(options->output);
     const LoadedSnapshot input = load_input(options->file);
     const SnapshotStats stats = compute_stats(input.snapshot);
     if (options->json)
-      write_output(options->output, stats_to_json(stats, input.snapshot).dump() + "\n");
+      output.write_all(stats_to_json(stats, input.snapshot).dump() + "\n");
     else
-      write_output(options->output, stats_to_text(stats, input.snapshot));
+      output.write_all(stats_to_text(stats, input.snapshot));
   };
 }
 

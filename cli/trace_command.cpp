@@ -66,6 +66,7 @@ CommandRunner add_trace_command(CLI::App& app) {
     }
     const bool by_address = !options->address.empty();
     const uint64_t address = by_address ? parse_address(options->address) : 0;
+    OutputWriter writer(options->output);
     const LoadedSnapshot input = load_input(options->file);
     require_device(input, options->file, options->device);
     const Snapshot& snapshot = input.snapshot;
@@ -86,7 +87,6 @@ CommandRunner add_trace_command(CLI::App& app) {
       }
       return *text;
     };
-    OutputWriter writer(options->output);
     std::string out;
     uint64_t printed = 0, matched = 0;
     char line[256];

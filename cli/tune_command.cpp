@@ -31,13 +31,14 @@ CommandRunner add_tune_command(CLI::App& app) {
   command->add_option("-o,--output", options->output, "write to this file instead of stdout");
   return [command, options] {
     if (!command->parsed()) return;
+    OutputWriter output(options->output);
     const LoadedSnapshot input = load_input(options->file);
     require_device(input, options->file, options->device);
     TuneOptions tune;
     tune.device = options->device;
     Result<SettingsAdvice> advice = tune_settings(input.snapshot, tune);
     if (!advice) throw CommandError(options->file + ": " + advice.error());
-    write_output(options->output, options->json ? settings_advice_to_json(advice.value()).dump() + "\n"
+    output.write_all(options->json ? settings_advice_to_json(advice.value()).dump() + "\n"
                                                 : settings_advice_to_text(advice.value(), options->top));
   };
 }

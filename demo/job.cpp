@@ -6,6 +6,7 @@
 #include "job.h"
 
 #include <algorithm>
+#include <stdexcept>
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
@@ -53,7 +54,8 @@ std::string run_rank(const JobOptions& options, int rank) {
     // Capped at 400 MiB, as if the rest of the device were taken: room for the run, not for
     // a batch of 8192 tokens.
     allocator.set_memory_fraction(double(size_t{400} << 20) / double(device.capacity_bytes), 0);
-    memsnap::dump_snapshot_on_oom(allocator, &recorder, path, snapshot_options);
+    if (auto problem = memsnap::dump_snapshot_on_oom(allocator, &recorder, path, snapshot_options))
+      throw std::runtime_error(*problem);
   }
 
   // Ranks see batches of different lengths, as data-parallel ranks do.

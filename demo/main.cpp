@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 
 #include "allocator/default_backend.h"
@@ -41,7 +42,7 @@ int run(const std::string& out, bool run_out_of_memory, int steps, size_t max_en
     // and the rest of the GPU stays untouched.
     const size_t total = backend.value()->memory_info(0).total_bytes;
     allocator.set_memory_fraction(std::min(1.0, double(size_t{1} << 30) / double(total)), 0);
-    memsnap::dump_snapshot_on_oom(allocator, &recorder, out);
+    if (auto problem = memsnap::dump_snapshot_on_oom(allocator, &recorder, out)) throw std::runtime_error(*problem);
   }
 
   Model model = build_model(loop);

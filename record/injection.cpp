@@ -59,7 +59,8 @@ class Injection {
     static_cast<CallRecorder*>(user)->on_callback(domain, id, *static_cast<const CUpti_CallbackData*>(data));
   }
   void write(const std::string& pattern, int device, const char* why);
-  void report(const std::string& path) const;
+  // A line for `memsnap record` (MEMSNAP_RECORD_REPORT): a snapshot's path, or "!" and why one was lost.
+  void report(std::string line) const;
 
   const RecordSettings settings_;
   const CuptiLibrary cupti_;
@@ -122,14 +123,21 @@ std::optional<std::string> Injection::start() {
   return std::nullopt;
 }
 
-void Injection::report(const std::string& path) const {
-  if (settings_.report.empty()) return;
-  const int fd = open(settings_.report.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+// A line for `memsnap record` in the MEMSNAP_RECORD_REPORT file: a snapshot's path, or "!" and
+// why one was lost.
+void append_report(const std::string& report, std::string line) {
+  if (report.empty()) return;
+  for (char& c : line)
+    if (c == '\n') c = ' ';
+  // memsnap record made the file (mkstemp) and keeps it while the program runs.
+  const int fd = open(report.c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return;
-  const std::string line = path + "\n";
+  line += '\n';
   (void)!::write(fd, line.data(), line.size());  // one write: lines from many processes stay whole
   close(fd);
 }
+
+void Injection::report(std::string line) const { append_report(settings_.report, std::move(line)); }
 
 void Injection::write(const std::string& pattern, int device, const char* why) {
   std::lock_guard lock(write_mutex_);
@@ -138,6 +146,7 @@ void Injection::write(const std::string& pattern, int device, const char* why) {
     const Snapshot snapshot = ledger_.snapshot();
     if (auto error = write_snapshot_file(snapshot, path)) {
       std::fprintf(stderr, "memsnap record: %s snapshot not written: %s\n", why, error->c_str());
+      report("!" + *error);
       return;
     }
     uint64_t live_bytes = 0;
@@ -150,6 +159,7 @@ void Injection::write(const std::string& pattern, int device, const char* why) {
     report(path);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "memsnap record: %s snapshot not written to %s: %s\n", why, path.c_str(), error.what());
+    report("!" + path + ": " + error.what());
   }
 }
 
@@ -223,6 +233,16 @@ void start_injection() {
   if (!settings) {
     std::fprintf(stderr, "memsnap record: %s; the program runs unrecorded\n", settings.error().c_str());
     return;
+  }
+  // Where the snapshots go is checked now, not when the first one is lost at exit.
+  for (const auto& [name, pattern] : {std::pair{"MEMSNAP_RECORD_OUTPUT", &settings->output},
+                                      std::pair{"MEMSNAP_RECORD_OOM", &settings->oom_output}}) {
+    if (pattern->empty()) continue;
+    if (auto problem = dump_pattern_problem(*pattern)) {
+      std::fprintf(stderr, "memsnap record: %s: %s; the program runs unrecorded\n", name, problem->c_str());
+      append_report(settings->report, "!" + *problem);
+      return;
+    }
   }
   Result<CuptiLibrary> cupti = load_cupti(settings->cupti_library);
   if (!cupti) {

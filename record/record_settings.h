@@ -14,7 +14,8 @@
 //                                   (the program goes on), HUP, INT, QUIT or TERM (it then ends
 //                                   as the signal would end it); written to MEMSNAP_RECORD_OUTPUT
 //   MEMSNAP_RECORD_CUPTI=PATH       the CUPTI library (default: searched, cupti_library.h)
-//   MEMSNAP_RECORD_REPORT=PATH      a file to which each snapshot's path is appended, a line each
+//   MEMSNAP_RECORD_REPORT=PATH      an existing file to which each snapshot's path is appended, a line
+//                                   each, or "!" and why a snapshot was lost
 //
 // Patterns take snapshot_file.h's placeholders ({pid}, {n}, {host}, {rank}, ...), and a name
 // ending in .pickle is written as PyTorch's snapshot pickle.

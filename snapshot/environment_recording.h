@@ -46,6 +46,12 @@ class EnvironmentRecording {
   std::string at_exit_;
 };
 
+// Why the files the variables name could not be written (MEMSNAP_OOM_SNAPSHOT's folder or
+// MEMSNAP_SNAPSHOT_AT_EXIT's is missing or not writable), checked when they are read rather
+// than at the first error; nullopt if they could.
+std::optional<std::string> recording_output_problem(const RecordingEnvironment& environment);
+
+// A bad value or an output that could not be written is a one-line error naming the variable.
 Result<std::unique_ptr<EnvironmentRecording>> record_from_environment(
     CachingAllocator& allocator, const std::function<const char*(const char*)>& lookup = nullptr);
 

@@ -1,24 +1,17 @@
 #include "snapshot/snapshot_file.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <functional>
+#include <mutex>
+#include <set>
 #include <string_view>
 
 #include "snapshot/msgpack_writer.h"
+#include "snapshot/output_file.h"
 #include "snapshot/pytorch_pickle_writer.h"
 
 namespace memsnap {
 namespace {
-
-std::string system_error(const std::string& what, const std::string& path) {
-  return what + " " + path + ": " + std::strerror(errno);
-}
 
 void replace_all(std::string& text, const std::string& from, const std::string& to) {
   for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
@@ -29,32 +22,10 @@ void replace_all(std::string& text, const std::string& from, const std::string& 
 
 std::optional<std::string> write_file_atomically(const std::string& path,
                                                  const std::function<void(const ByteSink&)>& write) {
-  // Unique per call, so threads dumping to the same path never share a temporary file.
-  static std::atomic<uint64_t> writes{0};
-  const std::string temporary =
-      path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(++writes);
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return system_error("cannot create", temporary);
-  std::optional<std::string> error;  // the first failed write; later pieces are dropped
-  try {
-    write([&](std::string_view piece) {
-      size_t written = 0;
-      while (!error && written < piece.size()) {
-        const ssize_t n = ::write(fd, piece.data() + written, piece.size() - written);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) error = system_error("cannot write", temporary);
-        else written += static_cast<size_t>(n);
-      }
-    });
-  } catch (...) {  // the producer failed (out of memory): no descriptor or half file left behind
-    ::close(fd);
-    ::unlink(temporary.c_str());
-    throw;
-  }
-  if (::close(fd) != 0 && !error) error = system_error("cannot flush", temporary);
-  if (!error && ::rename(temporary.c_str(), path.c_str()) != 0) error = system_error("cannot rename to", path);
-  if (error) ::unlink(temporary.c_str());
-  return error;
+  Result<OutputFile> file = OutputFile::create(path);
+  if (!file) return file.error();
+  write([&](std::string_view piece) { file.value().write(piece); });  // a throw removes the temporary
+  return file.value().finish();
 }
 
 std::optional<std::string> write_file_atomically(const std::string& path, const std::string& bytes) {
@@ -64,33 +35,39 @@ std::optional<std::string> write_file_atomically(const std::string& path, const 
 namespace {
 
 // Writes the snapshot's file a piece at a time: the file is never held whole.
-std::optional<std::string> write_as(const Snapshot& snapshot, const std::string& path, bool pickle) {
-  return write_file_atomically(path, [&](const ByteSink& sink) {
-    if (pickle) write_pytorch_pickle(snapshot, sink);
-    else write_msgpack(snapshot, sink);
-  });
+void write_as(const Snapshot& snapshot, OutputFile& file, bool pickle) {
+  const ByteSink sink = [&](std::string_view piece) { file.write(piece); };
+  if (pickle) write_pytorch_pickle(snapshot, sink);
+  else write_msgpack(snapshot, sink);
 }
 
 }  // namespace
 
 std::optional<std::string> write_snapshot_file(const Snapshot& snapshot, const std::string& path) {
+  Result<OutputFile> file = OutputFile::create(path);
+  if (!file) return file.error();
   try {
-    return write_as(snapshot, path, path.ends_with(".pickle"));
+    write_as(snapshot, file.value(), path.ends_with(".pickle"));
   } catch (const std::exception& error) {
     return "cannot write a snapshot to " + path + ": " + error.what();
   }
+  return file.value().finish();
 }
 
 namespace {
 
+// The file is made first: a path that cannot be written fails before the snapshot is taken.
 std::optional<std::string> dump_as(CachingAllocator& allocator, HistoryRecorder* recorder,
                                    const std::string& path, const SnapshotOptions& options, bool pickle) {
+  Result<OutputFile> file = OutputFile::create(path);
+  if (!file) return file.error();
   try {
     const Snapshot snapshot = take_snapshot(allocator, recorder, options);
-    return write_as(snapshot, path, pickle);
+    write_as(snapshot, file.value(), pickle);
   } catch (const std::exception& error) {
     return "cannot take a snapshot for " + path + ": " + error.what();
   }
+  return file.value().finish();
 }
 
 }  // namespace
@@ -122,19 +99,48 @@ std::string expand_dump_path(const std::string& pattern, int device, uint64_t co
   return path;
 }
 
-void dump_snapshot_on_oom(CachingAllocator& allocator, HistoryRecorder* recorder,
-                          std::string pattern, SnapshotOptions options) {
-  auto dumps = std::make_shared<std::atomic<uint64_t>>(0);
+std::optional<std::string> dump_pattern_problem(const std::string& pattern, const SnapshotOptions& options) {
+  if (pattern.empty()) return "no file name given for the snapshot";
+  return output_path_problem(expand_dump_path(pattern, 0, 1, options));
+}
+
+std::string oom_dump_written_line(const std::string& path, bool replaced) {
+  std::string line = "memsnap: out of memory; snapshot written to " + path;
+  if (replaced)
+    line += " (replacing the snapshot of an earlier out-of-memory error: put {n} in the pattern to keep each)";
+  return line;
+}
+
+std::optional<std::string> dump_snapshot_on_oom(CachingAllocator& allocator, HistoryRecorder* recorder,
+                                                std::string pattern, SnapshotOptions options) {
+  if (auto problem = dump_pattern_problem(pattern, options)) return problem;
+  struct Dumps {
+    std::mutex mutex;
+    uint64_t count = 0;
+    std::set<std::string> written;  // one name per error at most: bounded by the errors
+  };
+  auto dumps = std::make_shared<Dumps>();
   allocator.add_oom_observer([&allocator, recorder, pattern = std::move(pattern),
                               options = std::move(options), dumps](const OomInfo& info) {
-    const std::string path = expand_dump_path(pattern, info.device, ++*dumps, options);
+    std::string path;
+    {
+      std::lock_guard lock(dumps->mutex);
+      path = expand_dump_path(pattern, info.device, ++dumps->count, options);
+    }
     SnapshotOptions at_error = options;
     at_error.oom = info;
-    if (auto error = dump_snapshot(allocator, recorder, path, at_error))
+    if (auto error = dump_snapshot(allocator, recorder, path, at_error)) {
       std::fprintf(stderr, "memsnap: out of memory; snapshot not written: %s\n", error->c_str());
-    else
-      std::fprintf(stderr, "memsnap: out of memory; snapshot written to %s\n", path.c_str());
+      return;
+    }
+    bool replaced = false;
+    {
+      std::lock_guard lock(dumps->mutex);
+      replaced = !dumps->written.insert(path).second;
+    }
+    std::fprintf(stderr, "%s\n", oom_dump_written_line(path, replaced).c_str());
   });
+  return std::nullopt;
 }
 
 }  // namespace memsnap

@@ -1,5 +1,6 @@
-// Writing snapshots to disk: atomically (a temporary file in the same folder, then rename),
-// so a crash or a full disk mid-write never leaves half a snapshot under the final name.
+// Writing snapshots to disk, whole or not at all (snapshot/output_file.h: a temporary file
+// made exclusively in the same folder, then renamed), so a crash or a full disk mid-write never
+// leaves half a snapshot under the final name.
 // And the one-call hook that writes a snapshot whenever the allocator runs out of memory.
 #pragma once
 
@@ -44,12 +45,24 @@ std::optional<std::string> dump_pytorch_pickle(CachingAllocator& allocator, Hist
                                                const SnapshotOptions& options = {});
 
 // From now on, every out-of-memory error first writes a snapshot to a path made from
-// `pattern`: its placeholders (expand_dump_path) are filled in. The snapshot is taken from the OOM observer, which runs without the allocator's
-// lock and allocates no device memory. Failures to write go to stderr as one line; the
-// allocation still fails with its OutOfMemoryError. The hook stays for the allocator's
-// lifetime, so `recorder` (if given) must live as long as the allocator does.
-void dump_snapshot_on_oom(CachingAllocator& allocator, HistoryRecorder* recorder,
-                          std::string pattern, SnapshotOptions options = {});
+// `pattern`: its placeholders (expand_dump_path) are filled in. The snapshot is taken from the
+// OOM observer, which runs without the allocator's lock and allocates no device memory.
+// Where the files will go is checked now (the first file's name, with {n} = 1 and device 0:
+// its folder must exist and be writable): a one-line error, and no hook, if it cannot be
+// written. Later failures to write go to stderr as one line, and so does a snapshot that
+// replaces an earlier error's (a pattern without {n}); the allocation still fails with its
+// OutOfMemoryError. The hook stays for the allocator's lifetime, so `recorder` (if given) must
+// live as long as the allocator does.
+[[nodiscard]] std::optional<std::string> dump_snapshot_on_oom(CachingAllocator& allocator, HistoryRecorder* recorder,
+                                                              std::string pattern, SnapshotOptions options = {});
+
+// Why snapshots could not be written where `pattern` says (its first file: {n} = 1, device 0),
+// checked now without creating anything; nullopt if they could.
+std::optional<std::string> dump_pattern_problem(const std::string& pattern, const SnapshotOptions& options = {});
+
+// The line reporting an out-of-memory snapshot written to `path`, which says so when it
+// replaced the snapshot of an earlier error (a pattern without {n}).
+std::string oom_dump_written_line(const std::string& path, bool replaced);
 
 // `pattern` with its placeholders filled in: "{pid}", "{device}", "{n}" (`count`: dumps by this
 // process, from 1), "{host}" (the host name), "{rank}" and "{local_rank}" (the job place of

@@ -124,7 +124,8 @@ int memsnap_torch_dump_snapshot_on_oom(const char* pattern) {
   return guarded([&] {
     if (pattern == nullptr) throw std::invalid_argument("pattern is null");
     Plugin& p = plugin();
-    memsnap::dump_snapshot_on_oom(*p.allocator, &p.recorder(), pattern);
+    if (auto problem = memsnap::dump_snapshot_on_oom(*p.allocator, &p.recorder(), pattern))
+      throw std::invalid_argument(*problem);
   });
 }
 

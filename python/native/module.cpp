@@ -12,6 +12,7 @@
 #include "python/native/record_function_annotations.h"
 #include "python/native/torch_allocator.h"
 #include "python/native/torch_snapshot.h"
+#include "snapshot/environment_recording.h"
 #include "snapshot/snapshot_builder.h"
 #include "snapshot/snapshot_file.h"
 
@@ -137,6 +138,7 @@ PYBIND11_MODULE(_native, m) {
   m.def("recording_environment", [] {
     const Result<RecordingEnvironment> environment = recording_environment();
     if (!environment) throw py::value_error(environment.error());
+    if (auto problem = recording_output_problem(environment.value())) throw py::value_error(*problem);
     py::dict out;
     out["level"] = std::string(history_level_name(environment->level));
     out["stacks"] = environment->stacks ? py::object(py::str(std::string(stack_choice_name(*environment->stacks))))
@@ -154,7 +156,10 @@ PYBIND11_MODULE(_native, m) {
   m.def("dump_snapshot", [](const std::string& path) { dump(path, false); }, py::arg("path"));
   m.def("dump_pickle", [](const std::string& path) { dump(path, true); }, py::arg("path"));
   m.def("dump_snapshot_on_oom", [](std::string pattern) {
-    require_installed().set_oom_snapshot_pattern(std::move(pattern));
+    TorchAllocator& torch = require_installed();
+    if (!pattern.empty())
+      if (auto problem = dump_pattern_problem(pattern, torch.snapshot_options())) throw py::value_error(*problem);
+    torch.set_oom_snapshot_pattern(std::move(pattern));
   });
   m.def("set_job_place", [](std::optional<int64_t> rank, std::optional<int64_t> world_size) {
     if (rank && *rank < 0) throw std::invalid_argument("rank must be at least 0, not " + std::to_string(*rank));

@@ -587,6 +587,11 @@ SnapshotOptions TorchAllocator::snapshot_options() {
   return options;
 }
 
+bool TorchAllocator::remember_oom_snapshot(const std::string& path) {
+  std::lock_guard<std::mutex> lock(controls_mutex_);
+  return oom_snapshot_paths_.insert(path).second;
+}
+
 // An OOM observer: runs without the allocator's lock, before the error is raised.
 void TorchAllocator::write_oom_snapshot(const OomInfo& info) {
   std::string path;
@@ -599,9 +604,9 @@ void TorchAllocator::write_oom_snapshot(const OomInfo& info) {
   }
   options.oom = info;
   if (std::optional<std::string> error = dump_snapshot(*allocator_, recorder_.get(), path, options))
-    std::fprintf(stderr, "memsnap: out-of-memory snapshot not written: %s\n", error->c_str());
+    std::fprintf(stderr, "memsnap: out of memory; snapshot not written: %s\n", error->c_str());
   else
-    std::fprintf(stderr, "memsnap: out-of-memory snapshot written to %s\n", path.c_str());
+    std::fprintf(stderr, "%s\n", oom_dump_written_line(path, !remember_oom_snapshot(path)).c_str());
 }
 
 TorchAllocator& install(const std::optional<std::string>& settings) {

@@ -135,6 +135,8 @@ class TorchAllocator final : public torch_alloc::CUDAAllocator {
   void check_device(c10::DeviceIndex device) const;
   DeviceCachingAllocator& device_allocator(c10::DeviceIndex device);
   void write_oom_snapshot(const OomInfo& info);
+  // Whether no earlier out-of-memory snapshot went to `path` (a pattern without {n} reuses it).
+  bool remember_oom_snapshot(const std::string& path);
 
   AllocatorConfig config_;  // under init_mutex_; the allocator's own once it exists
   std::atomic<bool> initialized_{false};
@@ -157,6 +159,7 @@ class TorchAllocator final : public torch_alloc::CUDAAllocator {
   std::string oom_pattern_;
   JobPlace job_place_;
   uint64_t oom_snapshots_written_ = 0;
+  std::unordered_set<std::string> oom_snapshot_paths_;  // one per error at most
 };
 
 // The instance install() made, or nullptr.

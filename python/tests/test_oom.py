@@ -124,3 +124,28 @@ def test_oom_snapshot_opens_in_the_viewer(memsnap_torch, tmp_path):
     (snapshot,) = glob.glob(str(tmp_path / "big-*.msgpack"))
     done = subprocess.run([cli, "stats", snapshot, "--json"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_an_oom_snapshot_folder_that_cannot_be_written_is_refused_at_once(memsnap_torch, tmp_path):
+    with pytest.raises(ValueError, match="missing does not exist"):
+        memsnap_torch.dump_snapshot_on_oom(str(tmp_path / "missing" / "oom-{n}.msgpack"))
+    assert not (tmp_path / "missing").exists()
+
+
+def test_a_pattern_without_n_says_when_it_replaces_the_last_snapshot(memsnap_torch, tmp_path, capfd):
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction(1 * GiB / total)
+    memsnap_torch.dump_snapshot_on_oom(str(tmp_path / "oom.msgpack"))
+    try:
+        for _ in range(2):
+            with pytest.raises(torch.OutOfMemoryError):
+                torch.empty(2 * GiB, dtype=torch.uint8, device="cuda")
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        memsnap_torch.dump_snapshot_on_oom(None)
+    lines = [line for line in capfd.readouterr().err.splitlines() if "snapshot written to" in line]
+    assert len(lines) == 2, lines
+    assert "replacing" not in lines[0]
+    assert "replacing the snapshot of an earlier out-of-memory error: put {n} in the pattern" in lines[1]
+    assert (tmp_path / "oom.msgpack").is_file()

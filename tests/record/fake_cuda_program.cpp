@@ -107,7 +107,7 @@ bool wait_for_report(size_t lines) {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: fake_cuda_program calls|nothing|oom|ooms|signal|term|fork|exec|threads\n");
+    std::fprintf(stderr, "usage: fake_cuda_program calls|calls-folder-goes|nothing|oom|ooms|signal|term|fork|exec|threads\n");
     return 2;
   }
   const char* injection = std::getenv("CUDA_INJECTION64_PATH");
@@ -131,6 +131,11 @@ int main(int argc, char** argv) {
   const std::string scenario = argv[1];
   if (scenario == "calls") {
     calls();
+  } else if (scenario == "calls-folder-goes") {
+    // The folder the snapshot goes to disappears while the program runs.
+    calls();
+    const char* folder = std::getenv("FAKE_REMOVE_FOLDER");
+    if (folder == nullptr || rmdir(folder) != 0) return 8;
   } else if (scenario == "nothing") {
     // CUDA initialized (the recorder started), no allocation: a launcher asking for devices.
   } else if (scenario == "oom") {

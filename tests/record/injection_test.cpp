@@ -229,5 +229,39 @@ TEST(RecordInjection, WhenCuptiRefusesTheProgramRunsUnrecordedAndSaysSoOnce) {
   EXPECT_TRUE(run.files("run-").empty());
 }
 
+TEST(RecordInjection, AnOutputFolderThatDoesNotExistStopsItBeforeTheProgramRuns) {
+  TempFolder folder;
+  for (const std::string option : {"-o", "--oom"}) {
+    const fs::path ran = folder.path() / "ran";
+    const std::string command = std::string(MEMSNAP_CLI) + " record --cupti " + MEMSNAP_FAKE_CUPTI + " " + option +
+                                " " + (folder.path() / "missing" / "x-{n}.msgpack").string() + " -- sh -c 'touch " +
+                                ran.string() + "' 2> " + (folder.path() / "stderr").string();
+    const int status = std::system(command.c_str());
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 1);
+    const std::string err = read(folder.path() / "stderr");
+    EXPECT_NE(err.find("record: " + option + " cannot write"), std::string::npos) << err;
+    EXPECT_NE(err.find("missing does not exist"), std::string::npos) << err;
+    EXPECT_FALSE(fs::exists(ran)) << "the program ran";
+  }
+}
+
+TEST(RecordInjection, ASnapshotThatCannotBeWrittenAtExitFailsTheRun) {
+  TempFolder folder;
+  const fs::path sub = folder.path() / "sub";
+  fs::create_directory(sub);
+  // The folder is there when memsnap record and the recorder check it, and gone when the program ends.
+  const std::string command = "FAKE_REMOVE_FOLDER=" + sub.string() + " " + MEMSNAP_CLI + " record --cupti " +
+                              MEMSNAP_FAKE_CUPTI + " -o " + (sub / "run.msgpack").string() + " -- " +
+                              MEMSNAP_FAKE_CUDA_PROGRAM + " calls-folder-goes 2> " + (folder.path() / "stderr").string();
+  const int status = std::system(command.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  const std::string err = read(folder.path() / "stderr");
+  EXPECT_EQ(WEXITSTATUS(status), 1) << err;
+  EXPECT_NE(err.find("at exit: snapshot not written"), std::string::npos) << err;
+  EXPECT_NE(err.find("memsnap: error: 1 snapshot not written (the recorder said why above)"), std::string::npos) << err;
+  EXPECT_EQ(err.find("no snapshot written"), std::string::npos) << err;
+}
+
 }  // namespace
 }  // namespace memsnap

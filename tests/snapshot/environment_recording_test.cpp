@@ -93,5 +93,20 @@ TEST(EnvironmentRecording, PythonStacksOrABadValueAreOneLineAndNothingIsApplied)
   }
 }
 
+TEST(EnvironmentRecording, OutputsThatCannotBeWrittenAreRefusedWhenTheVariablesAreRead) {
+  Folder folder;
+  memsnap::CachingAllocator allocator(small_device());
+  const std::string missing = (folder.path / "no-such-folder").string();
+  for (const Variables& variables : {Variables{{"MEMSNAP_OOM_SNAPSHOT", missing + "/oom-{n}.msgpack"}},
+                                     Variables{{"MEMSNAP_SNAPSHOT_AT_EXIT", missing + "/end.msgpack"}},
+                                     Variables{{"MEMSNAP_SNAPSHOT_AT_EXIT", folder.path.string()}}}) {
+    auto recording = memsnap::record_from_environment(allocator, from(variables));
+    ASSERT_FALSE(recording);
+    EXPECT_EQ(recording.error().rfind(variables.begin()->first + ": cannot write", 0), 0u) << recording.error();
+    EXPECT_EQ(recording.error().find('\n'), std::string::npos);
+  }
+  EXPECT_FALSE(fs::exists(missing));
+}
+
 }  // namespace
 }  // namespace snapshot_test

@@ -41,7 +41,7 @@ TEST(SnapshotFile, FailedWriteLeavesNoFileAndSaysWhy) {
   const std::string path = (dir.path / "missing-folder" / "x.msgpack").string();
   const auto error = memsnap::write_file_atomically(path, "data");
   ASSERT_TRUE(error.has_value());
-  EXPECT_NE(error->find("cannot create"), std::string::npos);
+  EXPECT_NE(error->find("missing-folder does not exist"), std::string::npos) << *error;
   EXPECT_FALSE(fs::exists(path));
   EXPECT_FALSE(memsnap::read_msgpack_snapshot(path).ok());
   EXPECT_NE(memsnap::read_msgpack_snapshot(dir.path.string()).error().find(dir.path.string()),
@@ -73,7 +73,7 @@ TEST(SnapshotFile, OutOfMemoryOnAFullDeviceWritesSnapshotsFromEveryThread) {
   memsnap::CachingAllocator allocator(backend);
   memsnap::HistoryRecorder recorder(allocator);
   recorder.configure({memsnap::HistoryLevel::kAll, 1000, true});
-  memsnap::dump_snapshot_on_oom(allocator, &recorder, (dir.path / "oom-{n}.msgpack").string());
+  ASSERT_EQ(memsnap::dump_snapshot_on_oom(allocator, &recorder, (dir.path / "oom-{n}.msgpack").string()), std::nullopt);
 
   std::atomic<int> ooms{0};
   std::vector<std::thread> threads;
@@ -112,7 +112,7 @@ TEST(SnapshotFile, AnOutOfMemorySnapshotWithoutHistoryStillHoldsTheFailedRequest
   TempDir dir;
   auto backend = small_device(/*capacity=*/64u << 20);
   memsnap::CachingAllocator allocator(backend);
-  memsnap::dump_snapshot_on_oom(allocator, nullptr, (dir.path / "oom-{n}.msgpack").string());
+  ASSERT_EQ(memsnap::dump_snapshot_on_oom(allocator, nullptr, (dir.path / "oom-{n}.msgpack").string()), std::nullopt);
   void* kept = allocator.allocate(40u << 20);
   testing::internal::CaptureStderr();
   EXPECT_THROW(allocator.allocate(30u << 20), memsnap::OutOfMemoryError);
@@ -143,6 +143,32 @@ TEST(SnapshotFile, ThreadsDumpingToOnePathNeverMixTheirFiles) {
   EXPECT_EQ(failures.load(), 0);
   EXPECT_TRUE(memsnap::read_msgpack_snapshot(path).ok());
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()), 1);
+}
+
+TEST(SnapshotFile, AnOutOfMemoryHookIsRefusedWhereItCouldNotWriteAndSaysWhenItReplacesASnapshot) {
+  TempDir dir;
+  auto backend = small_device(/*capacity=*/64u << 20);
+  memsnap::CachingAllocator allocator(backend);
+  const std::optional<std::string> refused =
+      memsnap::dump_snapshot_on_oom(allocator, nullptr, (dir.path / "missing" / "oom-{n}.msgpack").string());
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_NE(refused->find("missing does not exist"), std::string::npos) << *refused;
+  // A pattern without {n}: every error writes the same file, and says so from the second on.
+  ASSERT_EQ(memsnap::dump_snapshot_on_oom(allocator, nullptr, (dir.path / "oom.msgpack").string()), std::nullopt);
+  void* kept = allocator.allocate(40u << 20);
+  std::vector<std::string> lines;
+  for (int error = 0; error < 2; ++error) {
+    testing::internal::CaptureStderr();
+    EXPECT_THROW(allocator.allocate(30u << 20), memsnap::OutOfMemoryError);
+    lines.push_back(testing::internal::GetCapturedStderr());
+  }
+  EXPECT_NE(lines[0].find("snapshot written to"), std::string::npos) << lines[0];
+  EXPECT_EQ(lines[0].find("replacing"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[1].find("replacing the snapshot of an earlier out-of-memory error: put {n} in the pattern"),
+            std::string::npos) << lines[1];
+  EXPECT_TRUE(fs::exists(dir.path / "oom.msgpack"));
+  EXPECT_FALSE(fs::exists(dir.path / "missing"));
+  allocator.deallocate(kept);
 }
 
 }  // namespace snapshot_test

@@ -129,7 +129,8 @@ TEST(Stress, ThreadsStreamsInjectedFaultsOomObserversAndSnapshotsLoseNothing) {
       ++counters.observer_ooms;
     }
   });
-  memsnap::dump_snapshot_on_oom(allocator, &recorder, (dumps / "oom-{device}-{n}.msgpack").string());
+  ASSERT_EQ(memsnap::dump_snapshot_on_oom(allocator, &recorder, (dumps / "oom-{device}-{n}.msgpack").string()),
+            std::nullopt);
 
   std::atomic<bool> stop{false};
   // Streams' work finishes at random moments, so deferred frees complete out of order.
