@@ -34,10 +34,31 @@ set_target_properties(memsnap_history PROPERTIES EXPORT_NAME history)
 set_target_properties(memsnap_snapshot PROPERTIES EXPORT_NAME snapshot)
 
 install(TARGETS memsnap memsnap-demo RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# `memsnap serve` runs memsnap-serve from memsnap's own folder (cli/serve_forward.cpp).
+if(TARGET memsnap-serve)
+  install(TARGETS memsnap-serve RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endif()
 # `memsnap record`'s injected recorder, where the CLI looks for it (cli/CMakeLists.txt).
 if(TARGET memsnap_record)
   install(TARGETS memsnap_record LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endif()
+# The tools and the recorder are installed without their debug information (their symbols
+# stay, so a backtrace still names functions): it is most of their size, and nothing they show
+# comes from it (the recorder finds its own frames by address). memsnap-demo keeps its own,
+# which names files and lines in the stacks it records; so do the static libraries, for the
+# programs built with them.
+install(CODE "
+  foreach(file ${CMAKE_INSTALL_BINDIR}/memsnap ${CMAKE_INSTALL_BINDIR}/memsnap-serve
+               ${CMAKE_INSTALL_LIBDIR}/libmemsnap_record.so)
+    set(installed \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/\${file}\")
+    if(EXISTS \"\${installed}\")
+      execute_process(COMMAND \"${CMAKE_STRIP}\" --strip-debug \"\${installed}\" RESULT_VARIABLE failed)
+      if(failed)
+        message(FATAL_ERROR \"${CMAKE_STRIP} --strip-debug \${installed} failed\")
+      endif()
+    endif()
+  endforeach()
+")
 # Headers are included as <memsnap/allocator/caching_allocator.h>; they include each other
 # layer-relative ("allocator/block.h"), so include/memsnap is on the include path as well.
 install(TARGETS memsnap_allocator memsnap_history memsnap_snapshot memsnap_libraries

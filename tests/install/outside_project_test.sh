@@ -31,7 +31,9 @@ step "only the user-facing things are installed"
 pc_file=$(find "$prefix" -name memsnap.pc)
 [[ -n "$pc_file" ]] || fail "no memsnap.pc under $prefix"
 libdir=$(dirname "$(dirname "$pc_file")")
-[[ "$(listing "$prefix/bin" 1)" == "memsnap memsnap-demo " ]] || fail "bin/ holds: $(listing "$prefix/bin" 1)"
+expected_programs="memsnap memsnap-demo "
+[[ -x "$build/cli/memsnap-serve" ]] && expected_programs+="memsnap-serve "
+[[ "$(listing "$prefix/bin" 1)" == "$expected_programs" ]] || fail "bin/ holds: $(listing "$prefix/bin" 1)"
 libraries=$(cd "$libdir" && find . -maxdepth 1 \( -name '*.a' -o -name '*.so*' \) | sed 's|^\./||' | sort | tr '\n' ' ')
 expected="libmemsnap_allocator.a libmemsnap_history.a "
 # memsnap record's recorder, where the build has it (the CUDA toolkit's CUPTI headers found).
@@ -93,5 +95,30 @@ flags=$(pkg-config --cflags --libs memsnap)
 # shellcheck disable=SC2086
 logged "$work/pkg-config-build.log" "$cxx" -std=c++20 "$here/main.cpp" -o "$work/pkg-config-app" $flags
 check_program "$work/pkg-config-app" "$work/pkg-config.msgpack"
+
+if [[ -x "$build/cli/memsnap-serve" ]]; then
+  step "the installed memsnap serve shows a snapshot"
+  python3 - "$prefix/bin/memsnap" "$work/find_package.msgpack" <<'PYTHON' || fail "the installed memsnap serve"
+import json, re, subprocess, sys, urllib.request
+server = subprocess.Popen([sys.argv[1], "serve", "--port", "0", sys.argv[2]], stdout=subprocess.PIPE, text=True)
+try:
+    url = None
+    for line in server.stdout:
+        match = re.search(r"http://\S+/", line)
+        if match:
+            url = match.group(0)
+            break
+    assert url, "memsnap serve printed no URL"
+    page = urllib.request.urlopen(url, timeout=30).read().decode()
+    assert "<title>" in page and "app.js" in page, page[:200]
+    snapshots = json.load(urllib.request.urlopen(url + "api/snapshots", timeout=30))["snapshots"]
+    stats = json.load(urllib.request.urlopen(f"{url}api/snapshots/{snapshots[0]['id']}/stats", timeout=30))
+    assert stats, "empty stats"
+    print(f"{url}: the page, {len(snapshots)} snapshot, its stats")
+finally:
+    server.terminate()
+    server.wait(timeout=30)
+PYTHON
+fi
 
 step "passed"
