@@ -42,7 +42,13 @@ HistoryRecorder::HistoryRecorder(CachingAllocator& allocator) : allocator_(alloc
     devices_.push_back(std::make_unique<DeviceRecord>());
 }
 
-HistoryRecorder::~HistoryRecorder() { allocator_.set_observer(nullptr); }
+HistoryRecorder::~HistoryRecorder() {
+  {
+    std::unique_lock gone(lifetime_->mutex);  // waits for a hook using the recorder
+    lifetime_->alive = false;
+  }
+  allocator_.set_observer(nullptr);
+}
 
 template <typename Fn>
 decltype(auto) HistoryRecorder::locked(int device, Fn&& fn) const {

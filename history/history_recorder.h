@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -153,6 +154,15 @@ class HistoryRecorder final : public AllocatorObserver {
   void on_oom(int device, const OomInfo& info) override;
   void on_settings_changed(int device, const AllocatorConfig& config, const std::string& request) override;
 
+  // For hooks that may outlive the recorder (the out-of-memory snapshot hook lives as long as
+  // the allocator): a user takes `mutex` shared and uses the recorder only while `alive`; the
+  // destructor takes it exclusively (waiting for users) and clears `alive`.
+  struct Lifetime {
+    std::shared_mutex mutex;
+    bool alive = true;
+  };
+  std::shared_ptr<Lifetime> lifetime() const { return lifetime_; }
+
  private:
   // Guarded by the device's allocator lock (see the top of this file).
   struct DeviceRecord {
@@ -198,6 +208,7 @@ class HistoryRecorder final : public AllocatorObserver {
                    StreamId stream, StackId stack);
 
   CachingAllocator& allocator_;
+  std::shared_ptr<Lifetime> lifetime_ = std::make_shared<Lifetime>();
   std::vector<std::unique_ptr<DeviceRecord>> devices_;
   InterpreterFrames* interpreter_ = nullptr;
   StopCode interpreter_stop_;

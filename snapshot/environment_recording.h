@@ -27,8 +27,8 @@ class EnvironmentRecording {
  public:
   EnvironmentRecording(CachingAllocator& allocator, const RecordingEnvironment& environment);
   // Writes the MEMSNAP_SNAPSHOT_AT_EXIT snapshot, if asked for and not written yet (a failure
-  // is one line on stderr). Destroy it before the allocator: the out-of-memory hook uses its
-  // recorder for as long as the allocator lives.
+  // is one line on stderr). Destroy it before the allocator (its recorder detaches from the
+  // allocator); out-of-memory snapshots taken after that have no history.
   ~EnvironmentRecording();
   EnvironmentRecording(const EnvironmentRecording&) = delete;
   EnvironmentRecording& operator=(const EnvironmentRecording&) = delete;

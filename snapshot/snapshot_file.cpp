@@ -4,6 +4,7 @@
 #include <functional>
 #include <mutex>
 #include <set>
+#include <shared_mutex>
 #include <string_view>
 
 #include "snapshot/msgpack_writer.h"
@@ -120,8 +121,13 @@ std::optional<std::string> dump_snapshot_on_oom(CachingAllocator& allocator, His
     std::set<std::string> written;  // one name per error at most: bounded by the errors
   };
   auto dumps = std::make_shared<Dumps>();
-  allocator.add_oom_observer([&allocator, recorder, pattern = std::move(pattern),
+  std::shared_ptr<HistoryRecorder::Lifetime> life = recorder != nullptr ? recorder->lifetime() : nullptr;
+  allocator.add_oom_observer([&allocator, recorder, life, pattern = std::move(pattern),
                               options = std::move(options), dumps](const OomInfo& info) {
+    // A recorder destroyed before the allocator is left out (the snapshot has no history).
+    std::shared_lock<std::shared_mutex> using_recorder;
+    if (life) using_recorder = std::shared_lock(life->mutex);
+    HistoryRecorder* live = life && life->alive ? recorder : nullptr;
     std::string path;
     {
       std::lock_guard lock(dumps->mutex);
@@ -129,7 +135,7 @@ std::optional<std::string> dump_snapshot_on_oom(CachingAllocator& allocator, His
     }
     SnapshotOptions at_error = options;
     at_error.oom = info;
-    if (auto error = dump_snapshot(allocator, recorder, path, at_error)) {
+    if (auto error = dump_snapshot(allocator, live, path, at_error)) {
       std::fprintf(stderr, "memsnap: out of memory; snapshot not written: %s\n", error->c_str());
       return;
     }

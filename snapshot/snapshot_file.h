@@ -51,8 +51,9 @@ std::optional<std::string> dump_pytorch_pickle(CachingAllocator& allocator, Hist
 // its folder must exist and be writable): a one-line error, and no hook, if it cannot be
 // written. Later failures to write go to stderr as one line, and so does a snapshot that
 // replaces an earlier error's (a pattern without {n}); the allocation still fails with its
-// OutOfMemoryError. The hook stays for the allocator's lifetime, so `recorder` (if given) must
-// live as long as the allocator does.
+// OutOfMemoryError. The hook stays for the allocator's lifetime; `recorder` (if given) may be
+// destroyed before the allocator: snapshots taken after that have no history (and its
+// destructor waits for a snapshot being taken).
 [[nodiscard]] std::optional<std::string> dump_snapshot_on_oom(CachingAllocator& allocator, HistoryRecorder* recorder,
                                                               std::string pattern, SnapshotOptions options = {});
 

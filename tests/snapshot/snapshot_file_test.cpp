@@ -171,4 +171,26 @@ TEST(SnapshotFile, AnOutOfMemoryHookIsRefusedWhereItCouldNotWriteAndSaysWhenItRe
   allocator.deallocate(kept);
 }
 
+TEST(SnapshotFile, AnOutOfMemoryHookOutlivesItsRecorder) {
+  TempDir dir;
+  auto backend = small_device(/*capacity=*/64u << 20);
+  memsnap::CachingAllocator allocator(backend);
+  auto recorder = std::make_unique<memsnap::HistoryRecorder>(allocator);
+  recorder->configure({memsnap::HistoryLevel::kAll, 1000, false});
+  ASSERT_EQ(memsnap::dump_snapshot_on_oom(allocator, recorder.get(), (dir.path / "oom-{n}.msgpack").string()),
+            std::nullopt);
+  void* kept = allocator.allocate(40u << 20);
+  testing::internal::CaptureStderr();
+  EXPECT_THROW(allocator.allocate(30u << 20), memsnap::OutOfMemoryError);  // with the recorder's trace
+  recorder.reset();  // the hook stays with the allocator
+  EXPECT_THROW(allocator.allocate(30u << 20), memsnap::OutOfMemoryError);
+  testing::internal::GetCapturedStderr();
+  const auto with = memsnap::read_msgpack_snapshot((dir.path / "oom-1.msgpack").string());
+  const auto without = memsnap::read_msgpack_snapshot((dir.path / "oom-2.msgpack").string());
+  ASSERT_TRUE(with.ok() && without.ok());
+  EXPECT_GE(with.value().device_traces.at(0).size(), 2u);   // the allocation and the error
+  EXPECT_EQ(without.value().segments.size(), with.value().segments.size());
+  allocator.deallocate(kept);
+}
+
 }  // namespace snapshot_test
