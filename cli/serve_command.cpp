@@ -1,4 +1,4 @@
-// memsnap-serve (run as `memsnap serve`) [--host H] [--port P] [--max-upload-mb N] [--max-snapshots N] [--rank-pattern RE] FILE_OR_DIR...
+// memsnap-serve (run as `memsnap serve`) [--host H] [--allow-host NAME]... [--port P] [--max-upload-mb N] [--max-snapshots N] [--rank-pattern RE] FILE_OR_DIR...
 #include "cli/serve_command.h"
 
 #include <pthread.h>
@@ -22,6 +22,7 @@
 #include "snapshot/snapshot_files.h"
 #include "viewer/job_ranks.h"
 #include "web/job_catalog.h"
+#include "web/host_check.h"
 #include "web/viewer_server.h"
 
 namespace memsnap::cli {
@@ -69,6 +70,7 @@ CommandRunner add_serve_options(CLI::App& app) {
     uint64_t max_upload_mb = 512;
     size_t max_snapshots = 32;
     std::string rank_pattern;
+    std::vector<std::string> allowed_hosts;
   };
   auto options = std::make_shared<Options>();
   CLI::App* command = &app;
@@ -77,6 +79,9 @@ CommandRunner add_serve_options(CLI::App& app) {
                       "regular expression whose first group is the rank in a file name (as memsnap ranks)");
   command->add_option("--host", options->host,
                       "address to listen on (default 127.0.0.1; anything else exposes your snapshots to the network)");
+  command->add_option("--allow-host", options->allowed_hosts,
+                      "with --host beyond loopback, also answer requests addressed to this name (this "
+                      "machine's host name, --host's and IP addresses always are); repeatable");
   command->add_option("--port", options->port, "port (default 8080; 0 picks a free one)")->check(CLI::Range(0, 65535));
   command->add_option("--max-upload-mb", options->max_upload_mb, "largest upload accepted, in MiB (default 512)")
       ->check(CLI::Range(1, 2048));
@@ -107,6 +112,9 @@ CommandRunner add_serve_options(CLI::App& app) {
     web::ServerOptions server_options;
     server_options.host = options->host;
     server_options.port = options->port;
+    for (const std::string& name : options->allowed_hosts)
+      if (!web::is_host_name(name)) throw CommandError("--allow-host " + name + ": not a host name (letters, digits, '-' and '.')");
+    server_options.allowed_hosts = options->allowed_hosts;
     server_options.limits.max_upload_bytes = options->max_upload_mb << 20;
     web::ViewerServer server(store, server_options);
     server.hold_api();

@@ -9,25 +9,13 @@
 
 #include <httplib.h>
 
+#include "web/host_check.h"
 #include "web/request_params.h"
 #include "web/response_encoding.h"
 #include "web/web_assets.h"
 
 namespace memsnap::web {
 namespace {
-
-// The host name of a Host header: "localhost:8080" -> "localhost", "[::1]:80" -> "[::1]".
-std::string host_name_of(const std::string& header) {
-  if (!header.empty() && header[0] == '[') {
-    const size_t close = header.find(']');
-    return close == std::string::npos ? header : header.substr(0, close + 1);
-  }
-  return header.substr(0, header.find(':'));
-}
-
-bool is_loopback_name(const std::string& name) {
-  return name == "localhost" || name == "[::1]" || is_loopback_host(name);
-}
 
 constexpr const char* kPageSecurityPolicy =
     "default-src 'self'; img-src 'self' data: blob:; style-src 'self' 'unsafe-inline'; script-src 'self'; "
@@ -67,11 +55,11 @@ ViewerServer::ViewerServer(SnapshotStore& store, ServerOptions options, JobCatal
 ViewerServer::~ViewerServer() = default;
 
 void ViewerServer::add_routes() {
-  const bool check_host = is_loopback_host(options_.host);
-  server_->set_pre_routing_handler([this, check_host](const httplib::Request& request, httplib::Response& response) {
+  const HostCheck host_check(options_.host, options_.allowed_hosts);
+  server_->set_pre_routing_handler([this, host_check](const httplib::Request& request, httplib::Response& response) {
     prefer_gzip(request);
-    if (check_host && !is_loopback_name(host_name_of(request.get_header_value("Host")))) {
-      send_json_error(response, 421, "this server answers only requests addressed to localhost");
+    if (!host_check.allows(request.get_header_value("Host"))) {
+      send_json_error(response, 421, host_check.refusal());
       return httplib::Server::HandlerResponse::Handled;
     }
     if (request.path.rfind("/api/", 0) == 0) {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "allocator/result.h"
 #include "web/api_routes.h"
@@ -27,6 +28,7 @@ struct ServerOptions {
   ApiLimits limits;
   size_t threads = 32;  // keep-alive connections hold a thread each while they are open
   int read_timeout_seconds = 10;  // a client that stalls mid-request is dropped after this
+  std::vector<std::string> allowed_hosts;  // names answered beyond loopback (web/host_check.h)
 };
 
 bool is_loopback_host(const std::string& host);
