@@ -81,7 +81,9 @@ set(memsnap_public_headers
   snapshot/pytorch_pickle_writer.h
 )
 if(CUDAToolkit_FOUND)
-  list(APPEND memsnap_public_headers allocator/cuda_backend.h)
+  # The CCCL adaptors (Thrust, CUB, cuda::mr) are for CUDA C++ compiled by nvcc.
+  list(APPEND memsnap_public_headers allocator/cuda_backend.h allocator/thrust_allocator.h
+       allocator/cub_temporary_storage.h allocator/cuda_memory_resource.h)
 endif()
 install(CODE "
   set(memsnap_source_dir \"${PROJECT_SOURCE_DIR}\")

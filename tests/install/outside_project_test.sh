@@ -52,12 +52,21 @@ fi
 
 # Each header alone, with nothing but the installed tree (and Debian's nlohmann_json) to include;
 # any compiler output counts as a failure.
+# The CCCL adaptors (Thrust, CUB, cuda::mr) are CUDA C++: nvcc compiles them, where it is.
 check_header() {
-  echo "#include <$1>" | "$cxx" -std=c++20 -fsyntax-only -I"$prefix/include" -I"$prefix/include/memsnap" \
-    -x c++ - 2>&1 | sed "s|^|$1: |"
+  case "$1" in
+    */thrust_allocator.h | */cub_temporary_storage.h | */cuda_memory_resource.h)
+      command -v nvcc >/dev/null || return 0
+      echo "#include <$1>" | nvcc -std=c++20 -x cu -c - -o "$work/$(basename "$1").o" -I"$prefix/include" \
+        -I"$prefix/include/memsnap" 2>&1 |
+        sed "s|^|$1: |" ;;
+    *)
+      echo "#include <$1>" | "$cxx" -std=c++20 -fsyntax-only -I"$prefix/include" -I"$prefix/include/memsnap" \
+        -x c++ - 2>&1 | sed "s|^|$1: |" ;;
+  esac
 }
 export -f check_header
-export cxx prefix
+export cxx prefix work
 headers=$(cd "$prefix/include" && find memsnap -name '*.h' | sort)
 step "$(wc -l <<<"$headers") installed headers compile on their own"
 # shellcheck disable=SC2016  # $0 is expanded by the inner bash, as meant

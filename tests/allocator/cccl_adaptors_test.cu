@@ -1,0 +1,126 @@
+// Thrust, CUB and cuda::mr consumers running on memsnap's caching allocator on a real GPU
+// (skipped without one): their memory is the allocator's, freed back to its cache, and their
+// allocations are in a snapshot's trace under the stacks of the functions that made them.
+#include <cub/device/device_radix_sort.cuh>
+#include <gtest/gtest.h>
+#include <thrust/device_vector.h>
+#include <thrust/execution_policy.h>
+#include <thrust/sequence.h>
+#include <thrust/sort.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "allocator/caching_allocator.h"
+#include "allocator/cub_temporary_storage.h"
+#include "allocator/cuda_backend.h"
+#include "allocator/cuda_memory_resource.h"
+#include "allocator/thrust_allocator.h"
+#include "history/history_recorder.h"
+#include "snapshot/snapshot_builder.h"
+
+namespace memsnap {
+namespace {
+
+constexpr size_t kCount = size_t{1} << 22;  // 16 MiB of floats or keys
+
+struct OnGpu : ::testing::Test {
+  void SetUp() override {
+    if (!CudaBackend::available()) GTEST_SKIP() << "no usable CUDA device";
+    allocator = std::make_unique<CachingAllocator>(std::make_shared<CudaBackend>());
+    recorder = std::make_unique<HistoryRecorder>(*allocator);
+    recorder->configure({HistoryLevel::kAll, 100000, true});
+    ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  }
+  void TearDown() override {
+    if (stream != nullptr) cudaStreamDestroy(stream);
+    recorder.reset();
+  }
+  // Whether an allocation of at least `bytes` was recorded under a stack naming `function`.
+  bool allocated_under(const std::string& function, size_t bytes) {
+    const Snapshot snapshot = take_snapshot(*allocator, recorder.get());
+    for (const auto& trace : snapshot.device_traces)
+      for (size_t i = 0; i < trace.size(); ++i) {
+        const TraceEntry entry = trace[i];
+        if (entry.action != TraceAction::kAlloc || entry.size < bytes || entry.stack < 0) continue;
+        for (uint32_t frame : snapshot.stacks[static_cast<size_t>(entry.stack)])
+          if (snapshot.frames[frame].function.find(function) != std::string::npos) return true;
+      }
+    return false;
+  }
+  std::unique_ptr<CachingAllocator> allocator;
+  std::unique_ptr<HistoryRecorder> recorder;
+  cudaStream_t stream = nullptr;
+};
+
+__attribute__((noinline)) void fill_and_sort_with_thrust(CachingAllocator& allocator, cudaStream_t stream) {
+  const auto on = reinterpret_cast<StreamId>(stream);
+  thrust::device_vector<float, ThrustAllocator<float>> values(kCount, ThrustAllocator<float>(allocator, on));
+  thrust::sequence(thrust::cuda::par.on(stream), values.begin(), values.end(), float(kCount), -1.0f);
+  // The sort's temporary storage comes from memsnap too.
+  thrust::sort(thrust::cuda::par(ThrustAllocator<char>(allocator, on)).on(stream), values.begin(), values.end());
+  std::vector<float> first(4);
+  thrust::copy(values.begin(), values.begin() + 4, first.begin());
+  EXPECT_EQ(first, (std::vector<float>{1.0f, 2.0f, 3.0f, 4.0f}));
+}
+
+TEST_F(OnGpu, ThrustContainersAndTemporaryStorageComeFromTheCachingAllocator) {
+  fill_and_sort_with_thrust(*allocator, stream);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  const DeviceStats stats = allocator->device_stats(0);
+  EXPECT_GE(stats.allocated_bytes[kAggregate].peak, static_cast<int64_t>(kCount * sizeof(float)));
+  EXPECT_EQ(stats.allocated_bytes[kAggregate].current, 0);  // the vector and the temporaries went back
+  EXPECT_GT(stats.reserved_bytes[kAggregate].current, 0);   // to the cache
+  EXPECT_TRUE(allocated_under("fill_and_sort_with_thrust", kCount * sizeof(float)));
+  EXPECT_EQ(allocator->check_invariants(), std::vector<std::string>{});
+}
+
+__attribute__((noinline)) void radix_sort_with_cub(CachingAllocator& allocator, cudaStream_t stream) {
+  ThrustAllocator<unsigned> keys_on(allocator, reinterpret_cast<StreamId>(stream));
+  thrust::device_vector<unsigned, ThrustAllocator<unsigned>> in(kCount, keys_on), out(kCount, keys_on);
+  thrust::sequence(thrust::cuda::par.on(stream), in.rbegin(), in.rend());
+  const unsigned* keys_in = thrust::raw_pointer_cast(in.data());
+  unsigned* keys_out = thrust::raw_pointer_cast(out.data());
+  run_with_cub_storage(allocator, stream, [&](void* storage, size_t& bytes) {
+    return cub::DeviceRadixSort::SortKeys(storage, bytes, keys_in, keys_out, static_cast<int>(kCount), 0, 32, stream);
+  });
+  unsigned first = 1;
+  cudaMemcpyAsync(&first, keys_out, sizeof first, cudaMemcpyDeviceToHost, stream);
+  cudaStreamSynchronize(stream);
+  EXPECT_EQ(first, 0u);
+}
+
+TEST_F(OnGpu, CubTemporaryStorageComesFromTheCachingAllocator) {
+  radix_sort_with_cub(*allocator, stream);
+  EXPECT_EQ(allocator->device_stats(0).allocated_bytes[kAggregate].current, 0);
+  EXPECT_TRUE(allocated_under("radix_sort_with_cub", 1));
+  EXPECT_EQ(allocator->check_invariants(), std::vector<std::string>{});
+}
+
+__attribute__((noinline)) void* allocate_through_resource_ref(cuda::mr::async_resource_ref<cuda::mr::device_accessible> ref,
+                                                             cudaStream_t stream) {
+  return ref.allocate_async(64 << 20, 256, cuda::stream_ref{stream});
+}
+
+TEST_F(OnGpu, ACudaMrConsumerAllocatesThroughTheCachingAllocator) {
+  CudaMemoryResource resource(*allocator);
+  cuda::mr::async_resource_ref<cuda::mr::device_accessible> ref{resource};
+  void* p = allocate_through_resource_ref(ref, stream);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 256, 0u);
+  EXPECT_EQ(cudaMemsetAsync(p, 0, 64 << 20, stream), cudaSuccess);
+  EXPECT_EQ(allocator->device_stats(0).allocated_bytes[kAggregate].current, 64 << 20);
+  ref.deallocate_async(p, 64 << 20, 256, cuda::stream_ref{stream});
+  void* again = ref.allocate(64 << 20, 256);  // the synchronous side: the default stream
+  ref.deallocate(again, 64 << 20, 256);
+  EXPECT_THROW((void)resource.allocate(1024, 4096), std::invalid_argument);
+  cudaStreamSynchronize(stream);
+  EXPECT_EQ(allocator->device_stats(0).allocated_bytes[kAggregate].current, 0);
+  EXPECT_TRUE(allocated_under("allocate_through_resource_ref", 64 << 20));
+  EXPECT_EQ(allocator->check_invariants(), std::vector<std::string>{});
+}
+
+}  // namespace
+}  // namespace memsnap
