@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -99,9 +100,12 @@ TEST_F(OnGpu, CubTemporaryStorageComesFromTheCachingAllocator) {
   EXPECT_EQ(allocator->check_invariants(), std::vector<std::string>{});
 }
 
+// Not a tail call (README: -fno-optimize-sibling-calls), so its frame stays in the stack.
 __attribute__((noinline)) void* allocate_through_resource_ref(cuda::mr::async_resource_ref<cuda::mr::device_accessible> ref,
                                                              cudaStream_t stream) {
-  return ref.allocate_async(64 << 20, 256, cuda::stream_ref{stream});
+  void* p = ref.allocate_async(64 << 20, 256, cuda::stream_ref{stream});
+  if (p == nullptr) throw std::runtime_error("no memory");
+  return p;
 }
 
 TEST_F(OnGpu, ACudaMrConsumerAllocatesThroughTheCachingAllocator) {
