@@ -3,8 +3,10 @@
 #include <arpa/inet.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <string_view>
 #include <thread>
 
 #include <httplib.h>
@@ -29,6 +31,31 @@ bool is_loopback_name(const std::string& name) {
   return name == "localhost" || name == "[::1]" || is_loopback_host(name);
 }
 
+// cpp-httplib's server with its connections kept by a ConnectionPool: the accept loop hands each
+// accepted socket to process_and_close_socket through the task queue, which runs it at once, and
+// the pool's workers call process_request once a request has arrived.
+class PooledServer final : public httplib::Server {
+ public:
+  void set_pool(ConnectionPool* pool) { pool_ = pool; }
+  bool answer(httplib::Stream& stream, bool last, bool& closed) { return process_request(stream, last, closed, nullptr); }
+
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    pool_->adopt(sock);
+    return true;
+  }
+  ConnectionPool* pool_ = nullptr;
+};
+
+class RunAtOnce final : public httplib::TaskQueue {
+ public:
+  void enqueue(std::function<void()> task) override { task(); }
+  void shutdown() override {}
+};
+
+constexpr int kKeepAliveSeconds = 5;
+constexpr size_t kKeepAliveRequests = 100;
+
 constexpr const char* kPageSecurityPolicy =
     "default-src 'self'; img-src 'self' data: blob:; style-src 'self' 'unsafe-inline'; script-src 'self'; "
     "object-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
@@ -42,9 +69,28 @@ bool is_loopback_host(const std::string& host) {
 }
 
 ViewerServer::ViewerServer(SnapshotStore& store, ServerOptions options, JobCatalog* job)
-    : store_(store), options_(std::move(options)), job_(job), server_(std::make_unique<httplib::Server>()) {
-  const size_t threads = options_.threads;
-  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    : store_(store), options_(std::move(options)), job_(job) {
+  auto server = std::make_unique<PooledServer>();
+  PooledServer* pooled = server.get();
+  server_ = std::move(server);
+  ConnectionLimits limits;
+  limits.workers = options_.threads;
+  limits.request_deadline = std::chrono::seconds(std::max(options_.request_deadline_seconds, 1));
+  limits.io_timeout = std::chrono::seconds(std::max(options_.read_timeout_seconds, 1));
+  limits.keep_alive = std::chrono::seconds(kKeepAliveSeconds);
+  limits.keep_alive_requests = kKeepAliveRequests;
+  limits.min_bytes_per_second = options_.min_transfer_bytes_per_second;
+  limits.max_connections = options_.max_connections;
+  limits.max_body_readers = options_.max_uploads_receiving;
+  limits.send_buffer_bytes = options_.socket_send_buffer_bytes;
+  connections_ = std::make_unique<ConnectionPool>(
+      limits, [pooled](httplib::Stream& stream, bool last, bool& closed) { return pooled->answer(stream, last, closed); },
+      [](std::string_view method, std::string_view target) {
+        return method == "POST" && target.substr(0, target.find('?')) == "/api/snapshots";
+      },
+      "X-Content-Type-Options: nosniff\r\nReferrer-Policy: no-referrer\r\nCache-Control: no-store\r\n");
+  pooled->set_pool(connections_.get());
+  server_->new_task_queue = [] { return new RunAtOnce; };
   server_->set_read_timeout(options_.read_timeout_seconds, 0);
   server_->set_write_timeout(options_.read_timeout_seconds, 0);
   // SO_REUSEADDR alone: a restarted server can bind while old connections linger, but a second
@@ -54,8 +100,9 @@ ViewerServer::ViewerServer(SnapshotStore& store, ServerOptions options, JobCatal
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
   });
-  server_->set_keep_alive_max_count(100);
-  server_->set_keep_alive_timeout(5);
+  // What the Keep-Alive header says: the pool keeps connections so.
+  server_->set_keep_alive_max_count(kKeepAliveRequests);
+  server_->set_keep_alive_timeout(kKeepAliveSeconds);
   server_->set_payload_max_length(static_cast<size_t>(options_.limits.max_upload_bytes));
   server_->set_tcp_nodelay(true);
   server_->set_default_headers({{"X-Content-Type-Options", "nosniff"},
@@ -64,7 +111,7 @@ ViewerServer::ViewerServer(SnapshotStore& store, ServerOptions options, JobCatal
   add_routes();
 }
 
-ViewerServer::~ViewerServer() = default;
+ViewerServer::~ViewerServer() { connections_->stop(); }
 
 void ViewerServer::add_routes() {
   const bool check_host = is_loopback_host(options_.host);
@@ -152,6 +199,7 @@ Result<int> ViewerServer::bind() {
 void ViewerServer::run() {
   run_active_ = true;
   if (!stop_requested_) server_->listen_after_bind();
+  connections_->stop();  // the requests being answered end first
   run_active_ = false;
 }
 

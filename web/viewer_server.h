@@ -13,6 +13,7 @@
 
 #include "allocator/result.h"
 #include "web/api_routes.h"
+#include "web/connection_pool.h"
 #include "web/snapshot_store.h"
 
 namespace httplib {
@@ -25,8 +26,17 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;  // 0: any free port
   ApiLimits limits;
-  size_t threads = 32;  // keep-alive connections hold a thread each while they are open
+  size_t threads = 32;  // workers: each answers one request at a time (connection_pool.h)
   int read_timeout_seconds = 10;  // a client that stalls mid-request is dropped after this
+  // A request's line and headers (and a body of up to 64 KiB) arrive within this of its first
+  // byte, however slowly they trickle, or it is answered 408 and closed; no worker waits for
+  // them meanwhile. A bigger body (an upload) and a response get this long plus their size at
+  // min_transfer_bytes_per_second.
+  int request_deadline_seconds = 10;
+  uint64_t min_transfer_bytes_per_second = 64 << 10;
+  size_t max_connections = 512;  // past it, the connection waiting longest for its request is closed
+  size_t max_uploads_receiving = 4;  // bodies received by workers at once; more are answered 503
+  size_t socket_send_buffer_bytes = 0;  // 0: the kernel's, autotuned (up to 4 MiB a connection on Linux)
 };
 
 bool is_loopback_host(const std::string& host);
@@ -48,6 +58,7 @@ class ViewerServer {
   void stop();
   bool running() const;
   const ServerOptions& options() const { return options_; }
+  ConnectionCounts connection_counts() const { return connections_->counts(); }
 
   // Makes `snapshot`'s first views in the background (uploads are warmed the same way).
   void warm_up(const std::shared_ptr<const StoredSnapshot>& snapshot) { warmer_.warm(snapshot); }
@@ -74,6 +85,7 @@ class ViewerServer {
   std::string refusal_;
   ViewWarmer warmer_;
   std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<ConnectionPool> connections_;  // calls into server_: destroyed first
   std::atomic<bool> run_active_{false}, stop_requested_{false};
 };
 

@@ -51,6 +51,7 @@ class RunningServer {
   }
   int port() const { return port_; }
   SnapshotStore& store() { return store_; }
+  ViewerServer& server() { return *server_; }
   httplib::Client client() const {
     httplib::Client c("127.0.0.1", port_);
     c.set_connection_timeout(5);
