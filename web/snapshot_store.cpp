@@ -8,38 +8,8 @@
 
 namespace memsnap::web {
 
-Body StoredSnapshot::cached(const std::string& key, const std::function<std::string()>& render) const {
-  std::promise<Body> promise;
-  uint64_t serial = 0;
-  {
-    std::unique_lock lock(cache_mutex_);
-    if (auto it = cache_.find(key); it != cache_.end()) {
-      const std::shared_future<Body> known = it->second.body;
-      lock.unlock();  // a render in progress is waited for without holding the cache
-      return known.get();
-    }
-    serial = ++renders_;
-    cache_.emplace(key, CacheEntry{serial, promise.get_future().share()});
-    cache_order_.push_back(key);
-    while (cache_order_.size() > kMaxCachedResponses) {
-      cache_.erase(cache_order_.front());
-      cache_order_.pop_front();
-    }
-  }
-  try {
-    Body made = std::make_shared<const RenderedBody>(render());
-    promise.set_value(made);
-    return made;
-  } catch (...) {
-    promise.set_exception(std::current_exception());
-    std::lock_guard lock(cache_mutex_);
-    // Forgotten, unless the entry was dropped meanwhile and the key is being rendered anew.
-    if (auto it = cache_.find(key); it != cache_.end() && it->second.serial == serial) {
-      cache_.erase(it);
-      std::erase(cache_order_, key);
-    }
-    throw;
-  }
+StoredSnapshot::~StoredSnapshot() {
+  if (response_cache) response_cache->forget(this);
 }
 
 PickleReadOptions server_pickle_reads() {
@@ -70,6 +40,7 @@ std::shared_ptr<const StoredSnapshot> SnapshotStore::keep(std::string name, uint
   stored->name = std::move(name);
   stored->file_bytes = file_bytes;
   stored->loaded = std::move(loaded);
+  stored->response_cache = cache_;
   for (const auto& trace : stored->loaded.snapshot.device_traces) {
     stored->trace_events += trace.size();
     for (const TraceEntry& e : trace) stored->has_oom |= e.action == TraceAction::kOom;
