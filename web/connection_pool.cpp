@@ -356,6 +356,7 @@ ConnectionCounts ConnectionPool::counts() const {
   counts.connections = connections_.load();
   counts.busy_workers = busy_workers_.load();
   counts.body_readers = body_readers_.load();
+  counts.requests_answered = requests_answered_.load();
   counts.buffered_response_bytes = buffered_bytes_.load();
   std::lock_guard lock(mutex_);
   counts.polled = polled_;
@@ -448,8 +449,8 @@ ConnectionPool::Next ConnectionPool::advance(Connection& c) {
       size_t readers = body_readers_.load();
       do {
         if (readers >= limits_.max_body_readers) {
-          refuse(c, 503, "already receiving " + std::to_string(limits_.max_body_readers) +
-                             " uploads; send this one when one of them ends");
+          refuse(c, 503, std::to_string(limits_.max_body_readers) +
+                             " uploads are being received; send this one when one of them ends");
           return Next::kRefused;
         }
       } while (!body_readers_.compare_exchange_weak(readers, readers + 1));
@@ -511,6 +512,7 @@ void ConnectionPool::serve(std::unique_ptr<Connection> c) {
       RequestStream stream(*this, *c);
       answered = handle_(stream, last, closed);
     }
+    ++requests_answered_;
     if (c->body_from_worker) {
       c->body_from_worker = false;
       --body_readers_;

@@ -56,6 +56,7 @@ struct ConnectionCounts {
   size_t polled = 0;       // waiting for a request, or sending a response, on the poll thread
   size_t busy_workers = 0;
   size_t body_readers = 0;
+  uint64_t requests_answered = 0;
   uint64_t buffered_response_bytes = 0;
 };
 
@@ -113,6 +114,7 @@ class ConnectionPool {
   std::atomic<size_t> connections_{0};
   std::atomic<size_t> busy_workers_{0};
   std::atomic<size_t> body_readers_{0};
+  std::atomic<uint64_t> requests_answered_{0};
   std::atomic<uint64_t> buffered_bytes_{0};
   std::atomic<uint64_t> next_serial_{0};
 

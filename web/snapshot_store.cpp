@@ -2,9 +2,7 @@
 
 #include <sys/stat.h>
 
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
+#include "web/memory_release.h"
 
 namespace memsnap::web {
 
@@ -80,9 +78,7 @@ bool SnapshotStore::remove(const std::string& id) {
   // A loaded snapshot is many small allocations spread over the server threads' malloc arenas;
   // give the pages back so a long-running viewer's footprint follows what it holds.
   removed.reset();
-#if defined(__GLIBC__)
-  malloc_trim(0);
-#endif
+  release_free_memory();
   return true;
 }
 

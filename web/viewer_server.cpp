@@ -81,7 +81,7 @@ ViewerServer::ViewerServer(SnapshotStore& store, ServerOptions options, JobCatal
   limits.keep_alive_requests = kKeepAliveRequests;
   limits.min_bytes_per_second = options_.min_transfer_bytes_per_second;
   limits.max_connections = options_.max_connections;
-  limits.max_body_readers = options_.max_uploads_receiving;
+  limits.max_body_readers = options_.limits.max_concurrent_uploads;
   limits.send_buffer_bytes = options_.socket_send_buffer_bytes;
   connections_ = std::make_unique<ConnectionPool>(
       limits, [pooled](httplib::Stream& stream, bool last, bool& closed) { return pooled->answer(stream, last, closed); },
@@ -90,6 +90,11 @@ ViewerServer::ViewerServer(SnapshotStore& store, ServerOptions options, JobCatal
       },
       "X-Content-Type-Options: nosniff\r\nReferrer-Policy: no-referrer\r\nCache-Control: no-store\r\n");
   pooled->set_pool(connections_.get());
+  // Once the server is quiet after answering requests (an upload refused, views rendered, a
+  // snapshot closed) or warming views, the memory freed meanwhile goes back to the system.
+  trimmer_ = std::make_unique<IdleTrimmer>(
+      [this] { return connections_->counts().requests_answered + warmer_.snapshots_warmed(); },
+      [this] { return connections_->counts().busy_workers > 0 || warmer_.busy(); });
   server_->new_task_queue = [] { return new RunAtOnce; };
   server_->set_read_timeout(options_.read_timeout_seconds, 0);
   server_->set_write_timeout(options_.read_timeout_seconds, 0);
@@ -111,7 +116,10 @@ ViewerServer::ViewerServer(SnapshotStore& store, ServerOptions options, JobCatal
   add_routes();
 }
 
-ViewerServer::~ViewerServer() { connections_->stop(); }
+ViewerServer::~ViewerServer() {
+  trimmer_.reset();
+  connections_->stop();
+}
 
 void ViewerServer::add_routes() {
   const bool check_host = is_loopback_host(options_.host);

@@ -14,6 +14,7 @@
 #include "allocator/result.h"
 #include "web/api_routes.h"
 #include "web/connection_pool.h"
+#include "web/memory_release.h"
 #include "web/snapshot_store.h"
 
 namespace httplib {
@@ -35,7 +36,6 @@ struct ServerOptions {
   int request_deadline_seconds = 10;
   uint64_t min_transfer_bytes_per_second = 64 << 10;
   size_t max_connections = 512;  // past it, the connection waiting longest for its request is closed
-  size_t max_uploads_receiving = 4;  // bodies received by workers at once; more are answered 503
   size_t socket_send_buffer_bytes = 0;  // 0: the kernel's, autotuned (up to 4 MiB a connection on Linux)
 };
 
@@ -59,6 +59,8 @@ class ViewerServer {
   bool running() const;
   const ServerOptions& options() const { return options_; }
   ConnectionCounts connection_counts() const { return connections_->counts(); }
+  // How often the memory freed since the last time was given back (memory_release.h).
+  uint64_t memory_releases() const { return trimmer_->releases(); }
 
   // Makes `snapshot`'s first views in the background (uploads are warmed the same way).
   void warm_up(const std::shared_ptr<const StoredSnapshot>& snapshot) { warmer_.warm(snapshot); }
@@ -86,6 +88,7 @@ class ViewerServer {
   ViewWarmer warmer_;
   std::unique_ptr<httplib::Server> server_;
   std::unique_ptr<ConnectionPool> connections_;  // calls into server_: destroyed first
+  std::unique_ptr<IdleTrimmer> trimmer_;          // watches connections_ and warmer_
   std::atomic<bool> run_active_{false}, stop_requested_{false};
 };
 

@@ -12,6 +12,8 @@
 
 #include "server_test_support.h"
 #include "snapshot/snapshot_loader.h"
+#include "web/memory_release.h"
+#include "web/rendered_body.h"
 
 namespace memsnap::web::testing {
 namespace {
@@ -387,7 +389,7 @@ TEST(ServerHostile, TricklingUploadsAreBoundedInNumberAndTime) {
   options.threads = 4;
   options.request_deadline_seconds = 2;
   options.min_transfer_bytes_per_second = 1 << 20;  // 1 MiB: a deadline of 3 s
-  options.max_uploads_receiving = 2;
+  options.limits.max_concurrent_uploads = 2;
   RunningServer server(options);
   server.start({data_file("pytorch-2.11/mlp_train.pickle")});
   const std::string upload = "POST /api/snapshots HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\n"
@@ -403,6 +405,12 @@ TEST(ServerHostile, TricklingUploadsAreBoundedInNumberAndTime) {
   const std::string refused = server.raw(upload, 5);
   EXPECT_EQ(status_of(refused), 503) << refused.substr(0, 300);
   EXPECT_NE(refused.find("send this one when one of them ends"), std::string::npos) << refused;
+  // A small upload (its body gathered before a worker sees it) is refused too while they are
+  // received: at most that many uploads are received or parsed at once.
+  const std::string pickle = file_bytes(data_file("pytorch-2.11/two_streams.pickle"));
+  auto small = server.client().Post("/api/snapshots", pickle, "application/octet-stream");
+  ASSERT_TRUE(small);
+  EXPECT_EQ(small->status, 503) << small->body;
   const auto asked = std::chrono::steady_clock::now();
   auto answer = server.client().Get("/api/snapshots/1/stats");
   ASSERT_TRUE(answer);
@@ -415,6 +423,8 @@ TEST(ServerHostile, TricklingUploadsAreBoundedInNumberAndTime) {
     EXPECT_EQ(status_of(t.heard) / 100, 4) << t.heard.substr(0, 200);
   }
   EXPECT_EQ(server.server().connection_counts().body_readers, 0u);
+  EXPECT_EQ(server.client().Post("/api/snapshots", pickle, "application/octet-stream")->status, 201)
+      << "their places are free again";
   // A request body that is not an upload is never read past 64 KiB.
   const std::string big_get = "GET /api/snapshots HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000000\r\n\r\n";
   EXPECT_EQ(status_of(server.raw(big_get, 5)), 413);
@@ -471,6 +481,48 @@ TEST(ServerHostile, ClientsThatDoNotReadHoldNoWorker) {
   EXPECT_LT(seconds_since(began), 10.0);
   for (const int fd : readers) ::close(fd);
   EXPECT_EQ(server.server().connection_counts().buffered_response_bytes, 0u);
+}
+
+// Issue 53, item 9: a refused upload that took much memory to parse (here 2M empty JSON
+// objects from 2 KiB of gzip) leaves the memory it freed to be given back once the server is
+// quiet, not kept by malloc for good (memory_release.h).
+TEST(ServerHostile, MemoryFreedByARefusedUploadIsGivenBack) {
+  RunningServer server;
+  server.start({});
+  std::string objects = "[";
+  for (int i = 0; i < 2'000'000; ++i) objects += "{},";
+  objects += "{}]";
+  const std::string bomb = gzip_compress(objects, 9);
+  const uint64_t before = server.server().memory_releases();
+  auto refused = server.client().Post("/api/snapshots", bomb, "application/octet-stream");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 422) << refused->body;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (server.server().memory_releases() == before && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_GT(server.server().memory_releases(), before);
+}
+
+TEST(IdleTrimmer, ReleasesOnceAfterEachBurstOfWorkWhenQuiet) {
+  std::atomic<uint64_t> work{0};
+  std::atomic<bool> busy{false};
+  std::atomic<int> released{0};
+  IdleTrimmer trimmer([&] { return work.load(); }, [&] { return busy.load(); }, std::chrono::milliseconds(100),
+                      [&] { ++released; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  EXPECT_EQ(released, 0) << "no work, nothing to give back";
+  busy = true;
+  ++work;
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  EXPECT_EQ(released, 0) << "not while work is in progress";
+  busy = false;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (released == 0 && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(released, 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  EXPECT_EQ(released, 1) << "once per burst";
+  EXPECT_EQ(trimmer.releases(), 1u);
 }
 
 TEST(ServerHostile, ManyConcurrentClients) {
