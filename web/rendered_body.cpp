@@ -49,6 +49,9 @@ std::string gzip_compress(std::string_view data, int level) {
   }
   deflateEnd(&stream);
   out.resize(produced);
+  // The buffer was sized (and zeroed) for the input's worst case: a kept gzip would otherwise
+  // hold about its text's size, not its own.
+  out.shrink_to_fit();
   return out;
 }
 

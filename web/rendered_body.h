@@ -16,7 +16,9 @@ class RenderedBody {
  public:
   // `on_gzip`, when given, is called once the gzip is made (the cache counts it then).
   explicit RenderedBody(std::string text, std::function<void()> on_gzip = {})
-      : text_(std::move(text)), on_gzip_(std::move(on_gzip)) {}
+      : text_(std::move(text)), on_gzip_(std::move(on_gzip)) {
+    text_.shrink_to_fit();  // a text built by appending has up to twice its size reserved
+  }
   RenderedBody(const RenderedBody&) = delete;
   RenderedBody& operator=(const RenderedBody&) = delete;
 
@@ -26,7 +28,9 @@ class RenderedBody {
   // 10 ms at level 1 (490 KB) against 50 ms at level 6 (380 KB).
   const std::string& gzip() const;
   // The bytes it holds: the text, and the gzip once made.
-  uint64_t bytes() const { return text_.size() + (gzip_made_.load(std::memory_order_acquire) ? gzip_.size() : 0); }
+  uint64_t bytes() const {
+    return text_.capacity() + (gzip_made_.load(std::memory_order_acquire) ? gzip_.capacity() : 0);
+  }
 
  private:
   std::string text_;
