@@ -38,6 +38,9 @@ class PooledServer final : public httplib::Server {
  public:
   void set_pool(ConnectionPool* pool) { pool_ = pool; }
   bool answer(httplib::Stream& stream, bool last, bool& closed) { return process_request(stream, last, closed, nullptr); }
+  // The library listens with a backlog of 5: 40 clients that connect at once overflow it, and
+  // the kernel resets some of them. A second listen() on the bound socket raises it.
+  void raise_backlog(int backlog) { ::listen(svr_sock_, backlog); }
 
  private:
   bool process_and_close_socket(socket_t sock) override {
@@ -187,9 +190,11 @@ void ViewerServer::add_routes() {
 Result<int> ViewerServer::bind() {
   if (options_.port < 0 || options_.port > 65535)
     return Result<int>::failure("port " + std::to_string(options_.port) + " is not between 0 and 65535");
+  const int backlog = static_cast<int>(std::min<size_t>(options_.max_connections, SOMAXCONN));
   if (options_.port == 0) {
     const int port = server_->bind_to_any_port(options_.host);
     if (port <= 0) return Result<int>::failure("cannot listen on " + options_.host + " (any port)");
+    static_cast<PooledServer&>(*server_).raise_backlog(backlog);
     return port;
   }
   errno = 0;
@@ -201,6 +206,7 @@ Result<int> ViewerServer::bind() {
                                   "--port, or --port 0 for a free one");
     return Result<int>::failure("cannot listen on " + where + " (not an address of this machine?)");
   }
+  static_cast<PooledServer&>(*server_).raise_backlog(backlog);
   return options_.port;
 }
 
