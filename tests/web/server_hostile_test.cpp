@@ -381,6 +381,43 @@ TEST(ServerHostile, IdleKeepAliveConnectionsHoldNoWorker) {
   }
 }
 
+// Past max_connections, the connection that has waited longest for its request is closed: a
+// client that sends its request at once is never it, so clients that open connections and
+// send nothing cannot lock others out.
+TEST(ServerHostile, PastTheConnectionLimitTheLongestWaitingIsClosed) {
+  ServerOptions options;
+  options.max_connections = 8;
+  options.request_deadline_seconds = 30;  // none of them is dropped for its deadline here
+  RunningServer server(options);
+  server.start({data_file("pytorch-2.11/mlp_train.pickle")});
+  std::vector<int> silent;
+  for (int i = 0; i < 20; ++i) {
+    const int fd = connect_to(server.port());
+    ASSERT_GE(fd, 0);
+    ::send(fd, "GET / HTTP/1.1\r\n", 16, MSG_NOSIGNAL);
+    silent.push_back(fd);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // an order of arrival
+  }
+  for (int i = 0; i < 5; ++i) {
+    auto answer = server.client().Get("/api/snapshots/1/stats");
+    ASSERT_TRUE(answer);
+    EXPECT_EQ(answer->status, 200);
+  }
+  const auto counted_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (server.server().connection_counts().connections > options.max_connections &&
+         std::chrono::steady_clock::now() < counted_by)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_LE(server.server().connection_counts().connections, options.max_connections);
+  // The newest of them are still open, the oldest closed.
+  const auto closed = [](int fd) {
+    pollfd hung_up{fd, POLLRDHUP, 0};
+    return ::poll(&hung_up, 1, 1000) > 0 && (hung_up.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+  };
+  EXPECT_TRUE(closed(silent.front()));
+  EXPECT_FALSE(closed(silent.back()));
+  for (const int fd : silent) ::close(fd);
+}
+
 // Uploads that trickle: only `max_uploads_receiving` are received at once (the next is refused
 // 503 from its headers), normal requests are answered meanwhile, and each is cut off once its
 // deadline (the request deadline plus its Content-Length at the minimum rate) passes.
