@@ -1,4 +1,4 @@
-// memsnap-serve (run as `memsnap serve`) [--host H] [--allow-host NAME]... [--port P] [--max-upload-mb N] [--max-snapshots N] [--rank-pattern RE] FILE_OR_DIR...
+// memsnap-serve (run as `memsnap serve`) [--host H] [--allow-host NAME]... [--port P] [--max-upload-mb N] [--max-snapshots N] [--cache-mb N] [--rank-pattern RE] FILE_OR_DIR...
 #include "cli/serve_command.h"
 
 #include <pthread.h>
@@ -69,6 +69,7 @@ CommandRunner add_serve_options(CLI::App& app) {
     int port = 8080;
     uint64_t max_upload_mb = 512;
     size_t max_snapshots = 32;
+    uint64_t cache_mb = web::ResponseCache::kDefaultBudgetBytes >> 20;
     std::string rank_pattern;
     std::vector<std::string> allowed_hosts;
   };
@@ -87,6 +88,10 @@ CommandRunner add_serve_options(CLI::App& app) {
       ->check(CLI::Range(1, 2048));
   command->add_option("--max-snapshots", options->max_snapshots, "most snapshots held at once (default 32)")
       ->check(CLI::Range(1, 1000));
+  command->add_option("--cache-mb", options->cache_mb,
+                      "memory for the rendered views kept to answer again, in MiB, all snapshots together; the "
+                      "least recently used are dropped past it (default 256; 0 keeps none)")
+      ->check(CLI::Range(0, 1 << 20));
   return [command, options] {
     if (!command->parsed()) return;
 #if defined(__GLIBC__)
@@ -107,7 +112,8 @@ CommandRunner add_serve_options(CLI::App& app) {
     // each opened when asked for. Files named one by one are opened now; a file that cannot be
     // read is listed (stderr, and the page), not fatal. They are compared as ranks too when at
     // least two of them name different ranks (ranks_of_one_job).
-    web::SnapshotStore store(any_folder ? options->max_snapshots : std::max(options->max_snapshots, files.value().size()));
+    web::SnapshotStore store(any_folder ? options->max_snapshots : std::max(options->max_snapshots, files.value().size()),
+                             options->cache_mb << 20);
     std::unique_ptr<web::JobCatalog> job;  // outlives the server, which points at it
     web::ServerOptions server_options;
     server_options.host = options->host;

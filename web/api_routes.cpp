@@ -89,9 +89,11 @@ httplib::Server::Handler guarded(Handler handler) {
   };
 }
 
-// `whole_slot`: set while an upload is being received whole (see below).
+// `whole_slot`: set while an upload is being received whole (see below); `uploading`: the
+// uploads being received or parsed.
 void upload(SnapshotStore& store, ViewWarmer& warmer, const ApiLimits& limits, std::atomic<bool>& whole_slot,
-            const httplib::Request& request, httplib::Response& response, const httplib::ContentReader& reader) {
+            std::atomic<size_t>& uploading, const httplib::Request& request, httplib::Response& response,
+            const httplib::ContentReader& reader) {
   // Refusals here come before the body is read, so the connection cannot be trusted to be at a
   // request boundary any more: close it.
   auto refuse = [&](int status, const std::string& message) {
@@ -109,6 +111,21 @@ void upload(SnapshotStore& store, ViewWarmer& warmer, const ApiLimits& limits, s
     refuse(413, "upload of " + svg::human_bytes(*length) + " is over the limit of " +
                     svg::human_bytes(limits.max_upload_bytes) + " (memsnap serve --max-upload-mb)");
   if (store.full()) refuse(507, full_message(store));
+  // However many clients send at once, at most max_concurrent_uploads parses run (a parse may
+  // take a few times its file's size); the next hears so before its body is read.
+  struct Place {
+    std::atomic<size_t>& taken;
+    bool mine = false;
+    ~Place() {
+      if (mine) --taken;
+    }
+  } place{uploading};
+  for (size_t taken = uploading.load(); !place.mine;) {
+    if (taken >= limits.max_concurrent_uploads)
+      refuse(503, std::to_string(limits.max_concurrent_uploads) +
+                      " uploads are being received or read; send this one when one of them ends");
+    place.mine = uploading.compare_exchange_weak(taken, taken + 1);
+  }
   // Parsed while it arrives: a parser thread reads the body through a pipe of a few MiB as this
   // thread receives it, so the parse overlaps the transfer and the body is never held whole.
   // But a plain pickle that would be read on several threads (a large one, on a machine with
@@ -371,11 +388,12 @@ void add_api_routes(httplib::Server& server, SnapshotStore& store, ViewWarmer& w
                          kJson);
   }));
   auto whole_slot = std::make_shared<std::atomic<bool>>(false);
-  server.Post("/api/snapshots", [&store, &warmer, limits, whole_slot](const httplib::Request& request,
+  auto uploading = std::make_shared<std::atomic<size_t>>(0);
+  server.Post("/api/snapshots", [&store, &warmer, limits, whole_slot, uploading](const httplib::Request& request,
                                                                      httplib::Response& response,
                                                                      const httplib::ContentReader& reader) {
     guarded([&](const httplib::Request& r, httplib::Response& out) {
-      upload(store, warmer, limits, *whole_slot, r, out, reader);
+      upload(store, warmer, limits, *whole_slot, *uploading, r, out, reader);
     })(request, response);
   });
   server.Get(R"(/api/snapshots/(\d+))", guarded([&store](const httplib::Request& request, httplib::Response& response) {

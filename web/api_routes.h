@@ -16,6 +16,9 @@ namespace memsnap::web {
 
 struct ApiLimits {
   uint64_t max_upload_bytes = uint64_t{512} << 20;
+  // Uploads received or parsed at once (each parse may take a few times its file's size); the
+  // next is answered 503 from its headers.
+  size_t max_concurrent_uploads = 4;
   // The threads an uploaded pickle may be read on (server_pickle_reads() unless a test says).
   PickleReadOptions upload_reads = server_pickle_reads();
 };

@@ -8,7 +8,13 @@
 namespace memsnap::web {
 
 const std::string& RenderedBody::gzip() const {
-  std::call_once(gzip_once_, [this] { gzip_ = gzip_compress(text_, 1); });
+  bool made_here = false;
+  std::call_once(gzip_once_, [&] {
+    gzip_ = gzip_compress(text_, 1);
+    gzip_made_.store(true, std::memory_order_release);
+    made_here = true;
+  });
+  if (made_here && on_gzip_) on_gzip_();
   return gzip_;
 }
 
@@ -43,6 +49,9 @@ std::string gzip_compress(std::string_view data, int level) {
   }
   deflateEnd(&stream);
   out.resize(produced);
+  // The buffer was sized (and zeroed) for the input's worst case: a kept gzip would otherwise
+  // hold about its text's size, not its own.
+  out.shrink_to_fit();
   return out;
 }
 

@@ -2,44 +2,12 @@
 
 #include <sys/stat.h>
 
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
+#include "web/memory_release.h"
 
 namespace memsnap::web {
 
-Body StoredSnapshot::cached(const std::string& key, const std::function<std::string()>& render) const {
-  std::promise<Body> promise;
-  uint64_t serial = 0;
-  {
-    std::unique_lock lock(cache_mutex_);
-    if (auto it = cache_.find(key); it != cache_.end()) {
-      const std::shared_future<Body> known = it->second.body;
-      lock.unlock();  // a render in progress is waited for without holding the cache
-      return known.get();
-    }
-    serial = ++renders_;
-    cache_.emplace(key, CacheEntry{serial, promise.get_future().share()});
-    cache_order_.push_back(key);
-    while (cache_order_.size() > kMaxCachedResponses) {
-      cache_.erase(cache_order_.front());
-      cache_order_.pop_front();
-    }
-  }
-  try {
-    Body made = std::make_shared<const RenderedBody>(render());
-    promise.set_value(made);
-    return made;
-  } catch (...) {
-    promise.set_exception(std::current_exception());
-    std::lock_guard lock(cache_mutex_);
-    // Forgotten, unless the entry was dropped meanwhile and the key is being rendered anew.
-    if (auto it = cache_.find(key); it != cache_.end() && it->second.serial == serial) {
-      cache_.erase(it);
-      std::erase(cache_order_, key);
-    }
-    throw;
-  }
+StoredSnapshot::~StoredSnapshot() {
+  if (response_cache) response_cache->forget(this);
 }
 
 PickleReadOptions server_pickle_reads() {
@@ -70,6 +38,7 @@ std::shared_ptr<const StoredSnapshot> SnapshotStore::keep(std::string name, uint
   stored->name = std::move(name);
   stored->file_bytes = file_bytes;
   stored->loaded = std::move(loaded);
+  stored->response_cache = cache_;
   for (const auto& trace : stored->loaded.snapshot.device_traces) {
     stored->trace_events += trace.size();
     for (const TraceEntry& e : trace) stored->has_oom |= e.action == TraceAction::kOom;
@@ -109,9 +78,7 @@ bool SnapshotStore::remove(const std::string& id) {
   // A loaded snapshot is many small allocations spread over the server threads' malloc arenas;
   // give the pages back so a long-running viewer's footprint follows what it holds.
   removed.reset();
-#if defined(__GLIBC__)
-  malloc_trim(0);
-#endif
+  release_free_memory();
   return true;
 }
 

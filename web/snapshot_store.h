@@ -1,12 +1,11 @@
 // The snapshots a `memsnap serve` session holds: loaded once (from the command line or an
-// upload), shared read-only by every request thread, and each with a small bounded cache of
-// its rendered API responses so a big snapshot's analyses run once, not per request.
+// upload), shared read-only by every request thread, with their rendered API responses kept in
+// one cache bounded in bytes (response_cache.h) so a big snapshot's analyses run once, not per
+// request.
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,35 +16,31 @@
 #include "allocator/result.h"
 #include "snapshot/snapshot_loader.h"
 #include "web/rendered_body.h"
+#include "web/response_cache.h"
 
 namespace memsnap::web {
 
 struct StoredSnapshot {
+  StoredSnapshot() = default;
+  ~StoredSnapshot();  // drops its responses from the cache
+  StoredSnapshot(const StoredSnapshot&) = delete;
+  StoredSnapshot& operator=(const StoredSnapshot&) = delete;
+
   std::string id;    // decimal, never reused in a session
   std::string name;  // file base name, or what the uploader called it
   uint64_t file_bytes = 0;
   LoadedSnapshot loaded;
   uint64_t trace_events = 0;
   bool has_oom = false;
+  // Where its rendered responses are kept: the store's, shared by every snapshot it holds and
+  // bounded in bytes; a snapshot made on its own has its own.
+  std::shared_ptr<ResponseCache> response_cache = std::make_shared<ResponseCache>();
 
-  // The response for `key`, made by `render` the first time, outside any lock. A request that
-  // comes while another thread (the warm-up, another request) is rendering the same key waits
-  // for that answer rather than rendering it again; when `render` throws, every waiter gets the
-  // error and nothing is kept. At most kMaxCachedResponses are kept, the oldest dropped first,
-  // so odd query strings cannot grow memory without bound.
-  Body cached(const std::string& key, const std::function<std::string()>& render) const;
-
-  static constexpr size_t kMaxCachedResponses = 48;
-
- private:
-  struct CacheEntry {
-    uint64_t serial = 0;  // which render made it
-    std::shared_future<Body> body;
-  };
-  mutable std::mutex cache_mutex_;
-  mutable std::map<std::string, CacheEntry> cache_;
-  mutable std::deque<std::string> cache_order_;
-  mutable uint64_t renders_ = 0;
+  // The response for `key`, made by `render` the first time (ResponseCache::get): odd query
+  // strings cannot grow memory past the cache's budget.
+  Body cached(const std::string& key, const std::function<std::string()>& render) const {
+    return response_cache->get(this, key, render);
+  }
 };
 
 // How the server reads a pickle it is given or sent: on as many threads as the cores and the
@@ -60,7 +55,8 @@ struct UnopenedFile {
 
 class SnapshotStore {
  public:
-  explicit SnapshotStore(size_t max_snapshots) : max_snapshots_(max_snapshots) {}
+  explicit SnapshotStore(size_t max_snapshots, uint64_t cache_budget_bytes = ResponseCache::kDefaultBudgetBytes)
+      : max_snapshots_(max_snapshots), cache_(std::make_shared<ResponseCache>(cache_budget_bytes)) {}
 
   // Keeps a parsed snapshot; nothing (null) when the store already holds max_snapshots.
   std::shared_ptr<const StoredSnapshot> keep(std::string name, uint64_t file_bytes, LoadedSnapshot loaded);
@@ -75,12 +71,14 @@ class SnapshotStore {
   void note_unopened(UnopenedFile file);
   std::vector<UnopenedFile> unopened() const;
   size_t max_snapshots() const { return max_snapshots_; }
+  const ResponseCache& response_cache() const { return *cache_; }
   bool full() const;
 
  private:
   static std::optional<uint64_t> parse_id(const std::string& id);
 
   const size_t max_snapshots_;
+  const std::shared_ptr<ResponseCache> cache_;
   mutable std::mutex mutex_;
   uint64_t next_id_ = 1;
   std::map<uint64_t, std::shared_ptr<const StoredSnapshot>> snapshots_;

@@ -30,6 +30,11 @@ void ViewWarmer::wait_idle() {
   changed_.wait(lock, [this] { return stopping_ || (queue_.empty() && !busy_); });
 }
 
+bool ViewWarmer::busy() {
+  std::lock_guard lock(mutex_);
+  return busy_ || !queue_.empty();
+}
+
 void ViewWarmer::run() {
   // Below the request threads (and a browser on the same machine): what the warm-up makes is
   // for later, what a request asks for is wanted now.
@@ -49,6 +54,7 @@ void ViewWarmer::run() {
       });
     }
     snapshot.reset();
+    ++warmed_;
     lock.lock();
     busy_ = false;
     changed_.notify_all();

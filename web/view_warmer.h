@@ -3,7 +3,9 @@
 // for a view the warm-up is making waits for it rather than making it twice.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -25,6 +27,8 @@ class ViewWarmer {
   void warm(const std::shared_ptr<const StoredSnapshot>& snapshot);
   // Returns once everything queued so far is made (for tests).
   void wait_idle();
+  bool busy();
+  uint64_t snapshots_warmed() const { return warmed_.load(); }
 
  private:
   void run();
@@ -34,6 +38,7 @@ class ViewWarmer {
   std::deque<std::weak_ptr<const StoredSnapshot>> queue_;
   bool busy_ = false;
   bool stopping_ = false;
+  std::atomic<uint64_t> warmed_{0};
   std::thread thread_;
 };
 

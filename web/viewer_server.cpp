@@ -3,8 +3,10 @@
 #include <arpa/inet.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <string_view>
 #include <thread>
 
 #include <httplib.h>
@@ -16,6 +18,34 @@
 
 namespace memsnap::web {
 namespace {
+
+// cpp-httplib's server with its connections kept by a ConnectionPool: the accept loop hands each
+// accepted socket to process_and_close_socket through the task queue, which runs it at once, and
+// the pool's workers call process_request once a request has arrived.
+class PooledServer final : public httplib::Server {
+ public:
+  void set_pool(ConnectionPool* pool) { pool_ = pool; }
+  bool answer(httplib::Stream& stream, bool last, bool& closed) { return process_request(stream, last, closed, nullptr); }
+  // The library listens with a backlog of 5: 40 clients that connect at once overflow it, and
+  // the kernel resets some of them. A second listen() on the bound socket raises it.
+  void raise_backlog(int backlog) { ::listen(svr_sock_, backlog); }
+
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    pool_->adopt(sock);
+    return true;
+  }
+  ConnectionPool* pool_ = nullptr;
+};
+
+class RunAtOnce final : public httplib::TaskQueue {
+ public:
+  void enqueue(std::function<void()> task) override { task(); }
+  void shutdown() override {}
+};
+
+constexpr int kKeepAliveSeconds = 5;
+constexpr size_t kKeepAliveRequests = 100;
 
 constexpr const char* kPageSecurityPolicy =
     "default-src 'self'; img-src 'self' data: blob:; style-src 'self' 'unsafe-inline'; script-src 'self'; "
@@ -30,9 +60,33 @@ bool is_loopback_host(const std::string& host) {
 }
 
 ViewerServer::ViewerServer(SnapshotStore& store, ServerOptions options, JobCatalog* job)
-    : store_(store), options_(std::move(options)), job_(job), server_(std::make_unique<httplib::Server>()) {
-  const size_t threads = options_.threads;
-  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    : store_(store), options_(std::move(options)), job_(job) {
+  auto server = std::make_unique<PooledServer>();
+  PooledServer* pooled = server.get();
+  server_ = std::move(server);
+  ConnectionLimits limits;
+  limits.workers = options_.threads;
+  limits.request_deadline = std::chrono::seconds(std::max(options_.request_deadline_seconds, 1));
+  limits.io_timeout = std::chrono::seconds(std::max(options_.read_timeout_seconds, 1));
+  limits.keep_alive = std::chrono::seconds(kKeepAliveSeconds);
+  limits.keep_alive_requests = kKeepAliveRequests;
+  limits.min_bytes_per_second = options_.min_transfer_bytes_per_second;
+  limits.max_connections = options_.max_connections;
+  limits.max_body_readers = options_.limits.max_concurrent_uploads;
+  limits.send_buffer_bytes = options_.socket_send_buffer_bytes;
+  connections_ = std::make_unique<ConnectionPool>(
+      limits, [pooled](httplib::Stream& stream, bool last, bool& closed) { return pooled->answer(stream, last, closed); },
+      [](std::string_view method, std::string_view target) {
+        return method == "POST" && target.substr(0, target.find('?')) == "/api/snapshots";
+      },
+      "X-Content-Type-Options: nosniff\r\nReferrer-Policy: no-referrer\r\nCache-Control: no-store\r\n");
+  pooled->set_pool(connections_.get());
+  // Once the server is quiet after answering requests (an upload refused, views rendered, a
+  // snapshot closed) or warming views, the memory freed meanwhile goes back to the system.
+  trimmer_ = std::make_unique<IdleTrimmer>(
+      [this] { return connections_->counts().requests_answered + warmer_.snapshots_warmed(); },
+      [this] { return connections_->counts().busy_workers > 0 || warmer_.busy(); });
+  server_->new_task_queue = [] { return new RunAtOnce; };
   server_->set_read_timeout(options_.read_timeout_seconds, 0);
   server_->set_write_timeout(options_.read_timeout_seconds, 0);
   // SO_REUSEADDR alone: a restarted server can bind while old connections linger, but a second
@@ -42,8 +96,9 @@ ViewerServer::ViewerServer(SnapshotStore& store, ServerOptions options, JobCatal
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
   });
-  server_->set_keep_alive_max_count(100);
-  server_->set_keep_alive_timeout(5);
+  // What the Keep-Alive header says: the pool keeps connections so.
+  server_->set_keep_alive_max_count(kKeepAliveRequests);
+  server_->set_keep_alive_timeout(kKeepAliveSeconds);
   server_->set_payload_max_length(static_cast<size_t>(options_.limits.max_upload_bytes));
   server_->set_tcp_nodelay(true);
   server_->set_default_headers({{"X-Content-Type-Options", "nosniff"},
@@ -52,7 +107,10 @@ ViewerServer::ViewerServer(SnapshotStore& store, ServerOptions options, JobCatal
   add_routes();
 }
 
-ViewerServer::~ViewerServer() = default;
+ViewerServer::~ViewerServer() {
+  trimmer_.reset();
+  connections_->stop();
+}
 
 void ViewerServer::add_routes() {
   const HostCheck host_check(options_.host, options_.allowed_hosts);
@@ -120,9 +178,11 @@ void ViewerServer::add_routes() {
 Result<int> ViewerServer::bind() {
   if (options_.port < 0 || options_.port > 65535)
     return Result<int>::failure("port " + std::to_string(options_.port) + " is not between 0 and 65535");
+  const int backlog = static_cast<int>(std::min<size_t>(options_.max_connections, SOMAXCONN));
   if (options_.port == 0) {
     const int port = server_->bind_to_any_port(options_.host);
     if (port <= 0) return Result<int>::failure("cannot listen on " + options_.host + " (any port)");
+    static_cast<PooledServer&>(*server_).raise_backlog(backlog);
     return port;
   }
   errno = 0;
@@ -134,12 +194,14 @@ Result<int> ViewerServer::bind() {
                                   "--port, or --port 0 for a free one");
     return Result<int>::failure("cannot listen on " + where + " (not an address of this machine?)");
   }
+  static_cast<PooledServer&>(*server_).raise_backlog(backlog);
   return options_.port;
 }
 
 void ViewerServer::run() {
   run_active_ = true;
   if (!stop_requested_) server_->listen_after_bind();
+  connections_->stop();  // the requests being answered end first
   run_active_ = false;
 }
 

@@ -14,6 +14,8 @@
 
 #include "allocator/result.h"
 #include "web/api_routes.h"
+#include "web/connection_pool.h"
+#include "web/memory_release.h"
 #include "web/snapshot_store.h"
 
 namespace httplib {
@@ -26,8 +28,16 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;  // 0: any free port
   ApiLimits limits;
-  size_t threads = 32;  // keep-alive connections hold a thread each while they are open
+  size_t threads = 32;  // workers: each answers one request at a time (connection_pool.h)
   int read_timeout_seconds = 10;  // a client that stalls mid-request is dropped after this
+  // A request's line and headers (and a body of up to 64 KiB) arrive within this of its first
+  // byte, however slowly they trickle, or it is answered 408 and closed; no worker waits for
+  // them meanwhile. A bigger body (an upload) and a response get this long plus their size at
+  // min_transfer_bytes_per_second.
+  int request_deadline_seconds = 10;
+  uint64_t min_transfer_bytes_per_second = 64 << 10;
+  size_t max_connections = 512;  // past it, the connection waiting longest for its request is closed
+  size_t socket_send_buffer_bytes = 0;  // 0: the kernel's, autotuned (up to 4 MiB a connection on Linux)
   std::vector<std::string> allowed_hosts;  // names answered beyond loopback (web/host_check.h)
 };
 
@@ -50,6 +60,9 @@ class ViewerServer {
   void stop();
   bool running() const;
   const ServerOptions& options() const { return options_; }
+  ConnectionCounts connection_counts() const { return connections_->counts(); }
+  // How often the memory freed since the last time was given back (memory_release.h).
+  uint64_t memory_releases() const { return trimmer_->releases(); }
 
   // Makes `snapshot`'s first views in the background (uploads are warmed the same way).
   void warm_up(const std::shared_ptr<const StoredSnapshot>& snapshot) { warmer_.warm(snapshot); }
@@ -76,6 +89,8 @@ class ViewerServer {
   std::string refusal_;
   ViewWarmer warmer_;
   std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<ConnectionPool> connections_;  // calls into server_: destroyed first
+  std::unique_ptr<IdleTrimmer> trimmer_;          // watches connections_ and warmer_
   std::atomic<bool> run_active_{false}, stop_requested_{false};
 };
 

@@ -25,7 +25,9 @@ inline std::string data_file(const std::string& name) { return std::string(MEMSN
 
 class RunningServer {
  public:
-  explicit RunningServer(ServerOptions options = {}, size_t max_snapshots = 8) : store_(max_snapshots) {
+  explicit RunningServer(ServerOptions options = {}, size_t max_snapshots = 8,
+                         uint64_t cache_bytes = ResponseCache::kDefaultBudgetBytes)
+      : store_(max_snapshots, cache_bytes) {
     options.port = 0;
     options_ = options;
   }
@@ -51,6 +53,7 @@ class RunningServer {
   }
   int port() const { return port_; }
   SnapshotStore& store() { return store_; }
+  ViewerServer& server() { return *server_; }
   httplib::Client client() const {
     httplib::Client c("127.0.0.1", port_);
     c.set_connection_timeout(5);

@@ -14,6 +14,7 @@
 #include "server_test_support.h"
 #include "web/cached_views.h"
 #include "web/rendered_body.h"
+#include "web/response_cache.h"
 #include "web/view_warmer.h"
 
 namespace memsnap::web {
@@ -49,6 +50,9 @@ TEST(RenderedBody, GzipRoundTripsWhateverTheSize) {
     EXPECT_EQ(static_cast<unsigned char>(gzip[1]), 0x8b);
     EXPECT_EQ(gunzip(gzip), text) << size;
     EXPECT_EQ(&body.gzip(), &gzip) << "made once";
+    // What it counts is what it holds: the gzip's buffer is its own size, not the text's.
+    EXPECT_LE(gzip.capacity(), gzip.size() + 64) << size;
+    EXPECT_EQ(body.bytes(), body.text().capacity() + gzip.capacity());
   }
 }
 
@@ -100,15 +104,110 @@ TEST(StoredSnapshotCache, AFailedRenderReachesEveryWaiterAndIsNotKept) {
   EXPECT_EQ(renders, before);
 }
 
-TEST(StoredSnapshotCache, KeepsABoundedNumberOfResponses) {
-  StoredSnapshot s;
+// A text of `size` bytes that says which key it was made for.
+std::string text_for(const std::string& key, size_t size) {
+  std::string text = key + ":";
+  while (text.size() < size) text += static_cast<char>('a' + text.size() * 7 % 26);
+  return text.substr(0, size);
+}
+
+TEST(ResponseCache, KeepsItsBytesWithinTheBudgetLeastRecentlyUsedFirst) {
+  constexpr uint64_t kBudget = 1 << 20;
+  ResponseCache cache(kBudget);
+  const int owner = 0;
   int renders = 0;
-  for (size_t i = 0; i < StoredSnapshot::kMaxCachedResponses + 10; ++i)
-    s.cached("key" + std::to_string(i), [&] { ++renders; return std::string("x"); });
-  s.cached("key0", [&] { ++renders; return std::string("x"); });
-  EXPECT_EQ(renders, static_cast<int>(StoredSnapshot::kMaxCachedResponses) + 11) << "the oldest was dropped";
-  s.cached("key20", [&] { ++renders; return std::string("x"); });
-  EXPECT_EQ(renders, static_cast<int>(StoredSnapshot::kMaxCachedResponses) + 11) << "a recent one is kept";
+  const auto get = [&](const std::string& key) {
+    return cache.get(&owner, key, [&] {
+      ++renders;
+      return text_for(key, 100 << 10);
+    });
+  };
+  const Body first = get("view0");
+  for (int i = 1; i < 40; ++i) {
+    EXPECT_EQ(get("view" + std::to_string(i))->text(), text_for("view" + std::to_string(i), 100 << 10));
+    EXPECT_LE(cache.bytes(), kBudget) << "after view" << i;
+  }
+  EXPECT_EQ(renders, 40);
+  EXPECT_GE(cache.bytes(), kBudget - (100 << 10) - 2 * ResponseCache::kEntryOverheadBytes) << "the budget is used";
+  EXPECT_LT(cache.entries(), 11u);
+
+  // The oldest was dropped and is made again, the same; the newest is kept.
+  const Body again = get("view0");
+  EXPECT_EQ(renders, 41);
+  EXPECT_NE(again.get(), first.get());
+  EXPECT_EQ(again->text(), first->text());
+  get("view39");
+  EXPECT_EQ(renders, 41);
+
+  // Asking for a response makes it the most recently used: it outlives those made after it.
+  get("view38");
+  for (int i = 40; i < 48; ++i) get("view" + std::to_string(i));
+  const int before = renders;
+  get("view38");
+  EXPECT_EQ(renders, before) << "used recently, so kept";
+
+  // A gzip counts once made, and the total stays within the budget.
+  const uint64_t without_gzip = cache.bytes();
+  const Body kept = get("view38");
+  kept->gzip();
+  EXPECT_LE(cache.bytes(), kBudget);
+  EXPECT_NE(cache.bytes(), without_gzip) << "the gzip was counted";
+
+  // One response bigger than the whole budget is answered, not kept.
+  const Body huge = cache.get(&owner, "huge", [] { return text_for("huge", 2 << 20); });
+  EXPECT_EQ(huge->text().size(), size_t{2} << 20);
+  EXPECT_LE(cache.bytes(), kBudget);
+  int huge_renders = 0;
+  cache.get(&owner, "huge", [&] {
+    ++huge_renders;
+    return text_for("huge", 2 << 20);
+  });
+  EXPECT_EQ(huge_renders, 1);
+}
+
+TEST(ResponseCache, ASnapshotFreedTakesItsResponsesAlong) {
+  auto cache = std::make_shared<ResponseCache>(64 << 20);
+  auto a = std::make_shared<StoredSnapshot>();
+  auto b = std::make_shared<StoredSnapshot>();
+  a->response_cache = b->response_cache = cache;
+  a->cached("stats", [] { return std::string(1000, 'a'); });
+  b->cached("stats", [] { return std::string(1000, 'b'); });
+  EXPECT_EQ(cache->entries(), 2u);
+  const Body kept = b->cached("stats", [] { return std::string("not kept"); });
+  EXPECT_EQ(kept->text(), std::string(1000, 'b'));
+  a.reset();
+  EXPECT_EQ(cache->entries(), 1u);
+  EXPECT_EQ(cache->bytes(), kept->bytes() + std::string("stats").size() + ResponseCache::kEntryOverheadBytes);
+}
+
+// Real views of a snapshot through a store with a small budget: the cache never holds more than
+// the budget, and a view dropped from it is made again, the same.
+TEST(ResponseCache, ViewsPastTheBudgetAreDroppedAndMadeAgainTheSame) {
+  constexpr uint64_t kBudget = 1 << 20;  // a few of its timelines (270-370 KB)
+  SnapshotStore store(2, kBudget);
+  auto added = store.add_file(testing::data_file("pytorch-2.11-h100/transformer_s0.pickle.gz"));
+  ASSERT_TRUE(added) << added.error();
+  const StoredSnapshot& s = *added.value();
+  const auto timeline = [&](size_t samples) {
+    TimelineOptions options;
+    options.max_samples = samples;
+    return timeline_view(s, options, FrameFilter{});
+  };
+  const Body first = timeline(100);
+  first->gzip();
+  uint64_t made = first->bytes();
+  size_t samples = 100;
+  while (made < 4 * kBudget) {
+    const Body view = timeline(++samples);
+    view->gzip();
+    made += view->bytes();
+    EXPECT_LE(store.response_cache().bytes(), kBudget) << samples << " samples";
+  }
+  const Body again = timeline(100);
+  EXPECT_NE(again.get(), first.get()) << "dropped, so made again";
+  EXPECT_EQ(again->text(), first->text());
+  EXPECT_EQ(timeline(samples).get(), timeline(samples).get()) << "the latest is kept";
+  EXPECT_LE(store.response_cache().bytes(), kBudget);
 }
 
 TEST(ViewWarmer, LeavesTheFirstViewsMade) {
@@ -159,6 +258,30 @@ TEST(ViewCacheHttp, ViewsGoOutInTheirKeptGzip) {
   EXPECT_EQ(plain->get_header_value("Content-Encoding"), "");
   EXPECT_EQ(gunzip(gzipped->body), plain->body) << "compressed once, not twice";
   EXPECT_EQ(plain->body.front(), '{');
+}
+
+// Issue 53, item 9: distinct timeline requests (59 of them took a server from 149 MB to
+// 1.08 GB on a 47 MB snapshot) keep the server's cache within its budget, gzip included; a
+// view dropped from it is answered again, the same.
+TEST(ViewCacheHttp, DistinctViewsKeepTheCacheWithinItsBudget) {
+  constexpr uint64_t kBudget = 1 << 20;
+  testing::RunningServer server({}, 4, kBudget);
+  server.start({testing::data_file("pytorch-2.11-h100/transformer_s0.pickle.gz")});
+  server.server().warmer().wait_idle();
+  auto client = server.client();
+  const auto timeline = [&](int samples) {
+    auto answer = client.Get("/api/snapshots/1/timeline?samples=" + std::to_string(samples));
+    EXPECT_TRUE(answer && answer->status == 200);
+    return answer ? answer->body : std::string();
+  };
+  const std::string first = timeline(100);
+  for (int samples = 101; samples < 160; ++samples) {
+    timeline(samples);
+    EXPECT_LE(server.store().response_cache().bytes(), kBudget) << samples << " samples";
+  }
+  EXPECT_LT(server.store().response_cache().entries(), 10u);
+  EXPECT_EQ(timeline(100), first) << "dropped, then made again the same";
+  EXPECT_LE(server.store().response_cache().bytes(), kBudget);
 }
 
 }  // namespace
