@@ -55,5 +55,5 @@ ninja -C "$root/build-tsan" -t targets all | grep -q '^memsnap_record_tests:' &&
 cmake --build "$root/build-tsan" --parallel "$jobs" --target $tsan_binaries
 TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp" \
   run_gtest_binaries "$root/build-tsan" "$tsan_binaries" \
-  --gtest_filter='*Concurrency*:*Stress*:*Thread*:*Parallel*:BytePipe.*:ViewWarmer.*:StoredSnapshotCache.*:ServerHostile.*Whole*'
+  --gtest_filter='*Concurrency*:*Stress*:*Thread*:*Parallel*:BytePipe.*:ViewWarmer.*:StoredSnapshotCache.*:ServerHostile.*Whole*:ServerHostile.SlowClients*:ServerHostile.IdleKeepAlive*:ServerHostile.PastTheConnectionLimit*:ServerHostile.ManyConcurrentClients:ServerHostile.ClientsThatDoNotRead*:ResponseCache.*:IdleTrimmer.*'
 echo "sanitizers: no report ($((SECONDS - started)) s)"
