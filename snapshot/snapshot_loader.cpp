@@ -25,7 +25,10 @@ std::optional<SnapshotFormat> detect(int first_byte) {
 // file is never held whole); compressed or streamed input is gathered first.
 Result<Snapshot> msgpack_from(ByteSource& source) {
   const std::optional<std::string_view> whole = source.whole();
-  if (!whole) return snapshot_from_msgpack(source.read_rest());
+  if (!whole) {
+    const HeldBytes bytes = source.read_rest();
+    return snapshot_from_msgpack(bytes.view());
+  }
   Result<Snapshot> read =
       snapshot_from_msgpack(*whole, [&](uint64_t begin, uint64_t end) { source.release_whole(begin, end); });
   if (source.changed_while_read())
@@ -50,7 +53,7 @@ Result<LoadedSnapshot> load_snapshot_from(ByteSource& source, const std::string&
     switch (*format) {
       case SnapshotFormat::kPickle: read = snapshot_from_pickle(source, pickle); break;
       case SnapshotFormat::kMsgpack: read = msgpack_from(source); break;
-      case SnapshotFormat::kJson: read = snapshot_from_json(source.read_rest()); break;
+      case SnapshotFormat::kJson: read = snapshot_from_json(source.read_rest().view()); break;
     }
     if (source.hit_limit()) return failure("larger than the limit of " + std::to_string(kMaxSnapshotFileBytes) + " bytes");
     if (!read) return failure(read.error());
