@@ -7,6 +7,7 @@
 
 #include "snapshot/pytorch_document.h"
 #include "snapshot/pytorch_parallel_read.h"
+#include "snapshot/read_budget.h"
 
 namespace memsnap {
 namespace {
@@ -69,7 +70,7 @@ Result<Snapshot> guarded(Read read) {
   try {
     return read();
   } catch (const std::bad_alloc&) {
-    return Result<Snapshot>::failure("out of memory while reading the snapshot");
+    return Result<Snapshot>::failure(kNotEnoughMemoryToRead);
   } catch (const std::exception& error) {
     return Result<Snapshot>::failure(error.what());
   }
@@ -79,17 +80,20 @@ Result<Snapshot> guarded(Read read) {
 
 Result<Snapshot> snapshot_from_pickle(ByteSource& input, const PickleReadOptions& options) {
   return guarded([&] {
-    pickle::ValueStore store;
-    PyTorchDocument document(store);
-    document.expect_input_bytes(input.size_hint());
     const std::optional<std::string_view> whole =
         reads_in_parallel(input.size_hint(), options) ? input.whole() : std::nullopt;
+    auto bytes = whole ? ByteSource::over_memory(*whole, UINT64_MAX) : nullptr;
+    ByteSource& read = whole ? *bytes : input;
+    ReadBudget budget([&] { return read.offset(); });
+    pickle::ValueStore store;
+    store.set_budget(&budget);
+    PyTorchDocument document(store);
+    document.expect_input_bytes(input.size_hint());
     if (!whole) {
       pickle::Machine machine(input, store, &document);
       machine.expect_input_bytes(input.size_hint());
       return document.convert(machine.run());
     }
-    auto bytes = ByteSource::over_memory(*whole, UINT64_MAX);
     pickle::Machine machine(*bytes, store, &document);
     machine.expect_input_bytes(whole->size());
     const auto release = [&](uint64_t begin, uint64_t end) { input.release_whole(begin, end); };

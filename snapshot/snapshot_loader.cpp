@@ -4,6 +4,7 @@
 #include "snapshot/msgpack_reader.h"
 #include "snapshot/pytorch_parallel_read.h"
 #include "snapshot/pytorch_snapshot_reader.h"
+#include "snapshot/read_budget.h"
 #include "snapshot/snapshot_checks.h"
 #include "snapshot/trace_history.h"
 
@@ -62,6 +63,8 @@ Result<LoadedSnapshot> load_snapshot_from(ByteSource& source, const std::string&
     // PyTorch's snapshots keep no per-block history: the trace has it.
     if (read.value().source == "pytorch") add_history_from_trace(read.value());
     return LoadedSnapshot{std::move(read).value(), *format, source.compressed()};
+  } catch (const std::bad_alloc&) {
+    return failure(kNotEnoughMemoryToRead);
   } catch (const std::exception& error) {  // unreadable file, damaged compression
     return failure(error.what());
   }
