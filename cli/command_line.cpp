@@ -1,6 +1,7 @@
 #include "cli/command_line.h"
 
 #include <iostream>
+#include <new>
 
 namespace memsnap::cli {
 
@@ -19,6 +20,11 @@ int run_command_line(CLI::App& app, const std::vector<CommandRunner>& commands, 
     for (const CommandRunner& run : commands) run();
   } catch (const CommandExit& exit) {
     return exit.status();
+  } catch (const std::bad_alloc&) {
+    // Reading is held to a budget (snapshot/read_budget.h); what a command makes of a
+    // snapshot can still need more than a process's limit (ulimit -v) allows.
+    std::cerr << "memsnap: error: not enough memory to finish (the machine's, or this process's limit)\n";
+    return 1;
   } catch (const std::exception& error) {
     std::cerr << "memsnap: error: " << error.what() << "\n";
     return 1;

@@ -14,13 +14,23 @@ seeds="$root/tests/fuzz"
 # target: seed folders
 declare -A corpora=(
   [snapshot_reader_fuzz]="corpus"
-  [snapshot_loader_fuzz]="corpus corpus-pickle"
+  [snapshot_loader_fuzz]="corpus corpus-pickle corpus-json"
+  [snapshot_json_fuzz]="corpus-json"
   [pickle_parallel_fuzz]="corpus-pickle"
   [config_parser_fuzz]="corpus-config"
   [trace_parser_fuzz]="corpus-trace"
   [http_request_fuzz]="corpus-http"
 )
-targets=(snapshot_reader_fuzz snapshot_loader_fuzz pickle_parallel_fuzz config_parser_fuzz trace_parser_fuzz http_request_fuzz)
+targets=(snapshot_reader_fuzz snapshot_loader_fuzz snapshot_json_fuzz pickle_parallel_fuzz config_parser_fuzz trace_parser_fuzz http_request_fuzz)
+# Peak memory a run may reach (libFuzzer's -rss_limit_mb; its -malloc_limit_mb, one
+# allocation's, follows it). The readers hold what they build to 3 bytes for each byte of input
+# plus 32 MiB (snapshot/read_budget.h), and libFuzzer's inputs are a few KiB: past 1 GiB, under
+# ASan's own overhead, a reader has built what its input cannot describe. The HTTP target runs
+# a server, and its uploads, in the same process.
+declare -A rss_limit_mb=(
+  [snapshot_reader_fuzz]=1024 [snapshot_loader_fuzz]=1024 [snapshot_json_fuzz]=1024 [pickle_parallel_fuzz]=1024
+  [config_parser_fuzz]=1024 [trace_parser_fuzz]=1024 [http_request_fuzz]=2048
+)
 
 bash "$root/scripts/configure_asan.sh"
 cmake --build "$build" --parallel "$(nproc)" --target "${targets[@]}"
@@ -32,7 +42,7 @@ fuzz_one() {
   local target=$1 work="$build/corpus/$1" seed_dirs=() dir status=0
   mkdir -p "$work"
   for dir in ${corpora[$target]}; do seed_dirs+=("$seeds/$dir"); done
-  "$build/tests/fuzz/$target" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2048 \
+  "$build/tests/fuzz/$target" -max_total_time="$seconds" -timeout=20 -rss_limit_mb="${rss_limit_mb[$target]}" \
     -print_final_stats=1 -artifact_prefix="$build/findings/$target-" "$work" "${seed_dirs[@]}" \
     >"$build/findings/$target.log" 2>&1 || status=$?
   echo "$status" >"$build/findings/$target.status"

@@ -1,13 +1,16 @@
 #include "snapshot/byte_source.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <new>
 #include <stdexcept>
+#include <utility>
 
 namespace memsnap {
 namespace {
@@ -19,6 +22,45 @@ bool starts_with_gzip_magic(const uint8_t* bytes, size_t size) {
 }
 
 }  // namespace
+
+HeldBytes::~HeldBytes() {
+  if (data_ != nullptr) ::munmap(data_, capacity_);
+}
+
+HeldBytes::HeldBytes(HeldBytes&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      capacity_(std::exchange(other.capacity_, 0)) {}
+
+HeldBytes& HeldBytes::operator=(HeldBytes&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) ::munmap(data_, capacity_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    capacity_ = std::exchange(other.capacity_, 0);
+  }
+  return *this;
+}
+
+void HeldBytes::append(const void* data, size_t n) {
+  if (n == 0) return;
+  if (n > capacity_ - size_) {
+    // A quarter more each time (at least 1 MiB): the mapping never holds much more than the
+    // bytes, and growing it copies nothing.
+    constexpr size_t kStep = size_t{1} << 20;
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    const size_t wanted = std::max({size_ + n, capacity_ + capacity_ / 4, kStep});
+    const size_t capacity = (wanted + page - 1) / page * page;
+    void* grown = data_ == nullptr
+                      ? ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                      : ::mremap(data_, capacity_, capacity, MREMAP_MAYMOVE);
+    if (grown == MAP_FAILED) throw std::bad_alloc();
+    data_ = grown;
+    capacity_ = capacity;
+  }
+  std::memcpy(static_cast<char*>(data_) + size_, data, n);
+  size_ += n;
+}
 
 struct ByteSource::Inflater {
   z_stream stream{};
@@ -175,7 +217,7 @@ bool ByteSource::refill() {
       }
       const int status = inflate(&z.stream, Z_NO_FLUSH);
       if (status == Z_STREAM_END) {
-        z.finished = true;
+        z.finished = !next_gzip_member();
       } else if (status != Z_OK) {
         throw std::runtime_error(std::string("damaged gzip data") +
                                  (z.stream.msg != nullptr ? std::string(": ") + z.stream.msg : ""));
@@ -193,6 +235,33 @@ bool ByteSource::refill() {
   return produced > 0;
 }
 
+bool ByteSource::next_gzip_member() {
+  // As gzip and Python read them: members one after another, their data joined, with zero
+  // bytes between or after them skipped. Anything else after the data is ignored.
+  Inflater& z = *inflater_;
+  auto more_input = [&](size_t keep) {
+    // The `keep` bytes not yet taken move to the front, and more are read behind them.
+    z.input.resize(kChunkBytes);
+    std::memmove(z.input.data(), z.stream.next_in, keep);
+    const size_t n = fill_raw(z.input.data() + keep, z.input.size() - keep);
+    z.stream.next_in = z.input.data();
+    z.stream.avail_in = static_cast<uInt>(keep + n);
+    return n > 0;
+  };
+  for (;;) {
+    while (z.stream.avail_in > 0 && *z.stream.next_in == 0) {
+      ++z.stream.next_in;
+      --z.stream.avail_in;
+    }
+    if (z.stream.avail_in > 0) break;
+    if (!more_input(0)) return false;
+  }
+  if (z.stream.avail_in < 2 && !more_input(z.stream.avail_in)) return false;
+  if (!starts_with_gzip_magic(z.stream.next_in, z.stream.avail_in)) return false;
+  if (inflateReset(&z.stream) != Z_OK) throw std::runtime_error("cannot restart gzip decompression");
+  return true;
+}
+
 bool ByteSource::read_slow(uint8_t* out, size_t n) {
   while (n > 0) {
     if (next_ == end_ && !refill()) return false;
@@ -205,10 +274,10 @@ bool ByteSource::read_slow(uint8_t* out, size_t n) {
   return true;
 }
 
-std::string ByteSource::read_rest() {
-  std::string out;
+HeldBytes ByteSource::read_rest() {
+  HeldBytes out;
   for (;;) {
-    out.append(reinterpret_cast<const char*>(next_), static_cast<size_t>(end_ - next_));
+    out.append(next_, static_cast<size_t>(end_ - next_));
     next_ = end_;
     if (!refill()) return out;
   }

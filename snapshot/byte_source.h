@@ -19,6 +19,29 @@
 
 namespace memsnap {
 
+// Bytes gathered in one place as they arrive (an input that is parsed whole), in an anonymous
+// mapping that grows in place or moves without a copy (mremap): gathering N bytes holds about
+// N bytes at every moment, where a doubling std::string holds up to twice that, and three
+// times while it copies.
+class HeldBytes {
+ public:
+  HeldBytes() = default;
+  ~HeldBytes();
+  HeldBytes(HeldBytes&& other) noexcept;
+  HeldBytes& operator=(HeldBytes&& other) noexcept;
+  HeldBytes(const HeldBytes&) = delete;
+  HeldBytes& operator=(const HeldBytes&) = delete;
+  // Throws std::bad_alloc when the mapping cannot grow.
+  void append(const void* data, size_t n);
+  std::string_view view() const { return {static_cast<const char*>(data_), size_}; }
+  size_t size() const { return size_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+  size_t capacity_ = 0;
+};
+
 class ByteSource {
  public:
   static Result<std::unique_ptr<ByteSource>> open_file(const std::string& path, uint64_t max_bytes);
@@ -79,14 +102,22 @@ class ByteSource {
   // lets readers reserve their tables once instead of growing them.
   uint64_t size_hint() const { return size_hint_; }
   bool hit_limit() const { return hit_limit_; }
+  // Lowers the limit on the bytes read (once a format is known, before more than a peek was
+  // read): false when the input is known to be over it already (a plain file or memory).
+  uint64_t max_bytes() const { return max_bytes_; }
+  bool limit_to(uint64_t max_bytes) {
+    if (max_bytes < max_bytes_) max_bytes_ = max_bytes;
+    return size_hint_ <= max_bytes_;
+  }
   // Everything that is left, for formats parsed whole (msgpack).
-  std::string read_rest();
+  HeldBytes read_rest();
 
  private:
   struct Inflater;
   ByteSource(uint64_t max_bytes);
   bool read_slow(uint8_t* out, size_t n);
   bool refill();           // false at the end of input
+  bool next_gzip_member();  // after a gzip member's end: whether another one follows
   size_t fill_raw(uint8_t* out, size_t capacity);  // raw (possibly compressed) bytes
 
   uint64_t max_bytes_;

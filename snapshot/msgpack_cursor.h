@@ -36,6 +36,7 @@ class MsgpackCursor {
   explicit MsgpackCursor(std::string_view bytes, size_t offset = 0) : bytes_(bytes), at_(offset) {}
 
   size_t offset() const { return at_; }
+  size_t left() const { return at_ < bytes_.size() ? bytes_.size() - at_ : 0; }
   bool at_end() const { return at_ >= bytes_.size(); }
 
   // An array's or map's header: its element (or entry) count.

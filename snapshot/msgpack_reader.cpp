@@ -2,6 +2,7 @@
 
 #include "snapshot/file_contents.h"
 #include "snapshot/msgpack_cursor.h"
+#include "snapshot/read_budget.h"
 
 #include <algorithm>
 #include <map>
@@ -10,12 +11,21 @@
 namespace memsnap {
 namespace {
 
+// The fewest bytes each element takes in a file: what a count stated in the file is believed
+// up to when room is reserved for it (a segment is an array of 12 values, a block of 6, a
+// trace event of 6, a history item of 3, a frame of 3).
+constexpr size_t kMinSegmentBytes = 13, kMinBlockBytes = 7, kMinEventBytes = 7, kMinHistoryBytes = 4,
+                 kMinFrameBytes = 4;
+constexpr size_t kSmallString = 15;  // std::string keeps this many bytes in itself
+
+uint64_t string_cost(std::string_view text) { return text.size() > kSmallString ? text.size() + 1 : 0; }
+
 // Reads the document straight from its bytes (msgpack_cursor.h), each top-level field where it
 // lies, in file order (memsnap writes the tables, frames and stacks, before what refers to
 // them); a field met before the table it refers to is read after the walk, tables first.
 class Reader {
  public:
-  Reader(std::string_view bytes, const ReleaseBytes& release) : bytes_(bytes), release_(release) {}
+  Reader(std::string_view bytes, const ReleaseBytes& release) : bytes_(bytes), release_(release), budget_(bytes.size()) {}
 
   Snapshot read() {
     MsgpackCursor in(bytes_);
@@ -107,6 +117,31 @@ class Reader {
     throw MsgpackError(where.str() + ": " + what);
   }
 
+  // Room for `count` more elements of `element_bytes` each, as far as the bytes left can hold
+  // elements of `min_bytes` (a count the file states is not believed further), charged to the
+  // budget first: a vector never grows past what is charged, since a count larger than the
+  // file holds ends in an error before.
+  template <typename Vector>
+  void reserve(Vector& vector, size_t count, size_t min_bytes, const MsgpackCursor& in,
+               size_t element_bytes = sizeof(typename Vector::value_type)) {
+    const size_t room = std::min(count, in.left() / min_bytes + 1);
+    budget_.charge(uint64_t{room} * element_bytes);
+    vector.reserve(vector.size() + room);
+  }
+
+  // A device index from the file, before anything is sized or named by it.
+  static int64_t device_index(int64_t device, const Where& where) {
+    if (device < 0 || device >= static_cast<int64_t>(kMaxDevices))
+      fail(where, "device " + std::to_string(device) + " is out of range (0 to " + std::to_string(kMaxDevices - 1) + ")");
+    return device;
+  }
+  // A list by device, to be added to the `before` devices read already (a key may repeat).
+  static size_t device_count(size_t count, size_t before, const Where& where) {
+    if (count > kMaxDevices - std::min(before, kMaxDevices))
+      fail(where, "more than " + std::to_string(kMaxDevices) + " devices");
+    return count;
+  }
+
   StackIndex stack_index(MsgpackCursor& in, const Where& where) {
     const int64_t index = in.integer(where);
     if (index == kNoStackIndex) return kNoStackIndex;
@@ -134,12 +169,13 @@ class Reader {
   void read_frames(MsgpackCursor& in) {
     const Where where{nullptr, "frames"};
     const size_t count = in.array(where);
-    snapshot_.frames.reserve(count);
+    reserve(snapshot_.frames, count, kMinFrameBytes, in);
     for (size_t i = 0; i < count; ++i) {
       const Where item = where.element(i);
       in.array(item, 3);
       std::string function(in.str(item));
       std::string file(in.str(item));
+      budget_.charge(string_cost(function) + string_cost(file));
       snapshot_.frames.push_back({std::move(function), std::move(file), in.integer(item)});
     }
   }
@@ -147,12 +183,14 @@ class Reader {
   void read_stacks(MsgpackCursor& in) {
     const Where where{nullptr, "stacks"};
     const size_t count = in.array(where);
-    snapshot_.stacks.reserve(count);
+    reserve(snapshot_.stacks, count, 1, in);
     for (size_t i = 0; i < count; ++i) {
       const Where item = where.element(i);
       const size_t frames = in.array(item);
       std::vector<uint32_t>& stack = snapshot_.stacks.emplace_back();
-      stack.reserve(frames);
+      // (A vector's own allocation costs at least 32 bytes.)
+      budget_.charge(32);
+      reserve(stack, frames, 1, in);
       for (size_t j = 0; j < frames; ++j) {
         const uint64_t frame = in.uint(item.element(j));
         if (frame >= snapshot_.frames.size())
@@ -182,12 +220,13 @@ class Reader {
 
   void read_devices(MsgpackCursor& in) {
     const Where where{nullptr, "devices"};
-    const size_t count = in.array(where);
+    const size_t count = device_count(in.array(where), snapshot_.devices.size(), where);
     for (size_t i = 0; i < count; ++i) {
       const Where item = where.element(i);
       in.array(item, 3);
-      const int64_t index = in.integer(item);
+      const int64_t index = device_index(in.integer(item), item.field("index"));
       std::string name(in.str(item));
+      budget_.charge(2 * sizeof(DeviceInfo) + string_cost(name));
       snapshot_.devices.push_back({index, std::move(name), in.uint(item)});
     }
   }
@@ -197,19 +236,21 @@ class Reader {
     const size_t count = in.map(where);
     for (size_t i = 0; i < count; ++i) {
       std::string key(in.str(where.field("map key")));
-      snapshot_.allocator_settings.emplace_back(std::move(key), std::string(in.str(where)));
+      std::string value(in.str(where));
+      budget_.charge(2 * sizeof(snapshot_.allocator_settings[0]) + string_cost(key) + string_cost(value));
+      snapshot_.allocator_settings.emplace_back(std::move(key), std::move(value));
     }
   }
 
   void read_segments(MsgpackCursor& in) {
     const Where where{nullptr, "segments"};
     const size_t count = in.array(where);
-    snapshot_.segments.reserve(count);
+    reserve(snapshot_.segments, count, kMinSegmentBytes, in);
     for (size_t i = 0; i < count; ++i) {
       const Where item = where.element(i);
       in.array(item, 12);
       SnapshotSegment& s = snapshot_.segments.emplace_back();
-      s.device = in.integer(item.field("device"));
+      s.device = device_index(in.integer(item.field("device")), item.field("device"));
       s.address = in.uint(item.field("address"));
       s.total_size = in.uint(item.field("total_size"));
       s.allocated_size = in.uint(item.field("allocated_size"));
@@ -217,12 +258,13 @@ class Reader {
       s.requested_size = in.uint(item.field("requested_size"));
       s.stream = in.uint(item.field("stream"));
       s.segment_type = std::string(in.str(item.field("segment_type")));
+      budget_.charge(string_cost(s.segment_type));
       s.segment_pool_id = pool_id(in, item.field("segment_pool_id"));
       s.is_expandable = in.boolean(item.field("is_expandable"));
       s.stack = stack_index(in, item.field("stack"));
       const Where blocks = item.field("blocks");
       const size_t block_count = in.array(blocks);
-      s.blocks.reserve(block_count);
+      reserve(s.blocks, block_count, kMinBlockBytes, in);
       for (size_t j = 0; j < block_count; ++j) read_block(in, blocks.element(j), s);
     }
   }
@@ -239,7 +281,7 @@ class Reader {
     b.stack = stack_index(in, where.field("stack"));
     const Where history = where.field("history");
     const size_t items = in.array(history);
-    b.history.reserve(items);
+    reserve(b.history, items, kMinHistoryBytes, in);
     for (size_t k = 0; k < items; ++k) {
       const Where item = history.element(k);
       in.array(item, 3);
@@ -251,12 +293,16 @@ class Reader {
 
   void read_traces(MsgpackCursor& in) {
     const Where where{nullptr, "device_traces"};
-    const size_t devices = in.array(where);
+    const size_t devices = device_count(in.array(where), snapshot_.device_traces.size(), where);
     for (size_t d = 0; d < devices; ++d) {
       const Where device = where.element(d);
       const size_t count = in.array(device);
+      budget_.charge(sizeof(DeviceTrace));
       DeviceTrace& trace = snapshot_.device_traces.emplace_back();
-      trace.reserve(count);
+      // A row of 24 bytes an event, and a run's time every 4,096.
+      const size_t room = std::min(count, in.left() / kMinEventBytes + 1);
+      budget_.charge(uint64_t{room} * 25);
+      trace.reserve(room);
       uint64_t address = 0;
       int64_t time = 0;
       for (size_t i = 0; i < count; ++i) {
@@ -277,26 +323,30 @@ class Reader {
   void read_annotations(MsgpackCursor& in) {
     const Where where{nullptr, "external_annotations"};
     const size_t count = in.array(where);
-    snapshot_.external_annotations.reserve(count);
+    const size_t room = std::min(count, in.left() / 5 + 1);
+    budget_.charge(uint64_t{room} * 24);
+    snapshot_.external_annotations.reserve(snapshot_.external_annotations.size() + room);
     for (size_t i = 0; i < count; ++i) {
       const Where item = where.element(i);
       in.array(item, 4);
       const int64_t device = in.integer(item);
       std::string stage(in.str(item));
       std::string name(in.str(item));
+      // (Each distinct text is kept once; charged as if each were new, past the first 16 bytes.)
+      budget_.charge(string_cost(stage) + string_cost(name));
       snapshot_.external_annotations.push_back({device, std::move(stage), std::move(name), in.integer(item)});
     }
   }
 
   void read_trace_state_changes(MsgpackCursor& in) {
     const Where where{nullptr, "trace_state_changes"};
-    const size_t devices = in.array(where);
-    snapshot_.trace_state_changes.reserve(devices);
+    const size_t devices = device_count(in.array(where), snapshot_.trace_state_changes.size(), where);
+    reserve(snapshot_.trace_state_changes, devices, 1, in);
     for (size_t d = 0; d < devices; ++d) {
       const Where device = where.element(d);
       const size_t count = in.array(device);
       auto& changes = snapshot_.trace_state_changes.emplace_back();
-      changes.reserve(count);
+      reserve(changes, count, 5, in);
       for (size_t i = 0; i < count; ++i) {
         const Where item = device.element(i);
         in.array(item, 4);
@@ -304,20 +354,24 @@ class Reader {
         const std::optional<TraceStateKind> kind = trace_state_kind_from_name(in.str(item));
         if (!kind) fail(item, "unknown kind of trace state change");
         std::string value(in.str(item));
-        changes.push_back({event_index, *kind, std::move(value), std::string(in.str(item))});
+        std::string request(in.str(item));
+        budget_.charge(string_cost(value) + string_cost(request));
+        changes.push_back({event_index, *kind, std::move(value), std::move(request)});
       }
     }
   }
 
   void read_statistics(MsgpackCursor& in) {
     const Where where{nullptr, "statistics"};
-    const size_t devices = in.array(where);
+    const size_t devices = device_count(in.array(where), snapshot_.statistics.size(), where);
     for (size_t d = 0; d < devices; ++d) {
       const Where device = where.element(d);
       const size_t count = in.map(device);
+      budget_.charge(sizeof(Statistics));
       Statistics& statistics = snapshot_.statistics.emplace_back();
       for (size_t i = 0; i < count; ++i) {
         std::string key(in.str(device.field("map key")));
+        budget_.charge(2 * sizeof(Statistics::value_type) + string_cost(key));
         statistics.emplace_back(std::move(key), in.integer(device));
       }
     }
@@ -328,6 +382,7 @@ class Reader {
   const ReleaseBytes& release_;
   size_t released_ = 0;  // bytes before this offset were let go
   std::vector<std::pair<std::string, size_t>> waiting_;  // fields read after the walk: key, offset
+  ReadBudget budget_;
   Snapshot snapshot_;
 };
 
@@ -355,8 +410,10 @@ Result<Snapshot> snapshot_from_msgpack(std::string_view bytes, const ReleaseByte
     return Reader(bytes, release).read();
   } catch (const MsgpackError& error) {
     return Result<Snapshot>::failure(error.what());
+  } catch (const ReadBudgetExceeded& error) {
+    return Result<Snapshot>::failure(error.what());
   } catch (const std::bad_alloc&) {
-    return Result<Snapshot>::failure("file too large to load in memory");
+    return Result<Snapshot>::failure(kNotEnoughMemoryToRead);
   } catch (const std::exception& error) {
     return Result<Snapshot>::failure(std::string("damaged file: ") + error.what());
   }

@@ -54,6 +54,8 @@ const char* refused_opcode_name(uint8_t op) {
 }
 
 constexpr size_t kReadPieceBytes = size_t{1} << 20;
+// A memo entry at an index past the dense ones: its node and bucket in sparse_memo_.
+constexpr uint64_t kSparseMemoEntry = 64;
 
 }  // namespace
 
@@ -69,6 +71,12 @@ void Machine::fail(const std::string& what) const {
 }
 
 void Machine::fail_stack_full() const { fail("too many values on the stack"); }
+
+void Machine::grow_stack() {
+  const size_t capacity = std::min(std::max<size_t>(64, stack_.capacity() * 2), limits_.max_stack);
+  store_.charge(uint64_t{capacity - stack_.capacity()} * sizeof(Value));
+  stack_.reserve(capacity);
+}
 
 void Machine::fail_truncated() const {
   fail(input_.hit_limit() ? "input larger than the limit" : "truncated");
@@ -185,9 +193,16 @@ void Machine::memo_put(uint64_t index, Value v) {
       o.shared = true;  // two memo slots: treat as referenced twice
     }
   }
-  if (index == memo_.size()) memo_.push_back(v);
-  else if (index < memo_.size()) memo_[static_cast<size_t>(index)] = v;
-  else sparse_memo_[index] = v;
+  if (index == memo_.size()) {
+    store_.charge(sizeof(Value));
+    memo_.push_back(v);
+  } else if (index < memo_.size()) {
+    memo_[static_cast<size_t>(index)] = v;
+  } else {
+    auto [it, added] = sparse_memo_.try_emplace(index, v);
+    if (added) store_.charge(kSparseMemoEntry);
+    else it->second = v;
+  }
 }
 
 Value Machine::sparse_memo_get(uint64_t index) {
@@ -244,7 +259,9 @@ Value Machine::read_long(uint64_t length) {
 Value Machine::make_sequence(ObjectKind kind, size_t first) {
   const Value object = store_.new_object(kind);
   std::vector<Value>& items = store_.object(object).items;
+  const size_t capacity = items.capacity();
   items.reserve(stack_.size() - first);
+  store_.items_grew(capacity, items.capacity());
   for (size_t i = first; i < stack_.size(); ++i) {
     const Value placed = place(stack_[i]);
     store_.object(object).items.push_back(placed);
@@ -259,7 +276,9 @@ void Machine::add_items(Value container, size_t first) {
   if (kind != ObjectKind::kList && kind != ObjectKind::kSet)
     fail("APPENDS/ADDITEMS to something that is not a list or set");
   std::vector<Value>& items = store_.object(container).items;  // `place` creates no objects
+  const size_t capacity = items.capacity();
   for (size_t i = first; i < stack_.size(); ++i) items.push_back(place(stack_[i]));
+  store_.items_grew(capacity, items.capacity());
   stack_.resize(first);
 }
 
@@ -270,7 +289,9 @@ void Machine::set_items(Value dict, size_t first) {
   // `place` never creates objects, so the dict's storage stays where it is.
   std::vector<Value>& items = store_.object(dict).items;
   const size_t old = items.size();
+  const size_t capacity = items.capacity();
   items.resize(old + (stack_.size() - first));
+  store_.items_grew(capacity, items.capacity());
   Value* out = items.data() + old;
   for (size_t i = first; i < stack_.size(); i += 2) {
     *out++ = stack_[i];
@@ -295,10 +316,12 @@ std::vector<Value> Machine::run_part(uint64_t memo_base, OuterMemo& outer) {
   loop();
   if (marks_.size() != 1 || marks_.back() != 1 || !(stack_[0] == list))
     fail("a part that does not end where its list's items do");
+  const size_t capacity = store_.object(list).items.capacity();
   for (size_t i = 1; i < stack_.size(); ++i) {
     const Value placed = place(stack_[i]);
     store_.object(list).items.push_back(placed);
   }
+  store_.items_grew(capacity, store_.object(list).items.capacity());
   stack_.clear();
   marks_.clear();
   return std::move(store_.object(list).items);
@@ -307,6 +330,7 @@ std::vector<Value> Machine::run_part(uint64_t memo_base, OuterMemo& outer) {
 void Machine::take_piece() {
   if (const std::optional<Splicer::Piece> piece = splicer_->piece(opcode_offset_, *this)) {
     for (const Value v : piece->items) push(v);
+    store_.charge(uint64_t{piece->memo.size()} * sizeof(Value));
     memo_.insert(memo_.end(), piece->memo.begin(), piece->memo.end());
     const uint64_t at = input_.offset();
     if (piece->resume_at < at || !input_.skip(piece->resume_at - at)) fail("a part that ends past the input");
@@ -524,7 +548,10 @@ Value Machine::loop() {
       if (!list.is(Tag::kObject) || store_.object(list).kind != ObjectKind::kList)
         fail("APPEND to something that is not a list");
       const Value placed = place(item);
-      store_.object(list).items.push_back(placed);
+      std::vector<Value>& items = store_.object(list).items;
+      const size_t capacity = items.capacity();
+      items.push_back(placed);
+      store_.items_grew(capacity, items.capacity());
       MEMSNAP_NEXT_OP();
     }
     op_kAppends:

@@ -132,9 +132,12 @@ class Machine {
   [[gnu::always_inline]] void push(Value v) {
     if (stack_.size() >= limits_.max_stack) [[unlikely]]
       fail_stack_full();
+    if (stack_.size() == stack_.capacity()) [[unlikely]]
+      grow_stack();
     stack_.push_back(v);
   }
   [[noreturn, gnu::cold, gnu::noinline]] void fail_stack_full() const;
+  [[gnu::cold, gnu::noinline]] void grow_stack();  // charged to the store's budget
   Value pop();
   Value& top();
   size_t pop_mark();  // index in stack_ where the items after the last mark begin

@@ -13,12 +13,18 @@ namespace {
 
 constexpr size_t kStringChunkBytes = size_t{64} << 10;
 constexpr uint64_t kMaxIds = uint64_t{1} << 40;
+// What a distinct string costs besides its bytes: its view in strings_ and its node and
+// bucket in string_ids_ (with a growing table's spare room).
+constexpr uint64_t kStringOverhead = 80;
+// A number in a table, with the table's spare room.
+constexpr uint64_t kTableEntry = 2 * sizeof(int64_t);
 
 }  // namespace
 
 Value ValueStore::integer(int64_t v) {
   if (v >= Value::kMinSmallInt && v <= Value::kMaxSmallInt)
     return Value::make(Tag::kInt, static_cast<uint64_t>(v) & ((uint64_t{1} << 60) - 1));
+  charge(kTableEntry);
   wide_ints_.push_back(v);
   return Value::make(Tag::kWideInt, wide_ints_.size() - 1);
 }
@@ -26,11 +32,13 @@ Value ValueStore::integer(int64_t v) {
 Value ValueStore::unsigned_integer(uint64_t v) {
   if (v <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
     return integer(static_cast<int64_t>(v));
+  charge(kTableEntry);
   wide_ints_.push_back(static_cast<int64_t>(v));
   return Value::make(Tag::kWideUInt, wide_ints_.size() - 1);
 }
 
 Value ValueStore::floating(double v) {
+  charge(kTableEntry);
   floats_.push_back(v);
   return Value::make(Tag::kFloat, floats_.size() - 1);
 }
@@ -62,12 +70,15 @@ uint32_t ValueStore::intern(std::string_view text) {
   }
   if (strings_.size() >= std::numeric_limits<uint32_t>::max())
     throw std::length_error("too many distinct strings");
+  charge(kStringOverhead);
   char* stored;
   if (text.size() > kStringChunkBytes / 4) {  // big strings get a chunk of their own
+    charge(text.size());
     string_chunks_.push_back(std::make_unique<char[]>(text.size()));
     stored = string_chunks_.back().get();
   } else {
     if (chunk_left_ < text.size()) {
+      charge(kStringChunkBytes);
       string_chunks_.push_back(std::make_unique<char[]>(kStringChunkBytes));
       chunk_next_ = string_chunks_.back().get();
       chunk_left_ = kStringChunkBytes;
@@ -95,7 +106,12 @@ Value ValueStore::new_object(ObjectKind kind) {
   } else {
     if (objects_.size() >= kMaxIds) throw std::length_error("too many objects");
     id = objects_.size();
+    const size_t capacity = objects_.capacity();
     objects_.emplace_back();
+    if (objects_.capacity() != capacity) {
+      // The table and the free list it may come to need: charged as they grow.
+      charge(uint64_t{objects_.capacity() - capacity} * (sizeof(Object) + sizeof(uint64_t)));
+    }
   }
   Object& o = objects_[id];
   o.kind = kind;
@@ -112,12 +128,24 @@ void ValueStore::release(Value object) {
   // Keep the capacity for the next object built here: a streamed snapshot builds and
   // releases one dict per trace entry, and reusing its storage keeps malloc out of the loop.
   // Only unusually large item lists are given back.
-  if (o.items.capacity() > 4096) std::vector<Value>().swap(o.items);
-  else o.items.clear();
+  if (o.items.capacity() > 4096) {
+    const uint64_t bytes = uint64_t{o.items.capacity()} * sizeof(Value);
+    if (budget_ != nullptr) {
+      budget_->refund(bytes);
+      items_bytes_ -= std::min(items_bytes_, bytes);
+    }
+    std::vector<Value>().swap(o.items);
+  } else {
+    o.items.clear();
+  }
   free_objects_.push_back(object.payload());
 }
 
 void ValueStore::drop_objects() {
+  if (budget_ != nullptr) {
+    budget_->refund(uint64_t{objects_.capacity()} * (sizeof(Object) + sizeof(uint64_t)) + items_bytes_);
+    items_bytes_ = 0;
+  }
   std::vector<Object>().swap(objects_);
   std::vector<uint64_t>().swap(free_objects_);
 }

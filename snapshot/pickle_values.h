@@ -12,6 +12,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "snapshot/read_budget.h"
+
 namespace memsnap::pickle {
 
 enum class Tag : uint8_t {
@@ -75,6 +77,24 @@ struct Object {
 
 class ValueStore {
  public:
+  // What the store builds is charged to `budget` (read_budget.h) from now on, when given: its
+  // objects, items, strings and numbers. Those who fill an object's items themselves (the pickle
+  // machine, the JSON reader) report the growth through items_grew.
+  void set_budget(ReadBudget* budget) { budget_ = budget; }
+  ReadBudget* budget() const { return budget_; }
+  void charge(uint64_t bytes) {
+    if (budget_ != nullptr) budget_->charge(bytes);
+  }
+  bool has_room(uint64_t bytes) const { return budget_ == nullptr || budget_->has_room(bytes); }
+  // An object's items went from `before` to `after` Values of capacity.
+  void items_grew(size_t before, size_t after) {
+    if (after > before && budget_ != nullptr) {
+      const uint64_t bytes = uint64_t{after - before} * sizeof(Value);
+      items_bytes_ += bytes;
+      budget_->charge(bytes);
+    }
+  }
+
   // --- building ---
   Value integer(int64_t v);
   Value unsigned_integer(uint64_t v);
@@ -124,6 +144,8 @@ class ValueStore {
   std::vector<std::unique_ptr<char[]>> string_chunks_;
   size_t chunk_left_ = 0;
   char* chunk_next_ = nullptr;
+  ReadBudget* budget_ = nullptr;
+  uint64_t items_bytes_ = 0;  // the items' capacity charged (given back with the objects)
 };
 
 }  // namespace memsnap::pickle

@@ -16,6 +16,16 @@ namespace {
 
 constexpr Value kMissing = Value::make(Tag::kHugeInt, 1);  // never produced by a document
 
+// What the records and the model cost, charged to the store's budget (read_budget.h): with
+// the tables' nodes and buckets, and a growing vector's spare room.
+constexpr uint64_t kFrameCost = 64;           // a FrameKey and its node in frame_ids_
+constexpr uint64_t kStackCost = 112;          // a stack's vector, its key and node in stack_ids_
+constexpr uint64_t kStackFrameCost = 2 * 2 * sizeof(uint32_t);  // each frame, in the vector and the key
+constexpr uint64_t kBlockCost = 48;           // a BlockRecord (40 bytes) and spare room
+constexpr uint64_t kSmallString = 15;         // std::string keeps this many bytes in itself
+
+uint64_t string_cost(std::string_view text) { return text.size() > kSmallString ? text.size() + 1 : 0; }
+
 [[noreturn]] void fail(const std::string& where, const std::string& what) {
   throw std::runtime_error(where + ": " + what);
 }
@@ -29,6 +39,14 @@ std::string dot(const std::string& where, std::string_view key) {
 }
 
 std::string quoted(std::string_view text) { return "'" + printable(text) + "'"; }
+
+// A segment's device, before anything is sized or named by it.
+int64_t check_device(int64_t device, const std::string& segment) {
+  if (device < 0 || device >= static_cast<int64_t>(kMaxDevices))
+    fail(dot(segment, "device"), "device " + std::to_string(device) + " is out of range (0 to " +
+                                     std::to_string(kMaxDevices - 1) + ")");
+  return device;
+}
 
 std::optional<TraceAction> action_from_pytorch_name(std::string_view name) {
   if (name == "free") return TraceAction::kFreeCompleted;  // PyTorch 1.13's single free event
@@ -91,14 +109,20 @@ bool PyTorchDocument::has_field(const Object& dict, uint32_t key) const {
 
 uint32_t PyTorchDocument::intern_frame(const FrameKey& key) {
   auto [it, added] = frame_ids_.try_emplace(key, static_cast<uint32_t>(frames_.size()));
-  if (added) frames_.push_back(key);
+  if (added) {
+    store_.charge(kFrameCost);
+    frames_.push_back(key);
+  }
   return it->second;
 }
 
 StackIndex PyTorchDocument::intern_stack(const std::vector<uint32_t>& frames) {
   std::string bytes(reinterpret_cast<const char*>(frames.data()), frames.size() * sizeof(uint32_t));
   auto [it, added] = stack_ids_.try_emplace(std::move(bytes), static_cast<StackIndex>(stacks_.size()));
-  if (added) stacks_.push_back(frames);
+  if (added) {
+    store_.charge(kStackCost + kStackFrameCost * frames.size());
+    stacks_.push_back(frames);
+  }
   return it->second;
 }
 
@@ -128,7 +152,10 @@ bool PyTorchDocument::parse_stack(Value frames, StackIndex& stack, std::string* 
   if (part_ && frames.is(Tag::kOuter) && frames.payload() < kOuterStack) {
     const auto index = static_cast<uint32_t>(frames.payload());
     auto [it, added] = outer_stack_ids_.try_emplace(index, kNoStackIndex);
-    if (added) it->second = intern_stack({kOuterStack, index});
+    if (added) {
+      store_.charge(kFrameCost);
+      it->second = intern_stack({kOuterStack, index});
+    }
     stack = it->second;
     return true;
   }
@@ -249,6 +276,7 @@ StackIndex PyTorchDocument::with_forward_frames(StackIndex stack, Value forward)
       if (it->is(Tag::kString)) suffix.push_back(forward_frame(store_.text(*it)));  // innermost last there
     if (!suffix.empty())
       suffix.insert(suffix.begin(), intern_frame({store_.intern(kBackwardOfForwardFunction), store_.intern(""), 0}));
+    store_.charge(kFrameCost + sizeof(uint32_t) * suffix.capacity());
   }
   if (suffix.empty()) return stack;
   std::vector<uint32_t> frames;
@@ -256,12 +284,47 @@ StackIndex PyTorchDocument::with_forward_frames(StackIndex stack, Value forward)
   // Each stack joined to a forward call is a new one: a file naming many stacks with a long
   // forward list must not multiply into unbounded memory. Past the budget, stacks stay as
   // recorded.
-  if (joined_frames_ + frames.size() + suffix.size() > kMaxJoinedFrames) return stack;
+  // Nor past the room the read's budget has left (read_budget.h): the joined stacks are the
+  // reader's own making, not the input's, so they stop short (leaving as much room as they
+  // took, for the rest of the input) rather than refuse the file.
+  const uint64_t cost = kStackCost + kStackFrameCost * (frames.size() + suffix.size());
+  if (joined_frames_ + frames.size() + suffix.size() > kMaxJoinedFrames || !store_.has_room(joined_bytes_ + cost))
+    return stack;
   frames.insert(frames.end(), suffix.begin(), suffix.end());
   const size_t before = stacks_.size();
   const StackIndex joined = intern_stack(frames);
-  if (stacks_.size() != before) joined_frames_ += frames.size();
+  if (stacks_.size() != before) {
+    joined_frames_ += frames.size();
+    joined_bytes_ += cost;
+  }
   return joined;
+}
+
+bool PyTorchDocument::parse_block(const Object& dict, BlockRecord& block) {
+  Value address = kMissing, size = kMissing, requested = kMissing, state = kMissing, frames = kMissing;
+  for (size_t i = 0; i + 1 < dict.items.size(); i += 2) {
+    const Value key = dict.items[i];
+    if (!key.is(Tag::kString)) return false;
+    const auto id = static_cast<uint32_t>(key.payload());
+    const Value value = dict.items[i + 1];
+    if (id == k_address_) address = value;
+    else if (id == k_size_) size = value;
+    else if (id == k_requested_size_) requested = value;
+    else if (id == k_state_) state = value;
+    else if (id == k_frames_) frames = value;
+    else return false;  // history, forward_frames, anything else: the conversion's
+  }
+  if (!store_.get_uint64(address, block.address) || !store_.get_uint64(size, block.size)) return false;
+  block.requested_size = block.size;
+  if (!(requested == kMissing) && !store_.get_uint64(requested, block.requested_size)) return false;
+  if (!state.is(Tag::kString)) return false;
+  const auto parsed = block_state_from_name(store_.text(state));
+  if (!parsed) return false;
+  block.state = *parsed;
+  StackIndex stack = kNoStackIndex;
+  if (!parse_stack(frames, stack, nullptr)) return false;
+  block.stack = stack;
+  return true;
 }
 
 Value PyTorchDocument::lower(pickle::ValueStore& store, Value object) {
@@ -283,12 +346,22 @@ Value PyTorchDocument::lower(pickle::ValueStore& store, Value object) {
   if (has_field(o, k_action_)) {
     TraceEntry entry;
     if (!parse_entry(o, entry, nullptr)) return object;  // the conversion will say why
+    store_.charge(kEntryCost);
     entries_.push_back(entry);
     return Value::lowered(kEntryRecord, entries_.size() - 1);
   }
   if (o.items.size() <= 8 && has_field(o, k_filename_) && has_field(o, k_line_)) {
     uint32_t frame = 0;
     if (parse_frame(o, frame, nullptr)) return Value::lowered(kFrameRecord, frame);
+  }
+  // (Not in a part decoded alone: its blocks are read in order, as before.)
+  if (!part_ && o.items.size() <= 10 && has_field(o, k_state_)) {
+    BlockRecord block;
+    if (parse_block(o, block)) {
+      store_.charge(kBlockCost);
+      blocks_.push_back(block);
+      return Value::lowered(kBlockRecord, blocks_.size() - 1);
+    }
   }
   return object;
 }
@@ -373,6 +446,7 @@ SnapshotBlock PyTorchDocument::convert_block(Value v, uint64_t expected_address,
       const std::string item_where = at(history_where, i);
       const Object& item = dict_at(items.items[i], item_where);
       HistoryItem h;
+      store_.charge(2 * sizeof(HistoryItem));
       h.address = uint_field(item, k_addr_, item_where, block.address);
       h.size = uint_field(item, k_real_size_, item_where, 0);
       h.stack = stack_field(item, k_frames_, item_where);
@@ -388,11 +462,18 @@ SnapshotBlock PyTorchDocument::convert_block(Value v, uint64_t expected_address,
   return block;
 }
 
+void PyTorchDocument::check_segment(Value v, size_t index) const {
+  const std::string where = at("segments", index);
+  const Object& dict = dict_at(v, where);
+  check_device(int_field(dict, k_device_, where, 0), where);
+  uint_field(dict, k_address_, where, 0, true);
+  uint_field(dict, k_total_size_, where, 0, true);
+}
+
 SnapshotSegment PyTorchDocument::convert_segment(Value v, const std::string& where) {
   const Object& dict = dict_at(v, where);
   SnapshotSegment segment;
-  segment.device = int_field(dict, k_device_, where, 0);
-  if (segment.device < 0 || segment.device > 1024) fail(dot(where, "device"), "out of range");
+  segment.device = check_device(int_field(dict, k_device_, where, 0), where);
   segment.address = uint_field(dict, k_address_, where, 0, true);
   segment.total_size = uint_field(dict, k_total_size_, where, 0, true);
   segment.stream = static_cast<uint64_t>(int_field(dict, k_stream_, where, 0));
@@ -423,8 +504,21 @@ SnapshotSegment PyTorchDocument::convert_segment(Value v, const std::string& whe
                                  blocks_where);
   uint64_t next_address = segment.address;
   uint64_t allocated = 0, active = 0, requested = 0;
+  store_.charge(sizeof(SnapshotBlock) * blocks.items.size());
+  segment.blocks.reserve(blocks.items.size());
   for (size_t i = 0; i < blocks.items.size(); ++i) {
-    SnapshotBlock block = convert_block(blocks.items[i], next_address, at(blocks_where, i));
+    const Value item = blocks.items[i];
+    SnapshotBlock block;
+    if (item.is(Tag::kLowered) && item.lowered_kind() == kBlockRecord && item.lowered_index() < blocks_.size()) {
+      const BlockRecord& record = blocks_[item.lowered_index()];
+      block.address = record.address;
+      block.size = record.size;
+      block.requested_size = record.requested_size;
+      block.state = record.state;
+      block.stack = record.stack;
+    } else {
+      block = convert_block(item, next_address, at(blocks_where, i));
+    }
     next_address = block.address + block.size;
     if (block.state == BlockState::kActiveAllocated) {
       allocated += block.size;
@@ -447,6 +541,7 @@ DeviceTrace PyTorchDocument::convert_trace(Value v, const std::string& where) {
   for (size_t i = 0; whole_in_order && i < list.items.size(); ++i)
     whole_in_order = list.items[i] == Value::lowered(kEntryRecord, i);
   if (whole_in_order) return std::move(entries_);
+  store_.charge(kEntryCost * list.items.size());
   trace.reserve(list.items.size());
   for (size_t i = 0; i < list.items.size(); ++i) {
     const Value item = list.items[i];
@@ -469,8 +564,11 @@ void PyTorchDocument::convert_extras(const Object& root, Snapshot& out) {
   const Value settings = field(root, k_allocator_settings_);
   if (!(settings == kMissing)) {
     const Object& dict = dict_at(settings, "allocator_settings");
-    for (size_t i = 0; i + 1 < dict.items.size(); i += 2)
+    for (size_t i = 0; i + 1 < dict.items.size(); i += 2) {
       out.allocator_settings.emplace_back(store_.repr(dict.items[i]), store_.json_text(dict.items[i + 1]));
+      store_.charge(2 * sizeof(out.allocator_settings[0]) + string_cost(out.allocator_settings.back().first) +
+                    string_cost(out.allocator_settings.back().second));
+    }
   }
   const Value annotations = field(root, k_external_annotations_);
   if (!(annotations == kMissing)) {
@@ -478,6 +576,7 @@ void PyTorchDocument::convert_extras(const Object& root, Snapshot& out) {
     for (size_t i = 0; i < list.items.size(); ++i) {
       const std::string where = at("external_annotations", i);
       const Object& a = dict_at(list.items[i], where);
+      store_.charge(2 * sizeof(int64_t) * 3);  // a row of the AnnotationList
       out.external_annotations.push_back({int_field(a, k_device_, where, 0),
                                           string_field(a, k_stage_, where, ""),
                                           string_field(a, k_name_, where, ""),
@@ -499,16 +598,22 @@ void PyTorchDocument::convert_extras(const Object& root, Snapshot& out) {
   const Value devices = field(root, k_devices_);
   if (!(devices == kMissing)) {
     const Object& list = list_at(devices, "devices");
+    if (list.items.size() > kMaxDevices) fail("devices", "more than " + std::to_string(kMaxDevices) + " devices");
     for (size_t i = 0; i < list.items.size(); ++i) {
       const std::string where = at("devices", i);
       const Object& d = dict_at(list.items[i], where);
-      out.devices.push_back({int_field(d, k_index_, where, 0), string_field(d, k_name_, where, ""),
-                             uint_field(d, k_total_memory_, where, 0)});
+      store_.charge(2 * sizeof(DeviceInfo));
+      const int64_t index = int_field(d, k_index_, where, 0);
+      if (index < 0 || index >= static_cast<int64_t>(kMaxDevices))
+        fail(dot(where, "index"), "device " + std::to_string(index) + " is out of range (0 to " +
+                                      std::to_string(kMaxDevices - 1) + ")");
+      out.devices.push_back({index, string_field(d, k_name_, where, ""), uint_field(d, k_total_memory_, where, 0)});
     }
   }
   const Value statistics = field(root, k_statistics_);
   if (!(statistics == kMissing)) {
     const Object& list = list_at(statistics, "statistics");
+    if (list.items.size() > kMaxDevices) fail("statistics", "more than " + std::to_string(kMaxDevices) + " devices");
     for (size_t i = 0; i < list.items.size(); ++i) {
       const std::string where = at("statistics", i);
       const Object& d = dict_at(list.items[i], where);
@@ -517,6 +622,7 @@ void PyTorchDocument::convert_extras(const Object& root, Snapshot& out) {
         int64_t value = 0;
         if (!d.items[k].is(Tag::kString) || !store_.get_int64(d.items[k + 1], value))
           fail(where, "expected a map of names to integers");
+        store_.charge(2 * sizeof(Statistics::value_type) + string_cost(store_.text(d.items[k])));
         values.emplace_back(std::string(store_.text(d.items[k])), value);
       }
       out.statistics.push_back(std::move(values));
@@ -543,6 +649,7 @@ Snapshot PyTorchDocument::convert(Value root) {
   const Object& segment_list = list_at(segments, "segments");
   int64_t device_count = 0;
   for (size_t i = 0; i < segment_list.items.size(); ++i) {
+    store_.charge(2 * sizeof(SnapshotSegment));
     out.segments.push_back(convert_segment(segment_list.items[i], at("segments", i)));
     device_count = std::max(device_count, out.segments.back().device + 1);
   }
@@ -550,7 +657,8 @@ Snapshot PyTorchDocument::convert(Value root) {
     const Value traces = field(*root_dict, k_device_traces_);
     if (!(traces == kMissing)) {
       const Object& list = list_at(traces, "device_traces");
-      if (list.items.size() > 1024) fail("device_traces", "more than 1024 devices");
+      if (list.items.size() > kMaxDevices) fail("device_traces", "more than " + std::to_string(kMaxDevices) + " devices");
+      store_.charge(sizeof(DeviceTrace) * list.items.size());
       for (size_t d = 0; d < list.items.size(); ++d)
         out.device_traces.push_back(convert_trace(list.items[d], at("device_traces", d)));
       device_count = std::max<int64_t>(device_count, static_cast<int64_t>(list.items.size()));
@@ -559,9 +667,13 @@ Snapshot PyTorchDocument::convert(Value root) {
   }
   entries_.clear();
   entries_.shrink_to_fit();
+  std::vector<BlockRecord>().swap(blocks_);
+  store_.charge(sizeof(Frame) * frames_.size());
   out.frames.reserve(frames_.size());
-  for (const FrameKey& key : frames_)
+  for (const FrameKey& key : frames_) {
+    store_.charge(string_cost(store_.text(key.name)) + string_cost(store_.text(key.file)));
     out.frames.push_back({std::string(store_.text(key.name)), std::string(store_.text(key.file)), key.line});
+  }
   out.stacks = std::move(stacks_);
   if (out.devices.empty())
     for (int64_t d = 0; d < device_count; ++d) out.devices.push_back({d, "", 0});

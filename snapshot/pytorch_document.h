@@ -22,6 +22,9 @@ class PyTorchDocument final : public pickle::Lowering {
   void expect_input_bytes(uint64_t bytes);
   // Builds the snapshot from the document's root; throws std::runtime_error.
   Snapshot convert(pickle::Value root);
+  // Throws, as convert would, when `segment` (element `index` of the snapshot's segments, just
+  // read) is not one: a reader that knows where it is checks each as it comes.
+  void check_segment(pickle::Value segment, size_t index) const;
 
   // A document for one part of a pickle (`bytes` long) decoded on its own (Machine::run_part): its frames
   // and stacks may name memo entries made before the part (Tag::kOuter), and trace entries
@@ -40,7 +43,7 @@ class PyTorchDocument final : public pickle::Lowering {
                   const std::vector<std::pair<uint64_t, pickle::Value>>& outer_strings);
 
  private:
-  enum LoweredKind : uint32_t { kFrameRecord = 1, kStackRecord = 2, kEntryRecord = 3 };
+  enum LoweredKind : uint32_t { kFrameRecord = 1, kStackRecord = 2, kEntryRecord = 3, kBlockRecord = 4 };
   // In a part's document (set_part): a frame id naming an outer memo entry (its index below
   // the bit), and a stack that is an outer memo entry's, stored as {kOuterStack, index}.
   static constexpr uint32_t kOuterFrame = uint32_t{1} << 31;
@@ -63,6 +66,16 @@ class PyTorchDocument final : public pickle::Lowering {
   bool parse_frame(const pickle::Object& dict, uint32_t& frame, std::string* error);
   bool parse_stack(pickle::Value frames, StackIndex& stack, std::string* error);
   bool parse_entry(const pickle::Object& dict, TraceEntry& entry, std::string* error);
+  // A segment's block as PyTorch writes it (address, size, requested_size, state and frames,
+  // nothing else), lowered while streaming: a snapshot without a trace is mostly blocks, and a
+  // record of 40 bytes holds one where its dict took some 200. False (quiet) for anything else,
+  // which the conversion reads (and names what is wrong with).
+  struct BlockRecord {
+    uint64_t address, size, requested_size;
+    int64_t stack;
+    BlockState state;
+  };
+  bool parse_block(const pickle::Object& dict, BlockRecord& block);
   // The stack continued by a "forward_frames" list (traceback lines of the forward call, as
   // PyTorch records them for backward allocations under anomaly mode) past a
   // kBackwardOfForwardFunction frame; unchanged when there is none. Lines that are not
@@ -105,14 +118,19 @@ class PyTorchDocument final : public pickle::Lowering {
   // pickle's entries name their stack that way, each one a lookup here).
   std::unordered_map<uint32_t, StackIndex> outer_stack_ids_;
   DeviceTrace entries_;
+  std::vector<BlockRecord> blocks_;
   bool pytorch_source_ = true;  // a PyTorch file, not memsnap's JSON export
   std::vector<uint32_t> scratch_frames_;
   // A forward_frames list's frames, innermost first after the joining frame, by its object
   // (PyTorch shares one list among the events of one autograd node).
   std::unordered_map<uint64_t, std::vector<uint32_t>> forward_suffixes_;
+  // A trace entry's record, charged to the store's budget: a DeviceTrace row (24 bytes) and
+  // a growing table's spare room.
+  static constexpr uint64_t kEntryCost = 32;
   static constexpr size_t kMaxForwardFrames = 256;        // of one forward call, innermost kept
   static constexpr size_t kMaxJoinedFrames = size_t{1} << 25;  // in all joined stacks (128 MiB)
   size_t joined_frames_ = 0;
+  uint64_t joined_bytes_ = 0;  // what they were charged
   // The action a string id names (-1 unknown, -2 not looked up yet): one lookup per
   // distinct string instead of a name comparison per entry.
   std::vector<int8_t> action_by_string_;

@@ -85,6 +85,7 @@ bool PyTorchDocument::adopt_part(const PyTorchDocument& part, std::vector<Value>
     stacks[i] = intern_stack(scratch_frames_);
   }
   const size_t first_entry = entries_.size();
+  store_.charge(kEntryCost * part.entries_.size());
   for (TraceEntry entry : part.entries_) {
     if (entry.stack != kNoStackIndex) entry.stack = static_cast<int32_t>(stacks[static_cast<size_t>(entry.stack)]);
     entries_.push_back(entry);

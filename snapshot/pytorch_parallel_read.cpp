@@ -28,6 +28,8 @@ constexpr unsigned kMaxThreads = 16;
 constexpr unsigned kBaseThreads = 4;
 constexpr uint64_t kBytesPerThread = uint64_t{3} << 20;
 constexpr uint64_t kBytesPerScanner = uint64_t{8} << 20;
+// What a part decoded alone may build besides ReadBudget::kBytesPerInputByte for each of its bytes.
+constexpr uint64_t kPartBaseBytes = uint64_t{1} << 20;
 
 // The cores this process may run on (its affinity: taskset, a container's cpuset).
 unsigned usable_cores() {
@@ -83,6 +85,10 @@ std::unique_ptr<DecodedPart> decode(std::string_view pickle, const pickle::Pickl
                                     const pickle::LayoutScanner& scan) noexcept {
   try {
     auto out = std::make_unique<DecodedPart>();
+    // A part that would build more than its bytes can describe is left to the reading thread,
+    // whose budget refuses it with the byte it was read to.
+    ReadBudget budget(part.bytes(), kPartBaseBytes);
+    out->store.set_budget(&budget);
     out->document.set_part(part.bytes());
     auto input = ByteSource::over_memory(pickle.substr(part.begin(), part.bytes()), UINT64_MAX);
     pickle::Machine machine(*input, out->store, &out->document);
@@ -97,6 +103,7 @@ std::unique_ptr<DecodedPart> decode(std::string_view pickle, const pickle::Pickl
     // need (what the decoding used goes back to this thread, for its next part).
     out->values.shrink_to_fit();
     out->document.finish_part();
+    out->store.set_budget(nullptr);
     out->store.drop_objects();
     return out;
   } catch (...) {

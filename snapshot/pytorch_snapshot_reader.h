@@ -36,6 +36,9 @@ struct PickleReadOptions {
 // A plain pickle file (or bytes in memory) of at least `min_bytes` is read on several
 // threads (pytorch_parallel_read.h), with the same result.
 Result<Snapshot> snapshot_from_pickle(ByteSource& input, const PickleReadOptions& options = {});
+// JSON is parsed as it is read: memory goes to what it describes, never to the text or a tree
+// of it.
+Result<Snapshot> snapshot_from_json(ByteSource& input);
 Result<Snapshot> snapshot_from_json(std::string_view text);
 
 }  // namespace memsnap

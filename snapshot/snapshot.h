@@ -20,6 +20,9 @@
 namespace memsnap {
 
 inline constexpr uint32_t kSnapshotFormatVersion = 1;
+// Devices a snapshot may name: indexes 0 to kMaxDevices - 1 (a process sees a few dozen at
+// most). Readers refuse any other index before anything is sized by one.
+inline constexpr size_t kMaxDevices = 1024;
 
 std::string_view block_state_name(BlockState state);  // "active_allocated", ...
 std::optional<BlockState> block_state_from_name(std::string_view name);

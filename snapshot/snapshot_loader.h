@@ -16,6 +16,14 @@ namespace memsnap {
 enum class SnapshotFormat { kMsgpack, kJson, kPickle };
 std::string_view snapshot_format_name(SnapshotFormat format);
 
+// The most (decompressed) bytes read of each format. msgpack is parsed where it lies, and a
+// pickle is read on threads from a mapping of its file: 2 GiB (kMaxSnapshotFileBytes). JSON is
+// parsed as it is read, in memory bounded by what it describes (read_budget.h), so its limit
+// only bounds the time a read takes: `memsnap convert` writes JSON of several times a
+// snapshot's msgpack size, and memsnap reads it back.
+inline constexpr uint64_t kMaxJsonSnapshotBytes = uint64_t{16} << 30;
+uint64_t max_snapshot_bytes(SnapshotFormat format);
+
 struct LoadedSnapshot {
   Snapshot snapshot;
   SnapshotFormat format = SnapshotFormat::kMsgpack;

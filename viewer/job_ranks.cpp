@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <new>
 #include <regex>
 #include <set>
 #include <thread>
@@ -212,13 +213,22 @@ Result<JobRanks> summarize_job(const std::vector<std::string>& files, const Snap
   };
   auto work = [&] {
     for (size_t i = next++; i < files.size(); i = next++, report()) {
-      Result<std::shared_ptr<const Snapshot>> snapshot = load(files[i]);
-      if (!snapshot || !snapshot.value()) {
-        errors[i] = snapshot ? std::string("not loaded") : snapshot.error();
-        continue;
+      // (Nothing may leave a thread: an exception would end the process.)
+      try {
+        Result<std::shared_ptr<const Snapshot>> snapshot = load(files[i]);
+        if (!snapshot || !snapshot.value()) {
+          errors[i] = snapshot ? std::string("not loaded") : snapshot.error();
+          continue;
+        }
+        summaries[i] = summarize_rank(*snapshot.value(), files[i]);
+        name_rank(*summaries[i], pattern);
+      } catch (const std::bad_alloc&) {
+        summaries[i].reset();
+        errors[i] = "not enough memory to read it (" + std::to_string(threads) + " files read at once)";
+      } catch (const std::exception& error) {
+        summaries[i].reset();
+        errors[i] = error.what();
       }
-      summaries[i] = summarize_rank(*snapshot.value(), files[i]);
-      name_rank(*summaries[i], pattern);
     }
   };
   std::vector<std::thread> pool;

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <new>
 #include <thread>
 
 #include "allocator/counted.h"
@@ -152,36 +153,48 @@ Result<SettingsAdvice> tune_settings(const Snapshot& snapshot, const TuneOptions
   std::vector<std::optional<TunedSetting>> results(candidates.size());
   std::vector<std::string> errors(candidates.size());
   std::atomic<size_t> next{0};
+  std::atomic<bool> out_of_memory{false};
+  const auto replay_one = [&](size_t i) {
+    const Result<AllocatorConfig> config = parse_allocator_config(candidates[i]);
+    if (!config) return;
+    SnapshotReplayOptions replay_options;
+    replay_options.config = config.value();
+    replay_options.check_invariants = false;
+    const Result<SnapshotReplay> replay = replay_snapshot(snapshot, replay_options);
+    if (!replay) {
+      errors[i] = replay.error();
+      return;
+    }
+    for (const DeviceReplay& d : replay->devices) {
+      if (d.device != advice.device) continue;
+      TunedSetting t;
+      t.config = candidates[i];
+      t.recorded = candidates[i] == recorded_text;
+      t.failed_allocs = d.failed_allocs;
+      t.ok = d.failed_allocs == 0 && d.reproduced_ooms == 0;
+      t.peak_reserved_bytes = d.stats.reserved_bytes[kAggregate].peak;
+      t.peak_allocated_bytes = d.stats.allocated_bytes[kAggregate].peak;
+      t.device_mallocs = d.stats.num_device_alloc;
+      t.alloc_retries = d.stats.num_alloc_retries;
+      if (t.recorded) advice.reserved_before_trace_bytes = d.start.reserved_bytes;
+      if (t.recorded && (!d.start.problems.empty() || d.unknown_frees > 0))
+        advice.note = "the trace is inconsistent with the snapshot; the figures are only indicative";
+      if (t.recorded && advice.recorded_oom && d.reproduced_ooms == 0)
+        advice.note = "the replay under the recorded settings does not run out of memory where the recording did "
+                      "(the trace may be incomplete); the figures are only indicative";
+      results[i] = t;
+    }
+  };
+  // (Nothing may leave a thread: an exception there, or in this one while the others run,
+  // would end the process.)
   const auto work = [&] {
     for (size_t i; (i = next++) < candidates.size();) {
-      const Result<AllocatorConfig> config = parse_allocator_config(candidates[i]);
-      if (!config) continue;
-      SnapshotReplayOptions replay_options;
-      replay_options.config = config.value();
-      replay_options.check_invariants = false;
-      const Result<SnapshotReplay> replay = replay_snapshot(snapshot, replay_options);
-      if (!replay) {
-        errors[i] = replay.error();
-        continue;
-      }
-      for (const DeviceReplay& d : replay->devices) {
-        if (d.device != advice.device) continue;
-        TunedSetting t;
-        t.config = candidates[i];
-        t.recorded = candidates[i] == recorded_text;
-        t.failed_allocs = d.failed_allocs;
-        t.ok = d.failed_allocs == 0 && d.reproduced_ooms == 0;
-        t.peak_reserved_bytes = d.stats.reserved_bytes[kAggregate].peak;
-        t.peak_allocated_bytes = d.stats.allocated_bytes[kAggregate].peak;
-        t.device_mallocs = d.stats.num_device_alloc;
-        t.alloc_retries = d.stats.num_alloc_retries;
-        if (t.recorded) advice.reserved_before_trace_bytes = d.start.reserved_bytes;
-        if (t.recorded && (!d.start.problems.empty() || d.unknown_frees > 0))
-          advice.note = "the trace is inconsistent with the snapshot; the figures are only indicative";
-        if (t.recorded && advice.recorded_oom && d.reproduced_ooms == 0)
-          advice.note = "the replay under the recorded settings does not run out of memory where the recording did "
-                        "(the trace may be incomplete); the figures are only indicative";
-        results[i] = t;
+      try {
+        replay_one(i);
+      } catch (const std::bad_alloc&) {
+        out_of_memory = true;
+      } catch (const std::exception& error) {
+        errors[i] = error.what();
       }
     }
   };
@@ -191,6 +204,9 @@ Result<SettingsAdvice> tune_settings(const Snapshot& snapshot, const TuneOptions
   for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
   work();
   for (std::thread& t : pool) t.join();
+  if (out_of_memory)
+    return Result<SettingsAdvice>::failure("tune: not enough memory to replay the trace (" + std::to_string(threads) +
+                                           " settings replayed at once)");
   for (size_t i = 0; i < candidates.size(); ++i) {
     if (!results[i]) continue;
     if (results[i]->recorded) advice.recorded = results[i];

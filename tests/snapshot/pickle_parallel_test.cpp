@@ -30,7 +30,7 @@ std::string pickle_file(const std::string& name) {
   EXPECT_TRUE(contents.ok()) << contents.error();
   if (!contents.ok()) return {};
   auto source = memsnap::ByteSource::over_memory(contents.value(), 64 << 20);
-  return source->read_rest();
+  return std::string(source->read_rest().view());
 }
 
 memsnap::Result<memsnap::Snapshot> read(const std::string& bytes, const PickleReadOptions& options) {
