@@ -1,6 +1,7 @@
 #include "allocator/block_pool.h"
 
 #include <algorithm>
+#include <iterator>
 #include <stdexcept>
 #include <type_traits>
 
@@ -26,27 +27,52 @@ auto position_of(Bin& bin, size_t size, uintptr_t address) {
 }  // namespace
 
 BlockPool::StreamBlocks* BlockPool::find_other_stream(StreamId stream) const {
-  for (const auto& blocks : streams_) {
-    if (blocks->stream == stream) {
-      last_stream_ = blocks.get();
-      return last_stream_;
-    }
-  }
-  return nullptr;
+  const auto found = binned_.find(stream);
+  if (found == binned_.end()) return nullptr;
+  last_stream_ = found->second.get();
+  return last_stream_;
 }
 
-BlockPool::StreamBlocks& BlockPool::stream_blocks(StreamId stream) {
-  if (StreamBlocks* found = find_stream(stream)) return *found;
-  auto position = std::lower_bound(
-      streams_.begin(), streams_.end(), stream,
-      [](const std::unique_ptr<StreamBlocks>& blocks, StreamId id) { return blocks->stream < id; });
-  position = streams_.insert(position, std::make_unique<StreamBlocks>(stream));
-  last_stream_ = position->get();
+BlockPool::StreamBlocks* BlockPool::bins_for_new_stream(StreamId stream) {
+  if (binned_.size() >= kStreamsBinnedOnSight) return nullptr;
+  // A stream whose blocks went to the set when the binned streams were many stays there
+  // until it holds more than kFewBlocks.
+  if (const auto few = first_few(stream); few != few_.end() && few->stream == stream) return nullptr;
+  return &add_binned_stream(stream);
+}
+
+BlockPool::StreamBlocks& BlockPool::add_binned_stream(StreamId stream) {
+  if (binned_.size() >= drop_empty_at_) drop_empty_streams();
+  std::unique_ptr<StreamBlocks>& blocks = binned_[stream];
+  blocks = std::make_unique<StreamBlocks>(stream);
+  last_stream_ = blocks.get();
   return *last_stream_;
 }
 
+// Forgets the binned streams that hold no block; the next sweep waits until the binned
+// streams are twice as many as those left, so sweeps cost a constant per stream binned.
+void BlockPool::drop_empty_streams() {
+  for (auto it = binned_.begin(); it != binned_.end();) {
+    if (!it->second->non_empty.none()) {
+      ++it;
+      continue;
+    }
+    if (last_stream_ == it->second.get()) last_stream_ = nullptr;
+    it = binned_.erase(it);
+  }
+  drop_empty_at_ = std::max(2 * kStreamsBinnedOnSight, 2 * binned_.size());
+}
+
 void BlockPool::insert_in_order(StreamBlocks* found, Block* block, size_t bin_index) {
-  StreamBlocks& blocks = found != nullptr ? *found : stream_blocks(block->stream);
+  if (found == nullptr) found = bins_for_new_stream(block->stream);
+  if (found == nullptr) {
+    insert_few(block);
+    return;
+  }
+  add_to_bins(*found, block, bin_index);
+}
+
+void BlockPool::add_to_bins(StreamBlocks& blocks, Block* block, size_t bin_index) {
   if (bin_index >= blocks.bin_count) {
     blocks.bins.resize(bin_index + 1);
     blocks.bin_count = blocks.bins.size();
@@ -79,9 +105,48 @@ void BlockPool::insert_in_order(StreamBlocks* found, Block* block, size_t bin_in
   ++size_;
 }
 
+void BlockPool::insert_few(Block* block) {
+  const StreamId stream = block->stream;
+  if (!few_.insert(FewEntry{stream, block->size, block->address, block}).second)
+    throw std::logic_error("block pool: inserting a block the pool holds");
+  ++size_;
+  size_t count = 0;
+  for (auto it = first_few(stream); it != few_.end() && it->stream == stream && count <= kFewBlocks; ++it)
+    ++count;
+  if (count > kFewBlocks) bin_stream(stream);
+}
+
+// Moves a stream's blocks from the set to bins of its own (their ages stay as they were).
+void BlockPool::bin_stream(StreamId stream) {
+  StreamBlocks& blocks = add_binned_stream(stream);
+  const auto first = first_few(stream);
+  auto last = first;
+  for (; last != few_.end() && last->stream == stream; ++last) {
+    add_to_bins(blocks, last->block, last->block->pool_bin);
+    --size_;  // counted already
+  }
+  few_.erase(first, last);
+}
+
+BlockPool::FewBlocks::const_iterator BlockPool::find_few(const Block* block) const {
+  const auto it = few_.find(FewEntry{block->stream, block->size, block->address, nullptr});
+  return it != few_.end() && it->block == block ? it : few_.end();
+}
+
+Block* BlockPool::lower_bound_few(StreamId stream, size_t size) const {
+  const auto it = few_.lower_bound(FewEntry{stream, size, 0, nullptr});
+  return it != few_.end() && it->stream == stream ? it->block : nullptr;
+}
+
 void BlockPool::erase_in_order(Block* block, size_t bin_index) {
   StreamBlocks* blocks = find_stream(block->stream);
-  if (blocks != nullptr && bin_index < blocks->bin_count) {
+  if (blocks == nullptr) {
+    if (const auto it = find_few(block); it != few_.end()) {
+      few_.erase(it);
+      --size_;
+      return;
+    }
+  } else if (bin_index < blocks->bin_count) {
     Bin& bin = blocks->bins[bin_index];
     const auto it = position_of(bin.many, block->size, block->address);
     if (it != bin.many.end() && it->block == block) {
@@ -109,8 +174,15 @@ Block* BlockPool::lower_bound_in_bin(const StreamBlocks& blocks, size_t bin_inde
 
 Block* BlockPool::next_in_order(const Block* block) const {
   const StreamBlocks* blocks = find_stream(block->stream);
+  if (blocks == nullptr) {
+    auto it = find_few(block);
+    if (it == few_.end())
+      throw std::logic_error("block pool: next_in_order of a block the pool does not hold");
+    ++it;
+    return it != few_.end() && it->stream == block->stream ? it->block : nullptr;
+  }
   const size_t bin_index = size_bin(block->size);
-  if (blocks == nullptr || bin_index >= blocks->bin_count)
+  if (bin_index >= blocks->bin_count)
     throw std::logic_error("block pool: next_in_order of a block the pool does not hold");
   const Bin& bin = blocks->bins[bin_index];
   if (bin.front == block && bin.back != nullptr) return bin.back;
@@ -157,23 +229,35 @@ void BlockPool::append_in_order(const StreamBlocks& blocks, std::vector<Block*>&
     }
 }
 
+// The binned streams and the set, merged in stream order (a stream is in one or the other).
 std::vector<Block*> BlockPool::ordered_blocks() const {
   std::vector<Block*> out;
   out.reserve(size_);
-  for (const auto& blocks : streams_) append_in_order(*blocks, out);
+  auto few = few_.begin();
+  for (const auto& [stream, blocks] : binned_) {
+    for (; few != few_.end() && few->stream < stream; ++few) out.push_back(few->block);
+    append_in_order(*blocks, out);
+  }
+  for (; few != few_.end(); ++few) out.push_back(few->block);
   return out;
 }
 
 std::vector<Block*> BlockPool::ordered_blocks(StreamId stream) const {
   std::vector<Block*> out;
-  if (const StreamBlocks* blocks = find_stream(stream)) append_in_order(*blocks, out);
+  if (const StreamBlocks* blocks = find_stream(stream)) {
+    append_in_order(*blocks, out);
+  } else {
+    for (auto it = first_few(stream); it != few_.end() && it->stream == stream; ++it)
+      out.push_back(it->block);
+  }
   return out;
 }
 
 bool BlockPool::contains(const Block* block) const {
   const StreamBlocks* blocks = find_stream(block->stream);
+  if (blocks == nullptr) return find_few(block) != few_.end();
   const size_t bin_index = size_bin(block->size);
-  if (blocks == nullptr || bin_index >= blocks->bin_count) return false;
+  if (bin_index >= blocks->bin_count) return false;
   const Bin& bin = blocks->bins[bin_index];
   if (bin.front != nullptr) return bin.front == block || bin.back == block;
   const auto it = position_of(bin.many, block->size, block->address);
@@ -184,10 +268,9 @@ std::vector<std::string> BlockPool::structure_problems() const {
   std::vector<std::string> problems;
   const std::string name = is_small_ ? "small pool" : "large pool";
   size_t counted = 0;
-  for (size_t i = 0; i < streams_.size(); ++i) {
-    const StreamBlocks& blocks = *streams_[i];
-    if (i > 0 && streams_[i - 1]->stream >= blocks.stream)
-      problems.push_back(name + ": streams out of order");
+  for (const auto& [stream, binned] : binned_) {
+    const StreamBlocks& blocks = *binned;
+    if (blocks.stream != stream) problems.push_back(name + ": bins filed under another stream");
     if (blocks.bin_count != blocks.bins.size())
       problems.push_back(name + ": bin count disagrees with the bins");
     if (blocks.non_empty.next_set(blocks.bins.size()) != kNoSizeBin)
@@ -230,6 +313,20 @@ std::vector<std::string> BlockPool::structure_problems() const {
           problems.push_back(name + ": bin " + std::to_string(b) + " out of order");
       }
     }
+  }
+  size_t stream_blocks = 0;
+  for (auto it = few_.begin(); it != few_.end(); ++it) {
+    const FewEntry& entry = *it;
+    ++counted;
+    stream_blocks = it != few_.begin() && std::prev(it)->stream == entry.stream ? stream_blocks + 1 : 1;
+    if (stream_blocks == kFewBlocks + 1)
+      problems.push_back(name + ": stream " + std::to_string(entry.stream) + " holds more than " +
+                         std::to_string(kFewBlocks) + " blocks without bins");
+    if (binned_.count(entry.stream) != 0)
+      problems.push_back(name + ": stream " + std::to_string(entry.stream) + " has bins and blocks without");
+    if (entry.size != entry.block->size || entry.address != entry.block->address ||
+        entry.stream != entry.block->stream || entry.block->pool_bin != size_bin(entry.size))
+      problems.push_back(name + ": entry for block " + std::to_string(entry.address) + " is stale");
   }
   if (counted != size_)
     problems.push_back(name + ": holds " + std::to_string(counted) + " entries but counts " +

@@ -9,6 +9,15 @@
 // the request's bin and then jumps to the next non-empty one. The order, and so every
 // decision, is the same as the tree's.
 //
+// A stream's bins cost up to 128 KiB (a bin for every size range up to its largest block), so
+// only the streams that use the pool get them: the first kStreamsBinnedOnSight to hold a block,
+// and any other once it holds more than kFewBlocks. The blocks of every other stream sit in
+// one ordered set of (stream, size, address), PyTorch's tree itself. Streams are found through
+// an ordered map, and streams whose bins emptied are dropped whenever the binned streams have
+// doubled in number since the last such sweep. So a trace that puts each event on a stream of
+// its own (issue 53) costs a logarithm an operation and memory in proportion to its blocks,
+// while a program with a few streams keeps the bins' speed.
+//
 // The pool also keeps the unmapped address space of its expandable segments, in (stream,
 // address) order: expandable segments grow into the lowest-addressed room first. That set
 // changes only when pages are mapped or unmapped, so a plain ordered map serves.
@@ -18,6 +27,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -30,6 +40,11 @@ struct PrivatePool;
 
 class BlockPool {
  public:
+  // Streams that get bins as soon as they hold a block, while fewer than this many have them.
+  static constexpr size_t kStreamsBinnedOnSight = 8;
+  // Any other stream gets bins once it holds more blocks than this.
+  static constexpr size_t kFewBlocks = 16;
+
   explicit BlockPool(bool small) : is_small_(small) {}
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
@@ -64,6 +79,8 @@ class BlockPool {
   std::vector<Block*> ordered_blocks(StreamId stream) const;
 
   size_t size() const { return size_; }
+  // Streams with bins of their own (the others' blocks share one ordered set).
+  size_t binned_streams() const { return binned_.size(); }
   // For the invariant checker: a real search, and a full check of the structure (bins
   // sorted, entries current and in the right bin, bitmap and count exact).
   bool contains(const Block* block) const;
@@ -100,12 +117,41 @@ class BlockPool {
     SizeBinBitmap non_empty;
   };
 
+  // A block of a stream without bins, in PyTorch's (stream, size, address) order.
+  struct FewEntry {
+    StreamId stream;
+    size_t size;
+    uintptr_t address;
+    Block* block;
+  };
+  struct FewOrder {
+    bool operator()(const FewEntry& a, const FewEntry& b) const {
+      if (a.stream != b.stream) return a.stream < b.stream;
+      return a.size != b.size ? a.size < b.size : a.address < b.address;
+    }
+  };
+  using FewBlocks = std::set<FewEntry, FewOrder>;
+
+  // The stream's bins, or nullptr when it has none (its blocks, if any, are in few_).
   StreamBlocks* find_stream(StreamId stream) const {
     if (last_stream_ != nullptr && last_stream_->stream == stream) return last_stream_;
     return find_other_stream(stream);
   }
   StreamBlocks* find_other_stream(StreamId stream) const;
-  StreamBlocks& stream_blocks(StreamId stream);
+  // Bins for a stream that holds no block yet, when it is one of the first to hold one.
+  StreamBlocks* bins_for_new_stream(StreamId stream);
+  StreamBlocks& add_binned_stream(StreamId stream);
+  void drop_empty_streams();
+  // Puts `block` in its stream's bins (in bin `bin_index`), counting it.
+  void add_to_bins(StreamBlocks& blocks, Block* block, size_t bin_index);
+  // The same for a stream without bins, giving it bins when it holds more than kFewBlocks.
+  void insert_few(Block* block);
+  void bin_stream(StreamId stream);
+  FewBlocks::const_iterator find_few(const Block* block) const;
+  FewBlocks::const_iterator first_few(StreamId stream) const {
+    return few_.lower_bound(FewEntry{stream, 0, 0, nullptr});
+  }
+  Block* lower_bound_few(StreamId stream, size_t size) const;
   // (size, address) order, as in PyTorch's block comparator.
   static bool precedes(const Block* a, const Block* b) {
     return a->size != b->size ? a->size < b->size : a->address < b->address;
@@ -121,7 +167,7 @@ class BlockPool {
   }
   // The rest of insert, erase and lower_bound, past the common case of a bin with at most two
   // blocks (kept out of line so that the common case inlines into the allocator). `blocks` is
-  // the block's stream's, when the caller found it.
+  // the block's stream's bins, or nullptr when it has none.
   void insert_in_order(StreamBlocks* blocks, Block* block, size_t bin_index);
   void erase_in_order(Block* block, size_t bin_index);
   Block* lower_bound_in_bin(const StreamBlocks& blocks, size_t bin_index, size_t size) const;
@@ -130,8 +176,10 @@ class BlockPool {
   bool is_small_;
   PrivatePool* owner_ = nullptr;
   size_t size_ = 0;
-  std::vector<std::unique_ptr<StreamBlocks>> streams_;  // sorted by stream id
-  mutable StreamBlocks* last_stream_ = nullptr;         // most calls repeat the last stream
+  std::map<StreamId, std::unique_ptr<StreamBlocks>> binned_;  // the streams with bins
+  FewBlocks few_;                                             // the blocks of all the others
+  size_t drop_empty_at_ = 2 * kStreamsBinnedOnSight;          // binned streams before a sweep
+  mutable StreamBlocks* last_stream_ = nullptr;               // most calls repeat the last stream
   uint64_t free_block_searches_ = 0;
   std::map<std::pair<StreamId, uintptr_t>, Block*> unmapped_;
 };
@@ -184,7 +232,7 @@ inline void BlockPool::erase(Block* block) {
 
 inline Block* BlockPool::lower_bound(StreamId stream, size_t size) const {
   const StreamBlocks* blocks = find_stream(stream);
-  if (blocks == nullptr) return nullptr;
+  if (blocks == nullptr) return few_.empty() ? nullptr : lower_bound_few(stream, size);
   const size_t bin_index = size_bin(size);
   if (bin_index >= blocks->bin_count) return nullptr;  // no bin this high is in use
   const Bin& bin = blocks->bins[bin_index];

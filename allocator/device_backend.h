@@ -62,6 +62,16 @@ class DeviceBackend {
   virtual bool event_completed(EventHandle event) = 0;
   virtual void synchronize_event(EventHandle event) = 0;
   virtual void release_event(EventHandle event) = 0;
+  // A backend that knows when events complete (the simulated device, whose events complete
+  // when it is told) can say on which streams they did, so the allocator looks at those
+  // streams' pending frees instead of querying every stream's oldest event on each allocation.
+  // Returns false when it cannot tell. Otherwise appends to `streams` each stream on which an
+  // event of `device` completed after the backend's completion count was `since` (each stream
+  // once, in no particular order), and sets `count` to the completion count now.
+  virtual bool streams_completed_since(int /*device*/, uint64_t /*since*/, uint64_t& /*count*/,
+                                       std::vector<StreamId>& /*streams*/) {
+    return false;
+  }
 
   // --- expandable segments ---
   // Whether `device` can map physical pages into reserved address space.

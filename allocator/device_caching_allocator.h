@@ -242,6 +242,10 @@ class DeviceCachingAllocator {
   BlockPool large_blocks_{false};
   std::map<uintptr_t, std::unique_ptr<Segment>> segments_;  // by address
   PendingEvents pending_events_;  // per stream, in the order recorded
+  // The backend's completion count when process_events last asked it which streams' events
+  // completed (DeviceBackend::streams_completed_since), and a buffer for its answer.
+  uint64_t completions_seen_ = 0;
+  std::vector<StreamId> completed_streams_;
   // Private pools by id, and those being allocated to, in the order begun (the first whose
   // filter accepts a request's stream serves it).
   std::map<MempoolId, std::unique_ptr<PrivatePool>> private_pools_;

@@ -293,10 +293,14 @@ void DeviceCachingAllocator::insert_events(Block* block) {
 }
 
 // Frees the blocks whose events have all completed. Each stream's events are checked in
-// the order recorded, stopping at the first that is still pending.
+// the order recorded, stopping at the first that is still pending; streams in stream order.
+// When the backend can tell on which streams events completed since the last look, only
+// those are checked: the others' oldest events are still pending, so checking them would
+// change nothing (and freeing blocks completes no event, so no stream joins them meanwhile).
+// A replay that waits for each deferred free on a stream of its own has as many streams as
+// frees pending; asking each of them on every allocation would cost time quadratic in them.
 void DeviceCachingAllocator::process_events() {
-  for (auto it = pending_events_.begin(); it != pending_events_.end();) {
-    auto& queue = it->second;
+  const auto process = [&](std::deque<std::pair<EventHandle, Block*>>& queue) {
     while (!queue.empty()) {
       auto [event, block] = queue.front();
       if (!backend_.event_completed(event)) break;
@@ -304,7 +308,23 @@ void DeviceCachingAllocator::process_events() {
       queue.pop_front();
       if (--block->event_count == 0) free_block(block);
     }
-    it = queue.empty() ? pending_events_.erase(it) : std::next(it);
+  };
+  completed_streams_.clear();
+  uint64_t count = 0;
+  if (!backend_.streams_completed_since(device_, completions_seen_, count, completed_streams_)) {
+    for (auto it = pending_events_.begin(); it != pending_events_.end();) {
+      process(it->second);
+      it = it->second.empty() ? pending_events_.erase(it) : std::next(it);
+    }
+    return;
+  }
+  completions_seen_ = count;
+  std::sort(completed_streams_.begin(), completed_streams_.end());
+  for (StreamId stream : completed_streams_) {
+    auto it = pending_events_.find(stream);
+    if (it == pending_events_.end()) continue;
+    process(it->second);
+    if (it->second.empty()) pending_events_.erase(it);
   }
 }
 

@@ -207,8 +207,7 @@ void SimulatedBackend::unmap_pages(int device, uintptr_t address, size_t bytes, 
   }
   ++unmap_calls_;
   // Unmapping waits for the stream, so everything recorded on it has completed.
-  for (auto& [handle, event] : events_)
-    if (event.stream == stream) event.completed = true;
+  complete_stream(stream);
   d.mapped_pages.erase(d.mapped_pages.find(address), d.mapped_pages.lower_bound(address + bytes));
   d.used -= bytes;
 }
@@ -223,8 +222,53 @@ EventHandle SimulatedBackend::record_event(int device, StreamId stream) {
   std::lock_guard<std::mutex> lock(mutex_);
   state(device);
   const EventHandle handle = next_event_++;
-  events_.emplace(handle, EventState{stream, false});
+  events_.emplace(handle, EventState{device, stream, false});
+  uncompleted_[stream].insert(handle);
   return handle;
+}
+
+void SimulatedBackend::note_completion(int device, StreamId stream) {
+  DeviceState& d = state(device);
+  const uint64_t count = ++completion_count_;
+  auto [at, fresh] = d.completed_streams.try_emplace(stream, count);
+  if (!fresh) {
+    d.completions.erase(at->second);
+    at->second = count;
+  }
+  d.completions.emplace(count, stream);
+}
+
+void SimulatedBackend::complete(EventHandle handle, EventState& event) {
+  if (event.completed) return;
+  event.completed = true;
+  auto waiting = uncompleted_.find(event.stream);
+  waiting->second.erase(handle);
+  if (waiting->second.empty()) uncompleted_.erase(waiting);
+  note_completion(event.device, event.stream);
+}
+
+void SimulatedBackend::complete_stream(StreamId stream) {
+  auto waiting = uncompleted_.find(stream);
+  if (waiting == uncompleted_.end()) return;
+  std::set<int> devices;
+  for (EventHandle handle : waiting->second) {
+    EventState& event = events_.at(handle);
+    event.completed = true;
+    devices.insert(event.device);
+  }
+  uncompleted_.erase(waiting);
+  for (int device : devices) note_completion(device, stream);
+}
+
+bool SimulatedBackend::streams_completed_since(int device, uint64_t since, uint64_t& count,
+                                               std::vector<StreamId>& streams) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const DeviceState& d = state(device);
+  if (options_.events_complete_immediately) return false;
+  for (auto it = d.completions.upper_bound(since); it != d.completions.end(); ++it)
+    streams.push_back(it->second);
+  count = completion_count_;
+  return true;
 }
 
 DeviceBackend::CaptureState SimulatedBackend::capture_state(int, StreamId stream) {
@@ -286,7 +330,7 @@ bool SimulatedBackend::event_completed(EventHandle event) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = events_.find(event);
   if (it == events_.end()) throw DeviceError("simulated backend: query of an unknown event");
-  if (options_.events_complete_immediately) it->second.completed = true;
+  if (options_.events_complete_immediately) complete(it->first, it->second);
   return it->second.completed;
 }
 
@@ -294,13 +338,19 @@ void SimulatedBackend::synchronize_event(EventHandle event) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = events_.find(event);
   if (it == events_.end()) throw DeviceError("simulated backend: sync on an unknown event");
-  it->second.completed = true;
+  complete(it->first, it->second);
 }
 
 void SimulatedBackend::release_event(EventHandle event) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (events_.erase(event) == 0)
-    throw DeviceError("simulated backend: release of an unknown event");
+  auto it = events_.find(event);
+  if (it == events_.end()) throw DeviceError("simulated backend: release of an unknown event");
+  if (!it->second.completed) {
+    auto waiting = uncompleted_.find(it->second.stream);
+    waiting->second.erase(event);
+    if (waiting->second.empty()) uncompleted_.erase(waiting);
+  }
+  events_.erase(it);
 }
 
 void SimulatedBackend::prefer_address_for_next_reserve(int device, uintptr_t address) {
@@ -328,13 +378,12 @@ void SimulatedBackend::set_events_complete_immediately(bool immediately) {
 
 void SimulatedBackend::complete_events(StreamId stream) {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& [handle, event] : events_)
-    if (event.stream == stream) event.completed = true;
+  complete_stream(stream);
 }
 
 void SimulatedBackend::complete_all_events() {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& [handle, event] : events_) event.completed = true;
+  while (!uncompleted_.empty()) complete_stream(uncompleted_.begin()->first);
 }
 
 size_t SimulatedBackend::used_bytes(int device) const {

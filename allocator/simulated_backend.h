@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -55,6 +56,11 @@ class SimulatedBackend final : public DeviceBackend {
   bool event_completed(EventHandle event) override;
   void synchronize_event(EventHandle event) override;
   void release_event(EventHandle event) override;
+  // Every way an event completes here is known (complete_events, a synchronize, an unmap, a
+  // query while events complete immediately), so this tells, unless events complete when
+  // queried: those complete without being told.
+  bool streams_completed_since(int device, uint64_t since, uint64_t& count,
+                               std::vector<StreamId>& streams) override;
   CaptureState capture_state(int device, StreamId stream) override;
   std::vector<uintptr_t> node_dependencies(int device, uintptr_t node) override;
 
@@ -98,8 +104,13 @@ class SimulatedBackend final : public DeviceBackend {
     size_t used = 0;
     int failures_pending = 0;
     std::optional<uintptr_t> preferred_address;
+    // The streams on which its events completed, each at the completion count of its latest
+    // completion, and the same by count (streams_completed_since reads those after a count).
+    std::map<StreamId, uint64_t> completed_streams;
+    std::map<uint64_t, StreamId> completions;
   };
   struct EventState {
+    int device = 0;
     StreamId stream = 0;
     bool completed = false;
   };
@@ -111,6 +122,11 @@ class SimulatedBackend final : public DeviceBackend {
   bool inside_address_space(const DeviceState& state, uintptr_t address, size_t bytes) const;
   bool take_range(uintptr_t address, size_t bytes);
   void return_range(uintptr_t address, size_t bytes);
+  // Under mutex_: completes one event, or every event recorded so far on a stream, noting
+  // the completion for streams_completed_since.
+  void complete(EventHandle handle, EventState& event);
+  void complete_stream(StreamId stream);
+  void note_completion(int device, StreamId stream);
 
   Options options_;
   mutable std::mutex mutex_;
@@ -119,6 +135,9 @@ class SimulatedBackend final : public DeviceBackend {
   // preferred address (a recorded run's) can be honoured wherever it lies.
   std::map<uintptr_t, size_t> free_ranges_;  // address -> bytes, coalesced
   std::unordered_map<EventHandle, EventState> events_;
+  // The events not completed yet, by stream: completing a stream's events touches only them.
+  std::unordered_map<StreamId, std::set<EventHandle>> uncompleted_;
+  uint64_t completion_count_ = 0;  // completions noted so far, on all devices
   EventHandle next_event_ = 1;
   StreamId next_stream_ = 1;
   std::function<bool(int, size_t)> failure_hook_;

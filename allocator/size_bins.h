@@ -39,6 +39,7 @@ class SizeBinBitmap {
     if (word == 0) summary_ &= ~(uint64_t{1} << (bin >> 6));
   }
   bool test(size_t bin) const { return (words_[bin >> 6] >> (bin & 63)) & 1; }
+  bool none() const { return summary_ == 0; }
 
   // The first set bin at or after `from`, or kNoSizeBin.
   size_t next_set(size_t from) const {

@@ -45,20 +45,26 @@ DeviceTrace::Row DeviceTrace::encode(size_t i, const TraceEntry& entry) {
 void DeviceTrace::push_back_slow(const TraceEntry& entry) {
   const size_t i = rows_.size();
   if ((i & kRunMask) == 0) run_times_.push_back(entry.time_us);
-  const Row row = encode(i, entry);
-  if (static_cast<uint8_t>(row.packed >> kActionShift) == kWhole) wholes_.emplace_back(i, entry);
+  Row row = encode(i, entry);
+  if (is_whole(row)) {
+    row.address = wholes_.size();
+    wholes_.emplace_back(i, entry);
+  }
   rows_.push_back(row);
 }
 
 void DeviceTrace::set(size_t i, const TraceEntry& entry) {
-  const Row row = encode(i, entry);
-  const bool was_whole = static_cast<uint8_t>(rows_[i].packed >> kActionShift) == kWhole;
-  const bool is_whole = static_cast<uint8_t>(row.packed >> kActionShift) == kWhole;
-  if (was_whole) forget_whole(i);
-  if (is_whole) {
-    const auto at = std::lower_bound(wholes_.begin(), wholes_.end(), i,
-                                     [](const auto& kept, size_t index) { return kept.first < index; });
-    wholes_.insert(at, {i, entry});
+  Row row = encode(i, entry);
+  if (is_whole(row)) {
+    if (is_whole(rows_[i])) {
+      row.address = rows_[i].address;
+      wholes_[row.address].second = entry;
+    } else {
+      row.address = wholes_.size();
+      wholes_.emplace_back(i, entry);
+    }
+  } else if (is_whole(rows_[i])) {
+    forget_whole(i);
   }
   rows_[i] = row;
 }
@@ -73,16 +79,18 @@ void DeviceTrace::erase(const_iterator first, const_iterator last) {
 
 void DeviceTrace::erase(const_iterator at) { erase(at, at + 1); }
 
+// The last event kept whole takes the place of event i's.
 void DeviceTrace::forget_whole(size_t i) {
-  const auto at = std::lower_bound(wholes_.begin(), wholes_.end(), i,
-                                   [](const auto& kept, size_t index) { return kept.first < index; });
-  if (at != wholes_.end() && at->first == i) wholes_.erase(at);
+  const uint64_t place = rows_[i].address;
+  if (place + 1 != wholes_.size()) {
+    wholes_[place] = wholes_.back();
+    rows_[wholes_[place].first].address = place;
+  }
+  wholes_.pop_back();
 }
 
 TraceEntry DeviceTrace::whole(size_t i) const {
-  const auto at = std::lower_bound(wholes_.begin(), wholes_.end(), i,
-                                   [](const auto& kept, size_t index) { return kept.first < index; });
-  return at->second;  // a row marked whole always has its event here
+  return wholes_[rows_[i].address].second;  // a row marked whole has its event's place there
 }
 
 TraceEntry DeviceTrace::at(size_t i) const {

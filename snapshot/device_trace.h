@@ -5,7 +5,9 @@
 // its stream in a table of the trace's streams, its time as µs from the time of the first
 // event of its run of 4,096, and its stack. An event that does not fit (a size of 2^48 or
 // more, a 257th stream, a time more than 35 minutes from its run's first) is kept whole in
-// a side table, so nothing is lost whatever a file holds. Events are read back as
+// a side table, its place there in the row's address, so nothing is lost whatever a file
+// holds and such an event reads back as quickly as any (a trace whose every event is on a
+// stream of its own is all such events: issue 53). Events are read back as
 // TraceEntry values: indexing and iteration read like a DeviceTrace's, but
 // hand out values, not references.
 #pragma once
@@ -103,7 +105,8 @@ class DeviceTrace {
   static constexpr int kStreamShift = 48;
   static constexpr int kActionShift = 56;
   static constexpr uint64_t kSizeMask = (uint64_t{1} << kStreamShift) - 1;
-  static constexpr uint8_t kWhole = 0xff;  // the action of a row whose event is in wholes_
+  // The action of a row whose event is in wholes_, at the place the row's address holds.
+  static constexpr uint8_t kWhole = 0xff;
   static constexpr int kRunShift = 12;     // 4,096 events a run
   static constexpr size_t kRunMask = (size_t{1} << kRunShift) - 1;
 
@@ -115,6 +118,9 @@ class DeviceTrace {
   }
   Row encode(size_t i, const TraceEntry& entry);
   void push_back_slow(const TraceEntry& entry);
+  static bool is_whole(const Row& row) {
+    return static_cast<uint8_t>(row.packed >> kActionShift) == kWhole;
+  }
   TraceEntry whole(size_t i) const;
   void forget_whole(size_t i);
 
@@ -123,7 +129,8 @@ class DeviceTrace {
   std::array<uint64_t, 256> streams_{};                 // by slot
   size_t stream_count_ = 0;
   uint8_t last_slot_ = 0;
-  std::vector<std::pair<size_t, TraceEntry>> wholes_;  // events that did not fit a row, by index
+  // The events that did not fit a row, each with its index (in no particular order).
+  std::vector<std::pair<size_t, TraceEntry>> wholes_;
 };
 
 inline DeviceTrace::const_iterator DeviceTrace::begin() const { return {this, 0}; }

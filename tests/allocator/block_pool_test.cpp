@@ -15,12 +15,15 @@ namespace {
 
 using Key = std::tuple<StreamId, size_t, uintptr_t>;
 
-TEST(BlockPool, OrdersAndSearchesLikeAnOrderedSetOfStreamSizeAddress) {
+// Random inserts, erases and best-fit searches on `streams` streams (the lower ones busier),
+// checked against the reference after each step.
+void check_against_an_ordered_set(StreamId streams, uint64_t seed) {
   BlockPool pool(false);
   std::set<Key> reference;
   std::deque<Block> storage;  // stable addresses
   std::vector<Block*> inside;
-  std::mt19937_64 rng(11);
+  std::mt19937_64 rng(seed);
+  auto random_stream = [&] { return rng() % (1 + rng() % streams); };
   auto random_size = [&] {
     // Mostly small and clustered sizes (many ties), sometimes huge ones.
     switch (rng() % 4) {
@@ -34,7 +37,7 @@ TEST(BlockPool, OrdersAndSearchesLikeAnOrderedSetOfStreamSizeAddress) {
     const int action = static_cast<int>(rng() % 3);
     if (action == 0 || inside.empty()) {
       Block& block = storage.emplace_back();
-      block.stream = rng() % 3;
+      block.stream = random_stream();
       block.size = random_size();
       block.address = 0x100000000 + (rng() % (uint64_t{1} << 36)) * 512;
       if (!reference.emplace(block.stream, block.size, block.address).second) continue;
@@ -48,7 +51,7 @@ TEST(BlockPool, OrdersAndSearchesLikeAnOrderedSetOfStreamSizeAddress) {
       inside[index] = inside.back();
       inside.pop_back();
     } else {
-      const StreamId stream = rng() % 3;
+      const StreamId stream = random_stream();
       const size_t size = random_size();
       Block* found = pool.lower_bound(stream, size);
       auto it = reference.lower_bound({stream, size, 0});
@@ -81,9 +84,58 @@ TEST(BlockPool, OrdersAndSearchesLikeAnOrderedSetOfStreamSizeAddress) {
     ++it;
   }
   EXPECT_TRUE(pool.structure_problems().empty());
-  EXPECT_EQ(pool.ordered_blocks(1).size(),
-            static_cast<size_t>(std::count_if(reference.begin(), reference.end(),
-                                              [](const Key& k) { return std::get<0>(k) == 1; })));
+  for (StreamId stream = 0; stream < streams; ++stream) {
+    const std::vector<Block*> on_stream = pool.ordered_blocks(stream);
+    auto first = reference.lower_bound({stream, 0, 0});
+    ASSERT_EQ(on_stream.size(), static_cast<size_t>(std::distance(first, reference.lower_bound({stream + 1, 0, 0}))));
+    for (const Block* block : on_stream) EXPECT_EQ(Key(block->stream, block->size, block->address), *first++);
+  }
+}
+
+TEST(BlockPool, OrdersAndSearchesLikeAnOrderedSetOfStreamSizeAddress) {
+  check_against_an_ordered_set(3, 11);
+}
+
+// Past kStreamsBinnedOnSight streams, a stream's blocks sit in one ordered set until it holds
+// more than kFewBlocks; streams whose bins emptied are dropped: the order stays the set's.
+TEST(BlockPool, OrdersAndSearchesLikeAnOrderedSetWithHundredsOfStreams) {
+  check_against_an_ordered_set(300, 12);
+}
+
+TEST(BlockPool, StreamsGetBinsWhileFewOrOnceTheyHoldManyBlocksAndLoseThemEmpty) {
+  BlockPool pool(false);
+  std::deque<Block> storage;
+  uintptr_t next_address = 0x100000000;
+  auto add = [&](StreamId stream) {
+    Block& block = storage.emplace_back();
+    block.stream = stream;
+    block.size = 4096;
+    block.address = next_address += 4096;
+    pool.insert(&block);
+    return &block;
+  };
+  std::vector<Block*> first_streams;
+  for (StreamId stream = 0; stream < BlockPool::kStreamsBinnedOnSight; ++stream) first_streams.push_back(add(stream));
+  EXPECT_EQ(pool.binned_streams(), BlockPool::kStreamsBinnedOnSight);
+  for (size_t i = 0; i < BlockPool::kFewBlocks; ++i) add(100);
+  EXPECT_EQ(pool.binned_streams(), BlockPool::kStreamsBinnedOnSight);  // stream 100's are in the set
+  Block* last = add(100);
+  EXPECT_EQ(pool.binned_streams(), BlockPool::kStreamsBinnedOnSight + 1);  // now binned
+  EXPECT_EQ(pool.lower_bound(100, 4096)->address, last->address - BlockPool::kFewBlocks * 4096);
+  EXPECT_EQ(pool.structure_problems(), std::vector<std::string>{});
+  // The first streams empty: they keep their bins until the binned streams have doubled.
+  for (Block* block : first_streams) pool.erase(block);
+  StreamId stream = 200;
+  while (pool.binned_streams() < 2 * BlockPool::kStreamsBinnedOnSight) {
+    for (size_t i = 0; i <= BlockPool::kFewBlocks; ++i) add(stream);
+    ++stream;
+  }
+  for (size_t i = 0; i <= BlockPool::kFewBlocks; ++i) add(stream);
+  EXPECT_EQ(pool.binned_streams(), 2 * BlockPool::kStreamsBinnedOnSight + 1 - first_streams.size());
+  EXPECT_EQ(pool.lower_bound(0, 512), nullptr);
+  EXPECT_EQ(pool.structure_problems(), std::vector<std::string>{});
+  EXPECT_EQ(pool.size(), storage.size() - first_streams.size());
+  EXPECT_EQ(pool.ordered_blocks().size(), pool.size());
 }
 
 TEST(BlockPool, ErasingABlockItDoesNotHoldIsALogicError) {

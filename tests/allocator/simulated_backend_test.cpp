@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <vector>
+
 namespace memsnap {
 namespace {
 
@@ -60,6 +63,48 @@ TEST(SimulatedBackend, CapacityAndInjectedFailuresRefuseReservations) {
   EXPECT_FALSE(backend.reserve(0, 2 * kMiB).has_value());
   EXPECT_TRUE(backend.reserve(0, 2 * kMiB).has_value());
   EXPECT_EQ(backend.failed_reserves(), 2u);
+}
+
+// The allocator looks only at the streams on which events completed since it last asked.
+TEST(SimulatedBackend, TellsOnWhichStreamsEventsCompletedSinceACount) {
+  SimulatedBackend::Options options;
+  options.device_count = 2;
+  options.events_complete_immediately = false;
+  SimulatedBackend backend(options);
+  const auto completed_since = [&](int device, uint64_t since, uint64_t& count) {
+    std::vector<StreamId> streams;
+    EXPECT_TRUE(backend.streams_completed_since(device, since, count, streams));
+    std::sort(streams.begin(), streams.end());
+    return streams;
+  };
+  const EventHandle on_1 = backend.record_event(0, 1);
+  const EventHandle on_2 = backend.record_event(0, 2);
+  const EventHandle on_3 = backend.record_event(0, 3);
+  const EventHandle other_device = backend.record_event(1, 2);
+  const EventHandle released = backend.record_event(0, 4);
+  backend.release_event(released);
+  uint64_t start = 0;
+  EXPECT_EQ(completed_since(0, 0, start), std::vector<StreamId>{});
+  backend.complete_events(2);  // both devices' events on stream 2
+  backend.complete_events(4);  // none left there: nothing completes
+  uint64_t after = 0;
+  EXPECT_EQ(completed_since(0, start, after), std::vector<StreamId>{2});
+  EXPECT_EQ(completed_since(1, start, after), std::vector<StreamId>{2});
+  EXPECT_TRUE(backend.event_completed(on_2));
+  EXPECT_TRUE(backend.event_completed(other_device));
+  EXPECT_FALSE(backend.event_completed(on_1));
+  uint64_t later = 0;
+  EXPECT_EQ(completed_since(0, after, later), std::vector<StreamId>{});
+  backend.synchronize_event(on_3);
+  backend.complete_all_events();  // completes on_1
+  EXPECT_EQ(completed_since(0, after, later), (std::vector<StreamId>{1, 3}));
+  EXPECT_EQ(completed_since(0, 0, later), (std::vector<StreamId>{1, 2, 3}));  // each stream once
+  for (EventHandle event : {on_1, on_2, on_3, other_device}) backend.release_event(event);
+  EXPECT_EQ(backend.live_events(), 0u);
+  // Events that complete when queried complete untold: it cannot tell.
+  backend.set_events_complete_immediately(true);
+  std::vector<StreamId> streams;
+  EXPECT_FALSE(backend.streams_completed_since(0, 0, later, streams));
 }
 
 }  // namespace
