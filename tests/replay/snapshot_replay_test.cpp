@@ -388,8 +388,8 @@ TEST(SnapshotReplay, EventsAfterAnEmptyCacheOfThousandsOfSegmentsCostNoMoreThanW
   const Snapshot emptied = cache_then_reuse(8000, /*empty_cache=*/true, 100000);
   const Snapshot kept = cache_then_reuse(8000, /*empty_cache=*/false, 100000);
   SnapshotReplay replayed;
-  const auto seconds = testing::quickest_seconds_in_turns([&] { replayed = replay_recorded(emptied); },
-                                                          [&] { replay_recorded(kept); });
+  [[maybe_unused]] const auto seconds = testing::quickest_seconds_in_turns(
+      [&] { replayed = replay_recorded(emptied); }, [&] { replay_recorded(kept); });
   expect_exact(replayed, "empty_cache of 8,000 segments");
   EXPECT_EQ(replayed.devices.at(0).empty_cache_calls, 1u);
 #if !defined(MEMSNAP_TESTS_SANITIZED)

@@ -156,7 +156,7 @@ TEST(SettingsAdvisor, TuneOfATraceOnManyStreamsTakesAtMostFourTimesItsTimeOnOne)
   TuneOptions options;
   options.threads = 1;
   Result<SettingsAdvice> on_many = Result<SettingsAdvice>::failure("not run"), on_one = on_many;
-  const auto [many_seconds, one_seconds] = testing::quickest_seconds_in_turns(
+  [[maybe_unused]] const auto [many_seconds, one_seconds] = testing::quickest_seconds_in_turns(
       [&] { on_many = tune_settings(many, options); }, [&] { on_one = tune_settings(one, options); }, 2);
   ASSERT_TRUE(on_many) << on_many.error();
   ASSERT_TRUE(on_one) << on_one.error();
