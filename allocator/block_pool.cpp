@@ -242,6 +242,25 @@ std::vector<Block*> BlockPool::ordered_blocks() const {
   return out;
 }
 
+std::vector<Block*> BlockPool::take_inserted_since_last_look() {
+  std::vector<Block*> out;
+  if (inserted_unrecorded_) {
+    out = ordered_blocks();
+  } else {
+    // Those still here, by their place in order; a block inserted twice appears twice.
+    for (Block* block : inserted_)
+      if (contains(block)) out.push_back(block);
+    std::sort(out.begin(), out.end(), [](const Block* a, const Block* b) {
+      if (a->stream != b->stream) return a->stream < b->stream;
+      return precedes(a, b);
+    });
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+  }
+  inserted_.clear();
+  inserted_unrecorded_ = false;
+  return out;
+}
+
 std::vector<Block*> BlockPool::ordered_blocks(StreamId stream) const {
   std::vector<Block*> out;
   if (const StreamBlocks* blocks = find_stream(stream)) {

@@ -76,6 +76,13 @@ class BlockPool {
 
   // Every block in order, copied out, so a caller may release blocks while walking them.
   std::vector<Block*> ordered_blocks() const;
+  // The blocks inserted since the last call that the pool still holds, each once, in order
+  // (every block on the first call, and whenever more were inserted since the last call than
+  // twice the blocks held, so that this record never outgrows the pool). For a caller that
+  // acts on blocks by what they are when inserted: a block that stayed since its last look
+  // needs no second one (the allocator's release passes, DeviceCachingAllocator::
+  // release_cached_blocks).
+  std::vector<Block*> take_inserted_since_last_look();
   std::vector<Block*> ordered_blocks(StreamId stream) const;
 
   size_t size() const { return size_; }
@@ -182,12 +189,23 @@ class BlockPool {
   mutable StreamBlocks* last_stream_ = nullptr;               // most calls repeat the last stream
   uint64_t free_block_searches_ = 0;
   std::map<std::pair<StreamId, uintptr_t>, Block*> unmapped_;
+  // Blocks inserted since the last look (some erased since, some twice), or, with
+  // inserted_unrecorded_, too many to keep: the next look takes every block.
+  std::vector<Block*> inserted_;
+  bool inserted_unrecorded_ = true;
 };
 
 static_assert(kSizeBinCount <= 65536, "Block::pool_bin holds a bin index");
 
 inline void BlockPool::insert(Block* block) {
   block->gc_count_base = free_block_searches_;
+  if (!inserted_unrecorded_) {
+    inserted_.push_back(block);
+    if (inserted_.size() > 2 * size_ + 64) {
+      inserted_unrecorded_ = true;
+      inserted_.clear();
+    }
+  }
   const size_t bin_index = size_bin(block->size);
   block->pool_bin = static_cast<uint16_t>(bin_index);
   StreamBlocks* blocks = find_stream(block->stream);

@@ -208,9 +208,17 @@ void DeviceCachingAllocator::release_cached_memory(MempoolId target) {
 // In pool order, as PyTorch's release_blocks: unsplit segments go back as they are met;
 // expandable blocks are gathered first and unmapped afterwards, and an expandable segment
 // left with nothing mapped releases its address space.
+//
+// PyTorch walks every free block; this walks those inserted since the last pass. The others
+// are blocks the last pass left alone, and it would again: whether a block goes back (it is
+// unsplit) or is unmapped (it holds a whole page) changes only with its size, address or
+// neighbours, and every such change takes the block out of its pool and puts it back. The
+// skipped blocks are ones PyTorch's walk passes over, so the order of what is done is the
+// same, and a trace of frees on many streams that each end in a retry is not walked whole
+// at every retry (issue 53).
 void DeviceCachingAllocator::release_cached_blocks(BlockPool& pool) {
   std::vector<Block*> to_unmap;
-  for (Block* block : pool.ordered_blocks()) {
+  for (Block* block : pool.take_inserted_since_last_look()) {
     if (block->expandable)
       to_unmap.push_back(block);
     else if (!block->is_split())

@@ -23,6 +23,24 @@ void check_against_an_ordered_set(StreamId streams, uint64_t seed) {
   std::deque<Block> storage;  // stable addresses
   std::vector<Block*> inside;
   std::mt19937_64 rng(seed);
+  // What take_inserted_since_last_look must return at least: the blocks inserted since the
+  // last look that are still inside; at most, every block (when too many were inserted).
+  std::set<Block*> inserted_since{};
+  bool looked = false;
+  auto check_look = [&](int step) {
+    const std::vector<Block*> taken = pool.take_inserted_since_last_look();
+    std::vector<Block*> expected;
+    for (Block* block : pool.ordered_blocks())
+      if (inserted_since.count(block) != 0) expected.push_back(block);
+    if (!looked || taken != expected) {
+      ASSERT_EQ(taken, pool.ordered_blocks()) << "step " << step << ": neither the new blocks nor all";
+      if (looked) {
+        ASSERT_GT(taken.size(), expected.size()) << "step " << step;
+      }
+    }
+    looked = true;
+    inserted_since.clear();
+  };
   auto random_stream = [&] { return rng() % (1 + rng() % streams); };
   auto random_size = [&] {
     // Mostly small and clustered sizes (many ties), sometimes huge ones.
@@ -43,6 +61,7 @@ void check_against_an_ordered_set(StreamId streams, uint64_t seed) {
       if (!reference.emplace(block.stream, block.size, block.address).second) continue;
       pool.insert(&block);
       inside.push_back(&block);
+      inserted_since.insert(&block);
     } else if (action == 1) {
       const size_t index = rng() % inside.size();
       Block* block = inside[index];
@@ -71,6 +90,7 @@ void check_against_an_ordered_set(StreamId streams, uint64_t seed) {
       }
     }
     ASSERT_EQ(pool.size(), reference.size());
+    if (rng() % 1000 == 0) check_look(step);
     if (step % 5000 == 0) {
       ASSERT_EQ(pool.structure_problems(), std::vector<std::string>{}) << "step " << step;
     }
@@ -136,6 +156,48 @@ TEST(BlockPool, StreamsGetBinsWhileFewOrOnceTheyHoldManyBlocksAndLoseThemEmpty) 
   EXPECT_EQ(pool.structure_problems(), std::vector<std::string>{});
   EXPECT_EQ(pool.size(), storage.size() - first_streams.size());
   EXPECT_EQ(pool.ordered_blocks().size(), pool.size());
+}
+
+// The allocator's release passes look only at what changed since the last pass: the first
+// look and a look after more inserts than twice the blocks held take every block, otherwise
+// the blocks inserted since the last look that are still held, each once, in pool order (a
+// block erased and inserted again, on another stream, is found in its new place).
+TEST(BlockPool, ALookTakesTheBlocksInsertedSinceTheLastOneInOrder) {
+  BlockPool pool(false);
+  std::deque<Block> storage;
+  auto add = [&](StreamId stream, size_t size, uintptr_t address) {
+    Block& block = storage.emplace_back();
+    block.stream = stream;
+    block.size = size;
+    block.address = address;
+    pool.insert(&block);
+    return &block;
+  };
+  for (uintptr_t i = 0; i < 100; ++i) add(i % 10, 4096 * (1 + i % 3), 0x100000000 + (i << 20));
+  EXPECT_EQ(pool.take_inserted_since_last_look(), pool.ordered_blocks());
+  EXPECT_EQ(pool.take_inserted_since_last_look(), std::vector<Block*>{});
+
+  Block* late = add(7, 8192, 0x200000000);
+  Block* gone = add(3, 8192, 0x200100000);
+  Block* early = add(1, 1 << 20, 0x200200000);
+  Block* moved = add(9, 512, 0x200300000);
+  pool.erase(gone);
+  pool.erase(moved);
+  moved->stream = 0;
+  pool.insert(moved);
+  pool.erase(moved);
+  pool.insert(moved);  // inserted three times, held once
+  EXPECT_EQ(pool.take_inserted_since_last_look(), (std::vector<Block*>{moved, early, late}));
+  EXPECT_EQ(pool.take_inserted_since_last_look(), std::vector<Block*>{});
+
+  // More inserts than twice the blocks held plus 64: the record stops, the look takes all.
+  Block* churn = add(5, 4096, 0x300000000);
+  for (int i = 0; i < 2 * 104 + 64; ++i) {
+    pool.erase(churn);
+    pool.insert(churn);
+  }
+  EXPECT_EQ(pool.take_inserted_since_last_look(), pool.ordered_blocks());
+  EXPECT_EQ(pool.take_inserted_since_last_look(), std::vector<Block*>{});
 }
 
 TEST(BlockPool, ErasingABlockItDoesNotHoldIsALogicError) {
