@@ -17,6 +17,7 @@
 #include "snapshot/msgpack_reader.h"
 #include "snapshot/pytorch_pickle_writer.h"
 #include "snapshot/snapshot_loader.h"
+#include "tests/test_scale.h"
 
 namespace {
 
@@ -247,7 +248,7 @@ TEST(ReadBudget, ASnapshotOfManyBlocksLoadsTheSameFromEveryFormat) {
   memsnap::Snapshot snapshot;
   snapshot.source = "pytorch";
   uint64_t address = 0x7f0000000000;
-  for (int s = 0; s < 400; ++s) {
+  for (int s = 0; s < 400 / memsnap::testing::kWorkDivisor; ++s) {
     memsnap::SnapshotSegment segment;
     segment.address = address;
     segment.segment_type = "large";
