@@ -110,8 +110,8 @@ class ConfigParser {
                         " (expected one of max_split_size_mb, max_non_split_rounding_mb, "
                         "large_segment_size_mb, garbage_collection_threshold, "
                         "roundup_power2_divisions, expandable_segments, "
-                        "release_lock_on_cudamalloc, per_process_memory_fraction, backend, "
-                        "pinned_*)");
+                        "release_lock_on_cudamalloc, graph_capture_record_stream_reuse, "
+                        "per_process_memory_fraction, backend, pinned_*)");
     }
   }
 

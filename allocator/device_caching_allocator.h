@@ -246,8 +246,8 @@ class DeviceCachingAllocator {
   // completed (DeviceBackend::streams_completed_since), and a buffer for its answer.
   uint64_t completions_seen_ = 0;
   std::vector<StreamId> completed_streams_;
-  // Private pools by id, and those being allocated to, in the order begun (the first whose
-  // filter accepts a request's stream serves it).
+  // Private pools by id, and those being allocated to, in the order begun (the last begun
+  // whose filter accepts a request's stream serves it: routed_pool_for).
   std::map<MempoolId, std::unique_ptr<PrivatePool>> private_pools_;
   std::vector<std::pair<PrivatePool*, PoolFilter>> allocating_to_;
   // Blocks freed while a pool was being allocated to, used on other streams: events cannot

@@ -1,6 +1,6 @@
 // The slow path: what happens when no cached block fits, how cached memory goes back to the
 // device, deferred frees on events, and the out-of-memory report. The order of the recovery
-// steps is DESIGN.md's "When no cached block fits", (a) to (f).
+// steps is docs/DESIGN.md's "When no cached block fits", (a) to (f).
 #include <algorithm>
 #include <cstdio>
 #include <exception>

@@ -1,4 +1,4 @@
-// The caching policy's size rules, written to read like DESIGN.md ("Allocator policy").
+// The caching policy's size rules, written to read like docs/DESIGN.md ("Allocator policy").
 //
 // These are pure functions of a request size and the configuration, kept apart from the
 // allocator's bookkeeping so that each rule can be tested (and read) on its own. They match

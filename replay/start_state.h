@@ -2,7 +2,7 @@
 //
 // Recording often starts after segments already exist, or its ring buffer wrapped, so a
 // trace cannot be replayed from an empty device. Walking the trace against the snapshot's
-// final segments gives the state at the first event (DESIGN.md, "Replay simulator"):
+// final segments gives the state at the first event (docs/DESIGN.md, "Replay simulator"):
 //   - a segment whose first segment event in the trace is a segment_free, or that exists at
 //     the end with no segment event at all, existed from the start;
 //   - a block whose first event is a free (requested or completed), or that is live at the

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fails when a source file includes a layer above its own.
 
-The folders are the layers (DESIGN.md, "Components"): allocator -> history -> snapshot ->
+The folders are the layers (docs/DESIGN.md, "Components"): allocator -> history -> snapshot ->
 replay -> viewer -> web -> cli, with record (the recorder `memsnap record` injects into CUDA
 programs) beside replay over snapshot, and demo, torch_plugin, python and bench as users of
 the libraries. Each folder may include itself and what ALLOWED lists for it; a project include is

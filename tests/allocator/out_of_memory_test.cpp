@@ -1,4 +1,4 @@
-// What happens when no cached block fits and the device says no: DESIGN.md's steps (a)-(f),
+// What happens when no cached block fits and the device says no: docs/DESIGN.md's steps (a)-(f),
 // the memory fraction, garbage collection, and the error the program finally sees.
 #include <random>
 #include <stdexcept>

@@ -1,7 +1,7 @@
 // A deliberately naive second implementation of the caching policy, for differential tests.
 //
 // It keeps segments as plain vectors of blocks and finds everything by linear scans, so it
-// is easy to check against DESIGN.md by eye. It shares only the size rules of policy.h
+// is easy to check against docs/DESIGN.md by eye. It shares only the size rules of policy.h
 // (tested on their own) and the simulated device's placement (its own instance), so any
 // difference in which block is chosen, when segments are reserved or released, or in the
 // statistics shows up as a different address or number.

@@ -3,7 +3,7 @@
 //
 // Each segment is a vector of blocks that are allocated, free or unmapped; every change is
 // made by splitting blocks and then merging neighbours of the same kind, and every search is
-// a linear scan, so the rules read as DESIGN.md and PyTorch state them:
+// a linear scan, so the rules read as docs/DESIGN.md and PyTorch state them:
 //   - best fit among free blocks, where a block followed by unmapped bytes counts as the size
 //     it could grow to when deciding whether to move on to the next candidate;
 //   - else grow: the lowest-addressed unmapped range of the pool and stream whose room (with

@@ -1,4 +1,4 @@
-// The size rules of policy.h, one test per rule of DESIGN.md's "Allocator policy".
+// The size rules of policy.h, one test per rule of docs/DESIGN.md's "Allocator policy".
 #include <gtest/gtest.h>
 
 #include <string>
@@ -28,7 +28,7 @@ TEST(SizeRules, RequestsRoundUpToMultipleOf512Bytes) {
 
 // What PyTorch 2.11 allocated (torch.cuda.memory_allocated()) for one tensor of each size on
 // the H100, under three settings. Note 1200 B with 4 divisions: PyTorch applies divisions
-// only above 512 B x divisions, so it rounds to 1536 B, not the 1280 B of DESIGN.md's
+// only above 512 B x divisions, so it rounds to 1536 B, not the 1280 B of docs/DESIGN.md's
 // example (that example holds for the division helper itself, and for 1200 KiB).
 TEST(SizeRules, MatchesWhatPyTorchAllocatedOnTheGpu) {
   const std::vector<size_t> sizes = {1200, 1537, 2600, 5000, 70000, 1228800, 3145729, 104857605};
@@ -49,7 +49,7 @@ TEST(SizeRules, MatchesWhatPyTorchAllocatedOnTheGpu) {
 
 TEST(SizeRules, PowerTwoDivisionsRoundToNextOfNEqualSteps) {
   const AllocatorConfig config = config_from("roundup_power2_divisions:4");
-  EXPECT_EQ(roundup_power2_next_division(1200, 4), 1280u);  // DESIGN.md's example
+  EXPECT_EQ(roundup_power2_next_division(1200, 4), 1280u);  // docs/DESIGN.md's example
   EXPECT_EQ(round_size(1200 * kKiB, config), 1280 * kKiB);
   EXPECT_EQ(round_size(1025 * kKiB, config), 1280 * kKiB);
   EXPECT_EQ(round_size(1280 * kKiB, config), 1280 * kKiB);
