@@ -16,24 +16,16 @@
 #include "snapshot/file_contents.h"
 #include "snapshot/json_writer.h"
 #include "snapshot/trace_history.h"
+#include "tests/test_snapshots.h"
 
 namespace {
 
 using memsnap::load_snapshot_from_memory;
 
-std::string data_file(const std::string& name) {
-  auto contents = memsnap::read_file_contents(std::string(MEMSNAP_TEST_DATA_DIR) + "/" + name, 64 << 20);
-  EXPECT_TRUE(contents.ok()) << contents.error();
-  return contents.ok() ? contents.value() : std::string();
-}
-
-std::string load_error(const std::string& bytes) {
-  auto loaded = load_snapshot_from_memory(bytes);
-  return loaded.ok() ? std::string() : loaded.error();
-}
+using memsnap::testing::load_error;
 
 TEST(PickleReader, LoadsARealPyTorchSnapshot) {
-  auto loaded = load_snapshot_from_memory(data_file("pytorch-2.11/mlp_train.pickle"));
+  auto loaded = load_snapshot_from_memory(memsnap::testing::data_file_bytes("pytorch-2.11/mlp_train.pickle"));
   ASSERT_TRUE(loaded.ok()) << loaded.error();
   EXPECT_EQ(loaded->format, memsnap::SnapshotFormat::kPickle);
   EXPECT_EQ(loaded->snapshot.source, "pytorch");
@@ -54,7 +46,7 @@ TEST(PickleReader, TextFromTheFileKeepsTheErrorOnOneLine) {
 }
 
 TEST(PickleReader, GzipCompressedFilesLoadTheSame) {
-  auto plain = load_snapshot_from_memory(data_file("pytorch-2.11/two_streams.pickle"));
+  auto plain = load_snapshot_from_memory(memsnap::testing::data_file_bytes("pytorch-2.11/two_streams.pickle"));
   ASSERT_TRUE(plain.ok()) << plain.error();
   auto compressed = memsnap::load_snapshot(std::string(MEMSNAP_TEST_DATA_DIR) +
                                            "/pytorch-2.11-h100/transformer_s0.pickle.gz");
@@ -69,7 +61,7 @@ TEST(PickleReader, GzipCompressedFilesLoadTheSame) {
 TEST(PickleReader, StreamedBytesLoadTheSameAsTheWholeFile) {
   for (const char* name : {"pytorch-2.11/two_streams.pickle", "pytorch-2.11-h100/transformer_s0.pickle.gz",
                            "pytorch-2.11-h100/transformer_expandable.msgpack.gz"}) {
-    const std::string bytes = data_file(name);
+    const std::string bytes = memsnap::testing::data_file_bytes(name);
     auto whole = load_snapshot_from_memory(bytes);
     ASSERT_TRUE(whole.ok()) << name << ": " << whole.error();
     size_t offset = 0, pulls = 0;
@@ -106,7 +98,7 @@ TEST(PickleReader, StreamedBytesLoadTheSameAsTheWholeFile) {
 // allocations under anomaly mode) continue the event's stack past the joining frame,
 // innermost first like every stack.
 TEST(PickleReader, ForwardFramesContinueTheStackPastTheJoiningFrame) {
-  auto loaded = load_snapshot_from_memory(data_file("pytorch-2.11-h100/forward_frames.pickle"));
+  auto loaded = load_snapshot_from_memory(memsnap::testing::data_file_bytes("pytorch-2.11-h100/forward_frames.pickle"));
   ASSERT_TRUE(loaded.ok()) << loaded.error();
   const memsnap::Snapshot& s = loaded->snapshot;
   size_t joined = 0;
@@ -193,20 +185,20 @@ TEST(PickleReader, ForwardFramesJoinWithinABudget) {
 }
 
 TEST(PickleReader, LegacyLayoutsLoad) {
-  auto bare = load_snapshot_from_memory(data_file("legacy/bare_segment_list.pickle"));
+  auto bare = load_snapshot_from_memory(memsnap::testing::data_file_bytes("legacy/bare_segment_list.pickle"));
   ASSERT_TRUE(bare.ok()) << bare.error();
   ASSERT_EQ(bare->snapshot.segments.size(), 2u);
   const auto& block = bare->snapshot.segments[0].blocks.at(1);
   EXPECT_EQ(block.address, 0x7f0000000400u) << "addresses follow from block sizes";
   ASSERT_EQ(block.history.size(), 1u);
   EXPECT_NE(block.stack, memsnap::kNoStackIndex) << "an active block's stack comes from its history";
-  auto old = load_snapshot_from_memory(data_file("legacy/old_dict_layout.pickle"));
+  auto old = load_snapshot_from_memory(memsnap::testing::data_file_bytes("legacy/old_dict_layout.pickle"));
   ASSERT_TRUE(old.ok()) << old.error();
   EXPECT_EQ(old->snapshot.device_traces.at(0).at(2).action, memsnap::TraceAction::kFreeCompleted);
 }
 
 TEST(PickleReader, EveryTruncationFailsWithOneLine) {
-  const std::string bytes = data_file("pytorch-2.11/expandable_segments.pickle");
+  const std::string bytes = memsnap::testing::data_file_bytes("pytorch-2.11/expandable_segments.pickle");
   for (size_t length = 0; length < bytes.size(); ++length) {
     const std::string error = load_error(bytes.substr(0, length));
     ASSERT_FALSE(error.empty()) << "a snapshot cut to " << length << " bytes loaded";
@@ -215,7 +207,7 @@ TEST(PickleReader, EveryTruncationFailsWithOneLine) {
 }
 
 TEST(PickleReader, SurvivesBitFlips) {
-  const std::string original = data_file("pytorch-2.11/mlp_train.pickle");
+  const std::string original = memsnap::testing::data_file_bytes("pytorch-2.11/mlp_train.pickle");
   std::mt19937 random(7);
   int rejected = 0;
   for (int round = 0; round < 3000; ++round) {
@@ -297,7 +289,7 @@ TEST(PickleReader, NamesTheFieldThatIsWrong) {
 }
 
 TEST(SnapshotLoader, JsonExportLoadsBackToTheSameView) {
-  auto loaded = load_snapshot_from_memory(data_file("pytorch-2.11/two_streams.pickle"));
+  auto loaded = load_snapshot_from_memory(memsnap::testing::data_file_bytes("pytorch-2.11/two_streams.pickle"));
   ASSERT_TRUE(loaded.ok());
   const std::string json = memsnap::to_json_text(loaded->snapshot);
   auto again = load_snapshot_from_memory(json);
@@ -309,7 +301,7 @@ TEST(SnapshotLoader, JsonExportLoadsBackToTheSameView) {
 // PyTorch 2.x pickles carry no per-block history; the trace gives it: a free block names the
 // allocations that last lived in it, oldest first, each one an alloc of the trace inside it.
 TEST(SnapshotLoader, PyTorchBlocksGetTheirHistoryFromTheTrace) {
-  auto loaded = load_snapshot_from_memory(data_file("pytorch-2.11/two_streams.pickle"));
+  auto loaded = load_snapshot_from_memory(memsnap::testing::data_file_bytes("pytorch-2.11/two_streams.pickle"));
   ASSERT_TRUE(loaded.ok()) << loaded.error();
   const memsnap::Snapshot& s = loaded->snapshot;
   size_t free_with_history = 0;
@@ -343,7 +335,7 @@ TEST(SnapshotLoader, PyTorchBlocksGetTheirHistoryFromTheTrace) {
 TEST(SnapshotLoader, TraceHistoryIsTheLastAllocationsInsideEachBlock) {
   for (const char* file : {"pytorch-2.11/two_streams.pickle", "pytorch-2.11/mlp_train.pickle",
                            "pytorch-2.11/expandable_segments.pickle"}) {
-    auto loaded = load_snapshot_from_memory(data_file(file));
+    auto loaded = load_snapshot_from_memory(memsnap::testing::data_file_bytes(file));
     ASSERT_TRUE(loaded.ok()) << file << ": " << loaded.error();
     const memsnap::Snapshot& s = loaded->snapshot;
     for (const memsnap::SnapshotSegment& segment : s.segments)

@@ -18,22 +18,14 @@
 #include "snapshot/pytorch_pickle_writer.h"
 #include "snapshot/snapshot_loader.h"
 #include "tests/test_scale.h"
+#include "tests/test_snapshots.h"
 
 namespace {
 
 using memsnap::load_snapshot_from_memory;
 using namespace std::string_literals;  // (byte strings with NULs in them)
 
-std::string data_file(const std::string& name) {
-  auto contents = memsnap::read_file_contents(std::string(MEMSNAP_TEST_DATA_DIR) + "/" + name, 64 << 20);
-  EXPECT_TRUE(contents.ok()) << contents.error();
-  return contents.ok() ? contents.value() : std::string();
-}
-
-std::string load_error(const std::string& bytes) {
-  auto loaded = load_snapshot_from_memory(bytes);
-  return loaded.ok() ? std::string() : loaded.error();
-}
+using memsnap::testing::load_error;
 
 std::string repeated(const std::string& head, const std::string& unit, size_t count, const std::string& tail) {
   std::string out = head;
@@ -141,7 +133,7 @@ TEST(ReadBudget, JsonErrorsAreOneLineWithTheirPlace) {
 TEST(ReadBudget, JsonReadAsItStreamsLoadsWhatTheWriterWrites) {
   for (const char* file : {"pytorch-2.11/two_streams.pickle", "pytorch-2.11-h100/transformer_s0.pickle.gz",
                            "pytorch-2.11-h100/forward_frames.pickle"}) {
-    auto loaded = load_snapshot_from_memory(data_file(file));
+    auto loaded = load_snapshot_from_memory(memsnap::testing::data_file_bytes(file));
     ASSERT_TRUE(loaded.ok()) << file << ": " << loaded.error();
     const std::string json = memsnap::to_json_text(loaded->snapshot);
     auto again = load_snapshot_from_memory(json);
@@ -210,7 +202,7 @@ TEST(ReadBudget, MsgpackCountsAreNotBelievedAheadOfTheBytes) {
 // gzip and Python read members one after another as one stream, zero bytes between them
 // skipped: so does memsnap. Anything else after the data is ignored, as before.
 TEST(ReadBudget, GzipOfSeveralMembersReadsAsOne) {
-  const std::string plain = data_file("pytorch-2.11/two_streams.pickle");
+  const std::string plain = memsnap::testing::data_file_bytes("pytorch-2.11/two_streams.pickle");
   auto expected = load_snapshot_from_memory(plain);
   ASSERT_TRUE(expected.ok()) << expected.error();
   const size_t half = plain.size() / 2;
