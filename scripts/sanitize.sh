@@ -52,11 +52,32 @@ unset ASAN_OPTIONS UBSAN_OPTIONS
 echo "== ThreadSanitizer (clang, build-tsan): the concurrency tests"
 cmake -S "$root" -B "$root/build-tsan" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DMEMSNAP_SANITIZE=thread -DMEMSNAP_WITH_CUDA=OFF -DMEMSNAP_BUILD_BENCH=OFF -DMEMSNAP_WERROR=ON >/dev/null
-tsan_binaries="memsnap_allocator_tests memsnap_snapshot_tests memsnap_history_tests memsnap_web_tests"
-ninja -C "$root/build-tsan" -t targets all | grep -q '^memsnap_record_tests:' && tsan_binaries+=" memsnap_record_tests"
-# shellcheck disable=SC2086
-cmake --build "$root/build-tsan" --parallel "$jobs" --target $tsan_binaries
-TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp" \
-  run_gtest_binaries "$root/build-tsan" "$tsan_binaries" \
-  --gtest_filter='*Concurrency*:*Stress*:*Thread*:*Parallel*:BytePipe.*:ViewWarmer.*:StoredSnapshotCache.*:ServerHostile.*Whole*:ServerHostile.SlowClients*:ServerHostile.IdleKeepAlive*:ServerHostile.PastTheConnectionLimit*:ServerHostile.ManyConcurrentClients:ServerHostile.ClientsThatDoNotRead*:ResponseCache.*:IdleTrimmer.*'
+# One program of the files whose tests run threads (tests/CMakeLists.txt), in $jobs shards at once.
+cmake --build "$root/build-tsan" --parallel "$jobs" --target memsnap_concurrency_tests
+tsan_logs="$root/build-tsan/sanitizer-logs"
+mkdir -p "$tsan_logs"
+tsan_failed=0
+for ((shard = 0; shard < jobs; shard++)); do
+  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp" \
+  GTEST_TOTAL_SHARDS=$jobs GTEST_SHARD_INDEX=$shard "$root/build-tsan/tests/memsnap_concurrency_tests" \
+    --gtest_filter='*Concurrency*:*Stress*:*Thread*:*Parallel*:BytePipe.*:ViewWarmer.*:StoredSnapshotCache.*:ServerHostile.*Whole*:ServerHostile.SlowClients*:ServerHostile.IdleKeepAlive*:ServerHostile.PastTheConnectionLimit*:ServerHostile.ManyConcurrentClients:ServerHostile.ClientsThatDoNotRead*:ResponseCache.*:IdleTrimmer.*' \
+    >"$tsan_logs/shard$shard.log" 2>&1 &
+done
+for ((shard = 0; shard < jobs; shard++)); do
+  wait -n || tsan_failed=1
+done
+if ((tsan_failed)); then
+  grep -h -E '^\[  FAILED  \]|ERROR: |SUMMARY: |WARNING: ThreadSanitizer' "$tsan_logs"/shard*.log | head -40 >&2
+  echo "FAILED: memsnap_concurrency_tests under ThreadSanitizer (see $tsan_logs/shard*.log)" >&2
+  exit 1
+fi
+# A filter that matched nothing would pass silently: the shards together must have run tests.
+tsan_ran=$(grep -h -o -E '^\[==========\] [0-9]+ tests? from' "$tsan_logs"/shard*.log | awk '{s += $2} END {print s + 0}')
+if ((tsan_ran < 40)); then
+  echo "FAILED: ThreadSanitizer ran $tsan_ran tests; the filter no longer matches the threaded tests" >&2
+  exit 1
+fi
+for ((shard = 0; shard < jobs; shard++)); do
+  printf 'memsnap_concurrency_tests shard %d/%d %s\n' "$shard" "$jobs" "$(grep -E '^\[  PASSED  \]' "$tsan_logs/shard$shard.log" | tail -1)"
+done
 echo "sanitizers: no report ($((SECONDS - started)) s)"
