@@ -10,7 +10,7 @@
 namespace memsnap {
 namespace {
 
-[[noreturn]] void refuse(const std::string& why, MempoolId pool) {
+[[noreturn]] void refuse_checkpoint(const std::string& why, MempoolId pool) {
   throw std::invalid_argument("pool " + to_string(pool) + ": " + why);
 }
 
@@ -21,12 +21,12 @@ PoolCheckpoint DeviceCachingAllocator::checkpoint_pool(MempoolId pool) const {
   {
     AllocatorLockGuard lock(mutex_);
     const PrivatePool* found = find_pool(pool);
-    if (found == nullptr) refuse("no such private pool", pool);
-    if (found->use_count == 0) refuse("released; nothing to checkpoint", pool);
+    if (found == nullptr) refuse_checkpoint("no such private pool", pool);
+    if (found->use_count == 0) refuse_checkpoint("released; nothing to checkpoint", pool);
   }
   for (SegmentRecord& record : segment_records()) {
     if (record.pool_id != pool) continue;
-    if (record.expandable) refuse("checkpoints of expandable segments are not supported", pool);
+    if (record.expandable) refuse_checkpoint("checkpoints of expandable segments are not supported", pool);
     checkpoint.segments.push_back(std::move(record));
   }
   return checkpoint;
@@ -36,26 +36,27 @@ PoolRestore DeviceCachingAllocator::restore_pool(const PoolCheckpoint& checkpoin
   AllocatorLockGuard lock(mutex_);
   const MempoolId id = checkpoint.pool;
   const PrivatePool* found = find_pool(id);
-  if (found == nullptr) refuse("no such private pool", id);
-  if (found->use_count == 0) refuse("released; it cannot be restored", id);
+  if (found == nullptr) refuse_checkpoint("no such private pool", id);
+  if (found->use_count == 0) refuse_checkpoint("released; it cannot be restored", id);
   // Everything is checked before anything changes.
   std::vector<Segment*> targets;
   for (const SegmentRecord& record : checkpoint.segments) {
     const auto segment = segments_.find(record.address);
     if (segment == segments_.end() || segment->second->pool_id != id ||
         segment->second->size != record.size || segment->second->expandable)
-      refuse("a checkpointed segment is not one of the pool's now", id);
+      refuse_checkpoint("a checkpointed segment is not one of the pool's now", id);
     uint64_t covered = 0;
     bool previous_free = false;
     for (const BlockRecord& block : record.blocks) {
       if (block.size == 0 || block.size % kMinBlockSize != 0 || block.address != record.address + covered)
-        refuse("a checkpointed segment's blocks do not tile it", id);
+        refuse_checkpoint("a checkpointed segment's blocks do not tile it", id);
       const bool free = block.state != BlockState::kActiveAllocated;
-      if (free && previous_free) refuse("a checkpointed segment has two free blocks side by side", id);
+      if (free && previous_free) refuse_checkpoint("a checkpointed segment has two free blocks side by side", id);
       previous_free = free;
       covered += block.size;
     }
-    if (covered != record.size || record.blocks.empty()) refuse("a checkpointed segment's blocks do not tile it", id);
+    if (covered != record.size || record.blocks.empty())
+      refuse_checkpoint("a checkpointed segment's blocks do not tile it", id);
     targets.push_back(segment->second.get());
   }
   std::vector<Block*> live;
@@ -63,7 +64,7 @@ PoolRestore DeviceCachingAllocator::restore_pool(const PoolCheckpoint& checkpoin
     if (segment->pool_id != id) continue;
     for (Block* block = segment->head; block != nullptr; block = block->next) {
       if (block->allocated) live.push_back(block);
-      else if (!block->is_free() && block->mapped) refuse("a freed block still waits for other streams", id);
+      else if (!block->is_free() && block->mapped) refuse_checkpoint("a freed block still waits for other streams", id);
     }
   }
 

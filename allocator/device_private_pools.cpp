@@ -7,7 +7,7 @@
 namespace memsnap {
 namespace {
 
-[[noreturn]] void refuse(const std::string& what, MempoolId pool) {
+[[noreturn]] void refuse_pool_call(const std::string& what, MempoolId pool) {
   throw std::invalid_argument(what + " " + to_string(pool));
 }
 
@@ -43,30 +43,30 @@ std::pair<PrivatePool*, bool> DeviceCachingAllocator::find_or_make_pool(MempoolI
 PrivatePool& DeviceCachingAllocator::add_pool_use(MempoolId pool) {
   auto [found, made] = find_or_make_pool(pool);
   if (!made) {
-    if (found->use_count == 0) refuse("pool was released and still holds memory:", pool);
+    if (found->use_count == 0) refuse_pool_call("pool was released and still holds memory:", pool);
     found->use_count += 1;
   }
   return *found;
 }
 
 void DeviceCachingAllocator::create_or_incref_pool(MempoolId pool, std::shared_ptr<SegmentSource> source) {
-  if (pool.is_global()) refuse("the global pools are not a private pool:", pool);
+  if (pool.is_global()) refuse_pool_call("the global pools are not a private pool:", pool);
   AllocatorLockGuard lock(mutex_);
   if (source == nullptr) {
     add_pool_use(pool);
     return;
   }
   // A pool's source is given when it is made, never to a pool that exists (PyTorch asserts).
-  if (find_pool(pool) != nullptr) refuse("a segment source can only be given to a new pool, not to", pool);
+  if (find_pool(pool) != nullptr) refuse_pool_call("a segment source can only be given to a new pool, not to", pool);
   find_or_make_pool(pool, std::move(source));
 }
 
 void DeviceCachingAllocator::begin_allocate_to_pool(MempoolId pool, PoolFilter filter) {
-  if (pool.is_global()) refuse("cannot allocate to the global pools as a private pool:", pool);
-  if (!filter) refuse("allocating to a pool needs a filter:", pool);
+  if (pool.is_global()) refuse_pool_call("cannot allocate to the global pools as a private pool:", pool);
+  if (!filter) refuse_pool_call("allocating to a pool needs a filter:", pool);
   AllocatorLockGuard lock(mutex_);
   for (const auto& [underway, _] : allocating_to_)
-    if (underway->id == pool) refuse("already allocating to pool", pool);
+    if (underway->id == pool) refuse_pool_call("already allocating to pool", pool);
   allocating_to_.emplace_back(&add_pool_use(pool), std::move(filter));
 }
 
@@ -79,13 +79,13 @@ void DeviceCachingAllocator::end_allocate_to_pool(MempoolId pool) {
       return;
     }
   }
-  refuse("not allocating to pool", pool);
+  refuse_pool_call("not allocating to pool", pool);
 }
 
 void DeviceCachingAllocator::release_pool(MempoolId pool) {
   AllocatorLockGuard lock(mutex_);
   PrivatePool* found = find_pool(pool);
-  if (found == nullptr || found->use_count == 0) refuse("release_pool: no use left of pool", pool);
+  if (found == nullptr || found->use_count == 0) refuse_pool_call("release_pool: no use left of pool", pool);
   found->use_count -= 1;
 }
 
@@ -108,14 +108,14 @@ void DeviceCachingAllocator::empty_cache(MempoolId pool) {
 void DeviceCachingAllocator::set_use_on_oom(MempoolId pool, bool use_on_oom) {
   AllocatorLockGuard lock(mutex_);
   PrivatePool* found = find_pool(pool);
-  if (found == nullptr) refuse("set_use_on_oom: no pool", pool);
+  if (found == nullptr) refuse_pool_call("set_use_on_oom: no pool", pool);
   found->use_on_oom = use_on_oom;
 }
 
 void DeviceCachingAllocator::set_no_split(MempoolId pool) {
   AllocatorLockGuard lock(mutex_);
   PrivatePool* found = find_pool(pool);
-  if (found == nullptr) refuse("set_no_split: no pool", pool);
+  if (found == nullptr) refuse_pool_call("set_no_split: no pool", pool);
   found->no_split = true;
 }
 

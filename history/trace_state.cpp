@@ -7,8 +7,8 @@
 namespace memsnap {
 namespace {
 
-constexpr std::array<std::string_view, kTraceStateKindCount> kNames = {"settings", "user_metadata",
-                                                                       "compile_context"};
+constexpr std::array<std::string_view, kTraceStateKindCount> kKindNames = {"settings", "user_metadata",
+                                                                           "compile_context"};
 // Changes kept before older ones are folded into the base state (a fold is a linear pass).
 constexpr size_t kFoldAbove = 256;
 
@@ -16,12 +16,12 @@ constexpr size_t kFoldAbove = 256;
 
 std::string_view trace_state_kind_name(TraceStateKind kind) {
   const auto index = static_cast<size_t>(kind);
-  return index < kNames.size() ? kNames[index] : "unknown";
+  return index < kKindNames.size() ? kKindNames[index] : "unknown";
 }
 
 std::optional<TraceStateKind> trace_state_kind_from_name(std::string_view name) {
-  for (size_t i = 0; i < kNames.size(); ++i)
-    if (kNames[i] == name) return static_cast<TraceStateKind>(i);
+  for (size_t i = 0; i < kKindNames.size(); ++i)
+    if (kKindNames[i] == name) return static_cast<TraceStateKind>(i);
   return std::nullopt;
 }
 

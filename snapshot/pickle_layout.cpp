@@ -15,7 +15,7 @@ namespace {
 // every core the process runs on.
 constexpr uint64_t kProgressBytes = uint64_t{512} << 10;
 constexpr size_t kMaxMarks = 512;  // as the machine allows
-constexpr uint64_t kNone = MemoStrings::kNone;
+constexpr uint64_t kNoOffset = MemoStrings::kNone;
 
 uint64_t little_endian(const uint8_t* at, size_t bytes) {
   uint64_t v = 0;
@@ -26,13 +26,13 @@ uint64_t little_endian(const uint8_t* at, size_t bytes) {
 struct OpenMark {
   uint64_t offset;
   uint64_t memo;            // memo entries made before it
-  uint64_t after_appends;   // the APPENDS it directly follows (another batch), or kNone
+  uint64_t after_appends;   // the APPENDS it directly follows (another batch), or kNoOffset
 };
 
 // What the scan does with each opcode. Below kShortString: the bytes the opcode and its
 // fixed argument take, all the scan needs of most. Then what the quick loop walks too (a
 // one-byte length, MEMOIZE), and what it leaves to the switch.
-enum : uint8_t { kShortString = 0xF0, kShortOther, kMemoize, kSpecial, kUnsupported = 0xFF };
+enum : uint8_t { kShortString = 0xF0, kShortOther, kMemoizeKind, kSpecial, kUnsupported = 0xFF };
 
 struct OpcodeTable {
   uint8_t kind[256];
@@ -51,7 +51,7 @@ struct OpcodeTable {
     kind[0x80] = 2;                       // PROTO
     kind[0x8c] = kShortString;            // SHORT_BINUNICODE
     for (const int op : std::initializer_list<int>{0x8a, 'U', 'C'}) kind[op] = kShortOther;  // LONG1, SHORT_BIN*
-    kind[0x94] = kMemoize;
+    kind[0x94] = kMemoizeKind;
     // MARK, STOP, FRAME, APPENDS, the other MARK closers (POP_MARK, TUPLE, LIST, DICT,
     // FROZENSET, SETITEMS, ADDITEMS) and the rest of the length-prefixed (LONG4, the strings
     // and bytes).
@@ -69,7 +69,7 @@ struct OpcodeTable {
         case 9: walk[op] = 4; break;
         case kShortString: walk[op] = 5; break;
         case kShortOther: walk[op] = 6; break;
-        case kMemoize: walk[op] = 7; break;
+        case kMemoizeKind: walk[op] = 7; break;
         default: walk[op] = 8; break;  // the switch below, or the end
       }
     }
@@ -88,8 +88,8 @@ struct ScanState {
   uint64_t memo = 0;  // memo entries made since the scan started
   std::vector<OpenMark> marks;
   size_t most_marks = 0;              // the most open at once
-  uint64_t last_appends = kNone;      // offset of an APPENDS with only FRAMEs after it, if any
-  uint64_t last_string = kNone;       // offset of a string opcode directly before this one
+  uint64_t last_appends = kNoOffset;      // offset of an APPENDS with only FRAMEs after it, if any
+  uint64_t last_string = kNoOffset;       // offset of a string opcode directly before this one
   std::optional<PicklePart> pending;  // a part that the next batch may still extend
   uint64_t published_end = 0;         // where the last part found ends
   uint64_t scanned_from = 0;          // bytes from here on not yet told done with
@@ -195,11 +195,11 @@ Halt Walk::run(ScanState& state, uint64_t until, bool& result) {
     goto* kWalk[kOpcodes.walk[op]];              \
   } while (0)
       goto* kWalk[kOpcodes.walk[op]];
-    walk_1: pos += 1; last_string = kNone; MEMSNAP_WALK_NEXT();
-    walk_2: pos += 2; last_string = kNone; MEMSNAP_WALK_NEXT();
-    walk_3: pos += 3; last_string = kNone; MEMSNAP_WALK_NEXT();
-    walk_5: pos += 5; last_string = kNone; MEMSNAP_WALK_NEXT();
-    walk_9: pos += 9; last_string = kNone; MEMSNAP_WALK_NEXT();
+    walk_1: pos += 1; last_string = kNoOffset; MEMSNAP_WALK_NEXT();
+    walk_2: pos += 2; last_string = kNoOffset; MEMSNAP_WALK_NEXT();
+    walk_3: pos += 3; last_string = kNoOffset; MEMSNAP_WALK_NEXT();
+    walk_5: pos += 5; last_string = kNoOffset; MEMSNAP_WALK_NEXT();
+    walk_9: pos += 9; last_string = kNoOffset; MEMSNAP_WALK_NEXT();
     walk_short_string:
       if (size - pos < 2) goto walk_cannot_follow;
       last_string = pos;
@@ -207,7 +207,7 @@ Halt Walk::run(ScanState& state, uint64_t until, bool& result) {
       MEMSNAP_WALK_NEXT();
     walk_short_other:
       if (size - pos < 2) goto walk_cannot_follow;
-      last_string = kNone;
+      last_string = kNoOffset;
       pos += 2 + uint64_t{bytes[pos + 1]};
       MEMSNAP_WALK_NEXT();
     walk_memoize:
@@ -218,7 +218,7 @@ Halt Walk::run(ScanState& state, uint64_t until, bool& result) {
 #undef MEMSNAP_WALK_NEXT
 #pragma GCC diagnostic pop
     walk_cannot_follow:  // before the opcode at pos
-      if (pos != state.pos) state.last_appends = kNone;  // (opcodes were walked since)
+      if (pos != state.pos) state.last_appends = kNoOffset;  // (opcodes were walked since)
       state.memo = memo;
       state.last_string = last_string;
       return cannot_follow(state, pos, result);
@@ -226,13 +226,13 @@ Halt Walk::run(ScanState& state, uint64_t until, bool& result) {
       state.pos = pos;
       state.memo = memo;
       state.last_string = last_string;
-      state.last_appends = kNone;
+      state.last_appends = kNoOffset;
       continue;
     walk_end:  // an opcode for the switch below (or one that ends the scan)
       state.pos = pos;
       state.memo = memo;
       state.last_string = last_string;
-      state.last_appends = kNone;
+      state.last_appends = kNoOffset;
     }
     if (kind == kUnsupported) return cannot_follow(state, pos, result);
     const uint64_t at = pos;
@@ -269,7 +269,7 @@ Halt Walk::run(ScanState& state, uint64_t until, bool& result) {
         batch_done(state, mark, at);
         state.pos = pos;
         state.last_appends = at;
-        state.last_string = kNone;
+        state.last_string = kNoOffset;
         continue;
       }
       case 0x8b: length = 4; break;                    // LONG4 (a signed length)
@@ -291,8 +291,8 @@ Halt Walk::run(ScanState& state, uint64_t until, bool& result) {
       pos += n;
     }
     state.pos = pos;
-    state.last_appends = kNone;
-    state.last_string = is_string ? at : kNone;
+    state.last_appends = kNoOffset;
+    state.last_string = is_string ? at : kNoOffset;
   }
   if (state.stopped) {
     result = false;

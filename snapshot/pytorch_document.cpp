@@ -38,7 +38,7 @@ std::string dot(const std::string& where, std::string_view key) {
   return where.empty() ? std::string(key) : where + "." + std::string(key);
 }
 
-std::string quoted(std::string_view text) { return "'" + printable(text) + "'"; }
+std::string single_quoted(std::string_view text) { return "'" + printable(text) + "'"; }
 
 // A segment's device, before anything is sized or named by it.
 int64_t check_device(int64_t device, const std::string& segment) {
@@ -215,7 +215,7 @@ bool PyTorchDocument::parse_entry(const Object& dict, TraceEntry& entry, std::st
   if (part_ && !(forward == kMissing) && !forward.is(Tag::kNone)) return bad("forward_frames in a part");
   if (!action.is(Tag::kString)) return bad("action: expected a string");
   const auto parsed = action_named(action);
-  if (!parsed) return bad("action: unknown action " + quoted(store_.text(action)));
+  if (!parsed) return bad("action: unknown action " + single_quoted(store_.text(action)));
   entry.action = *parsed;
   // An oom entry carries the device's free bytes where others carry an address.
   const Value address = *parsed == TraceAction::kOom && addr == kMissing ? device_free : addr;
@@ -435,7 +435,7 @@ SnapshotBlock PyTorchDocument::convert_block(Value v, uint64_t expected_address,
   block.requested_size = uint_field(dict, k_requested_size_, where, block.size);
   const std::string state = string_field(dict, k_state_, where, "");
   const auto parsed = block_state_from_name(state);
-  if (!parsed) fail(dot(where, "state"), "unknown block state " + quoted(state));
+  if (!parsed) fail(dot(where, "state"), "unknown block state " + single_quoted(state));
   block.state = *parsed;
   block.stack = stack_field(dict, k_frames_, where);
   const Value history = field(dict, k_history_);

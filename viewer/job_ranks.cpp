@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "allocator/device_stats.h"
+#include "viewer/byte_text.h"
 
 namespace memsnap {
 namespace {
@@ -23,7 +24,7 @@ std::string base_name(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-std::string bytes(uint64_t value) { return format_bytes(static_cast<int64_t>(value)); }
+using text::bytes;
 
 std::string whole_percent(double value) {
   char text[32];

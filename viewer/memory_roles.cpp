@@ -6,7 +6,7 @@
 namespace memsnap {
 namespace {
 
-bool contains(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }
+bool mentions(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }
 
 // Checked in this order for each stack: the first role any frame of the stack shows wins, so
 // an optimizer's step that calls a module is still optimizer state, a backward pass that runs
@@ -16,16 +16,16 @@ MemoryRole classify(const Snapshot& snapshot, const std::vector<uint32_t>& frame
   for (uint32_t index : frames) {
     const Frame& f = snapshot.frames[index];
     const std::string_view file = f.file, name = f.function;
-    if (contains(file, "torch/optim/") || contains(name, "torch::optim::")) return MemoryRole::kOptimizerState;
-    if ((contains(file, "torch/nn/modules/module.py") && (name == "_apply" || name == "cuda" || name == "to")) ||
-        contains(file, "torch/nn/init.py") || name == "reset_parameters" || name == "load_state_dict" ||
-        contains(file, "torch/nn/parameter.py"))
+    if (mentions(file, "torch/optim/") || mentions(name, "torch::optim::")) return MemoryRole::kOptimizerState;
+    if ((mentions(file, "torch/nn/modules/module.py") && (name == "_apply" || name == "cuda" || name == "to")) ||
+        mentions(file, "torch/nn/init.py") || name == "reset_parameters" || name == "load_state_dict" ||
+        mentions(file, "torch/nn/parameter.py"))
       parameters = true;
-    if (contains(file, "torch/autograd/") || (contains(file, "torch/_tensor.py") && name == "backward") ||
-        contains(name, "torch::autograd::Engine") || contains(name, "AccumulateGrad") ||
-        contains(name, "torch::autograd::generated::") || contains(name, "autograd::CopyBackwards"))
+    if (mentions(file, "torch/autograd/") || (mentions(file, "torch/_tensor.py") && name == "backward") ||
+        mentions(name, "torch::autograd::Engine") || mentions(name, "AccumulateGrad") ||
+        mentions(name, "torch::autograd::generated::") || mentions(name, "autograd::CopyBackwards"))
       backward = true;
-    if (name == "forward" || (contains(file, "torch/nn/modules/module.py") && name == "_call_impl")) forward = true;
+    if (name == "forward" || (mentions(file, "torch/nn/modules/module.py") && name == "_call_impl")) forward = true;
   }
   if (backward) return MemoryRole::kBackward;
   if (parameters) return MemoryRole::kParameters;

@@ -12,6 +12,7 @@
 #include "viewer/frame_labels.h"
 #include "replay/recorded_config.h"
 #include "replay/snapshot_replay.h"
+#include "viewer/byte_text.h"
 
 namespace memsnap {
 namespace {
@@ -19,7 +20,7 @@ namespace {
 constexpr size_t kHolders = 5;
 constexpr size_t kFramesPerStack = 4;
 
-std::string bytes(uint64_t value) { return format_bytes(static_cast<int64_t>(value)); }
+using text::bytes;
 
 // The user's line first (the innermost Python frame, when the stack has one below C++
 // frames), then the innermost frames.

@@ -10,6 +10,7 @@
 #include <cstdio>
 
 #include "allocator/device_stats.h"
+#include "viewer/byte_text.h"
 
 namespace memsnap {
 namespace {
@@ -39,7 +40,7 @@ nlohmann::json totals_json(const MemoryTotals& t) {
           {"largest_free_block", t.largest_free_block}};
 }
 
-std::string bytes(uint64_t n) { return format_bytes(static_cast<int64_t>(n)); }
+using text::bytes;
 
 nlohmann::json optional_json(const std::optional<uint64_t>& value) {
   return value ? nlohmann::json(*value) : nlohmann::json(nullptr);

@@ -35,16 +35,16 @@ uint64_t IdleTrimmer::releases() const {
 }
 
 void IdleTrimmer::run() {
-  using Clock = std::chrono::steady_clock;
+  using Steady = std::chrono::steady_clock;
   const auto tick = std::clamp(quiet_ / 4, std::chrono::milliseconds(10), std::chrono::milliseconds(250));
   uint64_t released_at = activity_();  // the work done when memory was last released
   uint64_t seen = released_at;
-  Clock::time_point seen_since = Clock::now();
+  Steady::time_point seen_since = Steady::now();
   std::unique_lock lock(mutex_);
   while (!stop_changed_.wait_for(lock, tick, [this] { return stopping_; })) {
     lock.unlock();
     const uint64_t now_seen = activity_();
-    const auto now = Clock::now();
+    const auto now = Steady::now();
     if (now_seen != seen) {
       seen = now_seen;
       seen_since = now;

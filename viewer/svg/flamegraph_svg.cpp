@@ -12,10 +12,10 @@
 namespace memsnap::svg {
 namespace {
 
-constexpr int kPad = 10;
+constexpr int kFlamePad = 10;
 constexpr int kRow = 17;
-constexpr int kTop = 76;
-constexpr int kDetailLines = 14;
+constexpr int kFlameTop = 76;
+constexpr int kFlameDetailLines = 14;
 constexpr double kCharWidth = 7.0;  // 12 px monospace
 // Nodes narrower than this (in pixels at full width) are left out: even zoomed 100x they
 // would be a sliver.
@@ -80,7 +80,7 @@ std::string render_flamegraph(const FlameTree& tree, const FlamegraphOptions& op
     return options.differential ? n.bytes + n.before_bytes : n.bytes;
   };
   const uint64_t total = std::max<uint64_t>(layout_width(nodes[0]), 1);
-  const double pixels_per_byte = static_cast<double>(width - 2 * kPad) / static_cast<double>(total);
+  const double pixels_per_byte = static_cast<double>(width - 2 * kFlamePad) / static_cast<double>(total);
 
   // Which nodes to draw: pre-order, skipping slivers; raise the bar if still too many.
   double min_pixels = kMinWidthPixels;
@@ -112,8 +112,8 @@ std::string render_flamegraph(const FlameTree& tree, const FlamegraphOptions& op
   }
   uint32_t max_depth = 0;
   for (const Placed& p : placed) max_depth = std::max(max_depth, nodes[p.node].depth);
-  const int details_top = kTop + static_cast<int>(max_depth + 1) * kRow + 20;
-  const int height = details_top + (kDetailLines + 1) * 15 + 10;
+  const int details_top = kFlameTop + static_cast<int>(max_depth + 1) * kRow + 20;
+  const int height = details_top + (kFlameDetailLines + 1) * 15 + 10;
 
   std::string out;
   out.reserve(placed.size() * 220 + 16384);
@@ -127,11 +127,11 @@ std::string render_flamegraph(const FlameTree& tree, const FlamegraphOptions& op
                 "<text id=\"unzoom\" class=\"button\" x=\"%d\" y=\"18\" style=\"opacity:0.3\">Reset zoom</text>\n"
                 "<text id=\"search\" class=\"button\" x=\"%d\" y=\"18\" text-anchor=\"end\">Search</text>\n"
                 "<text id=\"matched\" x=\"%d\" y=\"38\" text-anchor=\"end\" fill=\"#555\"></text>\n",
-                kPad, width - kPad, width - kPad);
+                kFlamePad, width - kFlamePad, width - kFlamePad);
   out += buffer;
 
   // Legend: the categories present (or the diff scale).
-  double legend_x = kPad;
+  double legend_x = kFlamePad;
   auto legend_item = [&](const std::string& colour, const std::string& name) {
     std::snprintf(buffer, sizeof buffer,
                   "<rect x=\"%.1f\" y=\"52\" width=\"12\" height=\"12\" fill=\"%s\"/><text x=\"%.1f\" y=\"58.5\">",
@@ -154,9 +154,9 @@ std::string render_flamegraph(const FlameTree& tree, const FlamegraphOptions& op
   for (size_t i = 0; i < placed.size(); ++i) {
     const FlameNode& n = nodes[placed[i].node];
     const std::string& name = tree.label(n);
-    const double x = kPad + static_cast<double>(placed[i].x) * pixels_per_byte;
+    const double x = kFlamePad + static_cast<double>(placed[i].x) * pixels_per_byte;
     const double w = static_cast<double>(layout_width(n)) * pixels_per_byte;
-    const int y = kTop + static_cast<int>(n.depth) * kRow;
+    const int y = kFlameTop + static_cast<int>(n.depth) * kRow;
     const std::string fill = options.differential ? diff_colour(n.bytes, n.before_bytes)
                                                   : category_colour(n.category, name);
     std::snprintf(buffer, sizeof buffer, "<g class=\"n\" id=\"n%zu\" data-fill=\"%s\"><title>", i, fill.c_str());
@@ -171,10 +171,10 @@ std::string render_flamegraph(const FlameTree& tree, const FlamegraphOptions& op
     out += buffer;
     out += escape(fit(name, w)) + "</text></g>\n";
   }
-  out += details_panel(kPad, details_top, kDetailLines, "");
+  out += details_panel(kFlamePad, details_top, kFlameDetailLines, "");
   if (placed.size() == 1) {
     std::snprintf(buffer, sizeof buffer, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#555\">",
-                  width / 2, kTop + 2 * kRow + 6);
+                  width / 2, kFlameTop + 2 * kRow + 6);
     out += buffer;
     out += "nothing to show: no memory in this view</text>\n";
   }
@@ -182,7 +182,7 @@ std::string render_flamegraph(const FlameTree& tree, const FlamegraphOptions& op
   // Data for the script.
   std::string data = "var D={\"width\":" + std::to_string(width) + ",\"diff\":" +
                      (options.differential ? "true" : "false") +
-                     ",\"detailLines\":" + std::to_string(kDetailLines) + ",\"labels\":[";
+                     ",\"detailLines\":" + std::to_string(kFlameDetailLines) + ",\"labels\":[";
   std::vector<int32_t> label_index(tree.labels().size(), -1);
   std::vector<uint32_t> used_labels;
   for (const Placed& p : placed) {

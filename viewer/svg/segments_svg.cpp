@@ -14,12 +14,12 @@
 namespace memsnap::svg {
 namespace {
 
-constexpr int kPad = 10;
+constexpr int kSegmentsPad = 10;
 constexpr int kTowerWidth = 34;
 constexpr int kTowerGap = 10;
-constexpr int kTop = 80;
+constexpr int kSegmentsTop = 80;
 constexpr int kLabelHeight = 30;
-constexpr int kDetailLines = 16;
+constexpr int kSegmentsDetailLines = 16;
 
 // "20M", "1.5G": fits under a tower.
 std::string compact_bytes(uint64_t bytes) {
@@ -69,7 +69,7 @@ std::string render_segments(const Snapshot& snapshot, const SegmentsOptions& opt
     return a->address < b->address;
   });
   const int width = std::max(options.width, 400);
-  const int per_row = std::max(1, (width - 2 * kPad + kTowerGap) / (kTowerWidth + kTowerGap));
+  const int per_row = std::max(1, (width - 2 * kSegmentsPad + kTowerGap) / (kTowerWidth + kTowerGap));
   const int rows = std::max<int>(1, static_cast<int>((segments.size() + per_row - 1) / per_row));
   const int tower_height = rows <= 2 ? 300 : rows <= 6 ? 180 : 100;
   uint64_t smallest = UINT64_MAX, largest = 1;
@@ -84,8 +84,8 @@ std::string render_segments(const Snapshot& snapshot, const SegmentsOptions& opt
     return 30.0 + (tower_height - 30.0) * (span <= 0 ? 1.0 : rel);
   };
   const int row_height = tower_height + kLabelHeight;
-  const int details_top = kTop + rows * row_height + 16;
-  const int height = details_top + (kDetailLines + 1) * 15 + 10;
+  const int details_top = kSegmentsTop + rows * row_height + 16;
+  const int height = details_top + (kSegmentsDetailLines + 1) * 15 + 10;
 
   std::string out;
   char buffer[512];
@@ -99,7 +99,7 @@ std::string render_segments(const Snapshot& snapshot, const SegmentsOptions& opt
                  std::to_string(segments.size()) + " segments, " + human_bytes(reserved) + " reserved, " +
                      human_bytes(allocated) + " allocated; tower height grows with the log of segment "
                      "size, lowest address at the bottom");
-  double legend_x = kPad;
+  double legend_x = kSegmentsPad;
   for (BlockState state : {BlockState::kActiveAllocated, BlockState::kActivePendingFree, BlockState::kInactive}) {
     const std::string name(block_state_name(state));
     std::snprintf(buffer, sizeof buffer,
@@ -137,9 +137,9 @@ std::string render_segments(const Snapshot& snapshot, const SegmentsOptions& opt
   for (size_t i = 0; i < segments.size(); ++i) {
     const SnapshotSegment& s = *segments[i];
     const int row = static_cast<int>(i) / per_row, column = static_cast<int>(i) % per_row;
-    const double x = kPad + column * (kTowerWidth + kTowerGap);
+    const double x = kSegmentsPad + column * (kTowerWidth + kTowerGap);
     const double h = height_of(s.total_size);
-    const double bottom = kTop + row * row_height + tower_height;
+    const double bottom = kSegmentsTop + row * row_height + tower_height;
     char hex[32];
     std::snprintf(hex, sizeof hex, "0x%llx", static_cast<unsigned long long>(s.address));
     char stream[32];
@@ -177,14 +177,14 @@ std::string render_segments(const Snapshot& snapshot, const SegmentsOptions& opt
   }
   if (segments.empty()) {
     std::snprintf(buffer, sizeof buffer, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#555\">no segments</text>\n",
-                  width / 2, kTop + 40);
+                  width / 2, kSegmentsTop + 40);
     out += buffer;
   }
-  out += details_panel(kPad, details_top, kDetailLines, "hover a block for its stack");
+  out += details_panel(kSegmentsPad, details_top, kSegmentsDetailLines, "hover a block for its stack");
   std::string labels_json;
   for (size_t i = 0; i < labels.size(); ++i)
     labels_json += (i ? "," : "") + json_string(frame_label(snapshot.frames[labels[i]], options.frames));
-  out += close_document("var D={\"detailLines\":" + std::to_string(kDetailLines) +
+  out += close_document("var D={\"detailLines\":" + std::to_string(kSegmentsDetailLines) +
          ",\"states\":[\"active_allocated\",\"active_pending_free\",\"inactive\"],\"labels\":[" + labels_json +
          "],\"stacks\":[" + stacks_json + "],\"segments\":[" + segments_json + "],\"blocks\":[" + blocks_json +
          "]};\n", kScript);

@@ -15,8 +15,8 @@ namespace {
 
 constexpr int kLeft = 80;
 constexpr int kRight = 20;
-constexpr int kTop = 60;
-constexpr int kDetailLines = 14;
+constexpr int kTimelineTop = 60;
+constexpr int kTimelineDetailLines = 14;
 
 constexpr const char* kScript = R"JS(
 var details;
@@ -98,12 +98,12 @@ std::string render_timeline(const Snapshot& snapshot, const Timeline& timeline,
   const int width = std::max(options.width, 400);
   const int plot_width = width - kLeft - kRight;
   const int plot_height = std::max(options.plot_height, 100);
-  const int details_top = kTop + plot_height + 50;
-  const int height = details_top + (kDetailLines + 1) * 15 + 10;
+  const int details_top = kTimelineTop + plot_height + 50;
+  const int height = details_top + (kTimelineDetailLines + 1) * 15 + 10;
   const double max_bytes = std::max<double>(1.0, static_cast<double>(timeline.peak_bytes) * 1.05);
   const double events = std::max<double>(1.0, static_cast<double>(timeline.events));
   auto x_of = [&](double event) { return kLeft + plot_width * event / events; };
-  auto y_of = [&](double bytes) { return kTop + plot_height - plot_height * bytes / max_bytes; };
+  auto y_of = [&](double bytes) { return kTimelineTop + plot_height - plot_height * bytes / max_bytes; };
 
   std::string out;
   char buffer[512];
@@ -139,11 +139,12 @@ std::string render_timeline(const Snapshot& snapshot, const Timeline& timeline,
     std::snprintf(buffer, sizeof buffer,
                   "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#bbb\"/>"
                   "<text x=\"%.1f\" y=\"%d\" text-anchor=\"%s\" fill=\"#444\">%s</text>\n",
-                  x, kTop + plot_height, x, kTop + plot_height + 5, x, kTop + plot_height + 18, anchor, label);
+                  x, kTimelineTop + plot_height, x, kTimelineTop + plot_height + 5, x,
+                  kTimelineTop + plot_height + 18, anchor, label);
     out += buffer;
   }
   std::snprintf(buffer, sizeof buffer, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#444\">trace entry (time since the first)</text>\n",
-                kLeft + plot_width / 2, kTop + plot_height + 36);
+                kLeft + plot_width / 2, kTimelineTop + plot_height + 36);
   out += buffer;
 
   // The merged allocations: what was live before the trace (above its bands) and the rest (on
@@ -279,7 +280,8 @@ std::string render_timeline(const Snapshot& snapshot, const Timeline& timeline,
     const bool oom = marker.kind == "oom";
     std::snprintf(buffer, sizeof buffer,
                   "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"%s\" stroke-width=\"%s\"><title>",
-                  x, oom ? kTop : kTop + plot_height - 7, x, kTop + plot_height, oom ? "#c01c28" : "#2563eb", oom ? "2" : "1");
+                  x, oom ? kTimelineTop : kTimelineTop + plot_height - 7, x, kTimelineTop + plot_height,
+                  oom ? "#c01c28" : "#2563eb", oom ? "2" : "1");
     out += buffer + escape((oom ? "" : marker.kind + " ") + marker.label + " (trace entry " + std::to_string(marker.entry.value_or(0)) + ")") +
            "</title></line>\n";
   }
@@ -288,16 +290,17 @@ std::string render_timeline(const Snapshot& snapshot, const Timeline& timeline,
     std::snprintf(buffer, sizeof buffer,
                   "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#c01c28\" stroke-dasharray=\"4,3\"/>"
                   "<text x=\"%.1f\" y=\"%d\" fill=\"#c01c28\" text-anchor=\"middle\">peak %s</text>\n",
-                  x, kTop, x, kTop + plot_height, x, kTop - 6, human_bytes(timeline.peak_bytes).c_str());
+                  x, kTimelineTop, x, kTimelineTop + plot_height, x, kTimelineTop - 6,
+                  human_bytes(timeline.peak_bytes).c_str());
     out += buffer;
   } else {
     std::snprintf(buffer, sizeof buffer, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#555\">no allocations in the trace</text>\n",
-                  kLeft + plot_width / 2, kTop + plot_height / 2);
+                  kLeft + plot_width / 2, kTimelineTop + plot_height / 2);
     out += buffer;
   }
-  out += details_panel(10, details_top, kDetailLines, "hover an allocation for its stack");
+  out += details_panel(10, details_top, kTimelineDetailLines, "hover an allocation for its stack");
   out += close_document("var D={\"events\":" + std::to_string(timeline.events) +
-         ",\"detailLines\":" + std::to_string(kDetailLines) + ",\"labels\":[" + labels_json + "],\"stacks\":[" +
+         ",\"detailLines\":" + std::to_string(kTimelineDetailLines) + ",\"labels\":[" + labels_json + "],\"stacks\":[" +
          stacks_json + "],\"bands\":[" + bands_json + "]};\n", kScript);
   return out;
 }
