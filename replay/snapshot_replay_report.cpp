@@ -2,6 +2,7 @@
 
 #include "allocator/counted.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -23,6 +24,13 @@ std::string padded(const std::string& text, size_t width, bool right = true) {
   if (text.size() >= width) return text;
   const std::string pad(width - text.size(), ' ');
   return right ? pad + text : text + pad;
+}
+
+// A trace of requests with no segment in it or in the snapshot (what memsnap.estimate captures):
+// there is no recorded reservation to compare with, and the replay's figures are the prediction.
+bool records_requests_only(const DeviceReplay& d) {
+  return d.allocs > 0 && d.start.empty() && d.recorded_segment_allocs.empty() && d.recorded_segment_frees == 0 &&
+         d.final_segments_recorded == 0;
 }
 
 nlohmann::json device_json(const DeviceReplay& d) {
@@ -68,6 +76,7 @@ nlohmann::json device_json(const DeviceReplay& d) {
       {"fragmentation",
        fragmentation(s.reserved_bytes[kAggregate].peak, s.allocated_bytes[kAggregate].peak)},
       {"final_segments_recorded", d.final_segments_recorded},
+      {"records_requests_only", records_requests_only(d)},
       {"final_segments_matched", d.final_segments_matched},
       {"final_segments_replayed", d.final_segments_replayed},
       {"invariant_problems", d.invariant_problems},
@@ -91,7 +100,11 @@ void device_text(std::ostringstream& out, const DeviceReplay& d) {
   if (d.empty_cache_calls) out << ", " << d.empty_cache_calls << " empty_cache";
   out << "), simulated device of " << bytes(d.capacity_bytes) << " (" << d.capacity_source
       << ")\n";
-  if (d.start.empty()) {
+  const bool requests_only = records_requests_only(d);
+  if (requests_only) {
+    out << "  the trace records requests only, no segments (as memsnap.estimate captures a step): the replayed\n"
+           "  column is what the caching allocator would do with them; there is nothing recorded to compare\n";
+  } else if (d.start.empty()) {
     out << "  start state: empty (every segment was allocated inside the trace)\n";
   } else {
     out << "  start state reconstructed: " << counted(d.start.segments.size(), "segment") << " ("
@@ -103,7 +116,8 @@ void device_text(std::ostringstream& out, const DeviceReplay& d) {
     out << "  INCONSISTENT: " << d.unknown_frees
         << " frees of blocks that were neither live at the start nor allocated in the trace\n";
   out << "\n";
-  row(out, "", "recorded", "replayed");
+  row(out, "", requests_only ? "" : "recorded", "replayed");
+  const auto recorded = [&](const std::string& text) { return requests_only ? std::string("-") : text; };
   std::string match = std::to_string(d.matched_segment_allocs) + " match";
   if (d.first_segment_mismatch >= 0) {
     const auto i = static_cast<size_t>(d.first_segment_mismatch);
@@ -114,18 +128,19 @@ void device_text(std::ostringstream& out, const DeviceReplay& d) {
   } else {
     match += " (same sizes, same order)";
   }
-  row(out, "segment allocations", std::to_string(d.recorded_segment_allocs.size()),
+  if (requests_only) match.clear();
+  row(out, "segment allocations", recorded(std::to_string(d.recorded_segment_allocs.size())),
       std::to_string(d.replayed_segment_allocs.size()), match);
-  row(out, "segment releases", std::to_string(d.recorded_segment_frees),
+  row(out, "segment releases", recorded(std::to_string(d.recorded_segment_frees)),
       std::to_string(d.replayed_segment_frees));
-  row(out, "peak reserved", bytes(d.recorded_peak_reserved),
+  row(out, "peak reserved", recorded(bytes(d.recorded_peak_reserved)),
       format_bytes(s.reserved_bytes[kAggregate].peak));
-  row(out, "final reserved", bytes(d.recorded_final_reserved),
+  row(out, "final reserved", recorded(bytes(d.recorded_final_reserved)),
       format_bytes(s.reserved_bytes[kAggregate].current));
-  row(out, "final segments", std::to_string(d.final_segments_recorded),
+  row(out, "final segments", recorded(std::to_string(d.final_segments_recorded)),
       std::to_string(d.final_segments_replayed),
-      std::to_string(d.final_segments_matched) + " identical to the snapshot's, block for block");
-  row(out, "out-of-memory errors", std::to_string(d.recorded_ooms),
+      requests_only ? "" : std::to_string(d.final_segments_matched) + " identical to the snapshot's, block for block");
+  row(out, "out-of-memory errors", recorded(std::to_string(d.recorded_ooms)),
       std::to_string(d.reproduced_ooms + d.failed_allocs),
       d.failed_allocs ? std::to_string(d.failed_allocs) + " allocations that succeeded when recorded failed"
                       : "");
@@ -176,7 +191,12 @@ std::string snapshot_replay_to_text(const SnapshotReplay& replay, const std::str
     device_text(out, d);
     out << "\n";
   }
-  if (replay.recorded_settings) {
+  const bool requests_only = !replay.devices.empty() &&
+                             std::all_of(replay.devices.begin(), replay.devices.end(), records_requests_only);
+  if (requests_only) {
+    out << "The trace records no segments, so nothing is compared: the replayed figures are what the "
+           "caching allocator would reserve for these requests on this device.\n";
+  } else if (replay.recorded_settings) {
     const bool exact = replay.matched_segment_allocs() == replay.recorded_segment_allocs() &&
                        replay.replayed_segment_allocs() == replay.recorded_segment_allocs();
     out << (exact ? "The replay reproduces every recorded segment allocation.\n"

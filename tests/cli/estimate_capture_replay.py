@@ -3,7 +3,8 @@ torch and a GPU, so this builds a file of the same layout): a _dump_snapshot-sty
 segments, each alloc's frames led by the operation's name with no file, frees with no frames,
 and "estimate step N" annotations around each step. The replay must take every request as
 given, find the peak the capture implies, run out of memory on a device too small for it, and
-name the Python frame (not the operation) as an allocation's call site.
+name the Python frame (not the operation) as an allocation's call site; and it must not claim
+that the replay fails to reproduce recorded segments, since none were recorded.
 
     estimate_capture_replay.py MEMSNAP WORK_DIR
 """
@@ -99,6 +100,12 @@ def main():
                         f" not at or above the capture's peak {peak}")
     if device["num_ooms"] or device["failed_allocs"]:
         failures.append(f"out of memory on 80 GiB: {device}")
+
+    if not device.get("records_requests_only"):
+        failures.append("the replay does not say the trace records requests only")
+    code, out, err = run(memsnap, "replay", path, "--capacity-gib", "80")
+    if code != 0 or "does NOT reproduce" in out or "nothing is compared" not in out:
+        failures.append(f"the text report compares with segments that were never recorded:\n{out}{err}")
 
     small = (peak - 64 * MIB) / (1 << 30)  # a device that cannot hold the peak
     code, out, err = run(memsnap, "replay", path, "--capacity-gib", f"{small:.4f}", "--json")

@@ -13,7 +13,7 @@ replay of that trace::
 
     capture(step, setup=build).dump("step.pickle")
     # memsnap replay step.pickle --capacity-gib 80      peak allocated and reserved, any OOM
-    # memsnap tune step.pickle --capacity-gib 80        the settings that reserve least
+    # memsnap tune step.pickle                          the settings that reserve least
     # memsnap serve step.pickle                         every view
 
 What it cannot see: memory PyTorch's kernels allocate inside themselves through the caching
