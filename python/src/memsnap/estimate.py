@@ -119,7 +119,8 @@ class Capture:
     unseen: list[str] = field(default_factory=list)
 
     def dump(self, path: str) -> None:
-        """Writes the snapshot as a pickle that memsnap and PyTorch's memory_viz read."""
+        """Writes the snapshot as a pickle that memsnap and PyTorch's memory_viz read, to a new
+        file: a path that exists (a file, a link) is refused with FileExistsError."""
         with open(path, "xb") as out:
             pickle.dump(self.snapshot, out, protocol=pickle.HIGHEST_PROTOCOL)
 
