@@ -6,7 +6,10 @@ given, find the peak the capture implies, run out of memory on a device too smal
 name the Python frame (not the operation) as an allocation's call site; and it must not claim
 that the replay fails to reproduce recorded segments, since none were recorded.
 
-    estimate_capture_replay.py MEMSNAP WORK_DIR
+Real PyTorch pickles (segments older than their trace, wrapped traces, CUDA-graph pools) given
+after WORK_DIR must never be taken for such a capture.
+
+    estimate_capture_replay.py MEMSNAP WORK_DIR [REAL_PICKLE ...]
 """
 import json
 import os
@@ -123,9 +126,22 @@ def main():
     if code != 0 or "cannot judge" not in out.lower():
         failures.append(f"growth over 3 steps should say it cannot judge (exit {code}):\n{out}{err}")
 
+    replayed_real = 0
+    for real in sys.argv[3:]:
+        code, out, err = run(memsnap, "replay", real, "--json")
+        if code != 0:
+            continue  # a pickle replay cannot take (no trace) says so elsewhere; nothing to classify
+        replayed_real += 1
+        if any(d.get("records_requests_only") for d in json.loads(out)["devices"]):
+            failures.append(f"{os.path.basename(real)}: a real recording taken for a capture of requests")
+
+    if sys.argv[3:] and replayed_real * 2 < len(sys.argv[3:]):
+        failures.append(f"only {replayed_real} of {len(sys.argv) - 3} real pickles replayed")
+
     if failures:
         sys.exit("FAILED:\n" + "\n".join(failures))
-    print(f"ok: peak {peak / MIB:.1f} MiB replayed, reserved {device['peak_reserved_bytes'] / MIB:.0f} MiB")
+    print(f"ok: peak {peak / MIB:.1f} MiB replayed, reserved {device['peak_reserved_bytes'] / MIB:.0f} MiB;"
+          f" {replayed_real} real recordings not taken for captures")
 
 
 if __name__ == "__main__":

@@ -137,7 +137,8 @@ class _StorageLedger(TorchDispatchMode):
         self.trace: list[dict] = []
         self.annotations: list[dict] = []
         self.allocated = 0
-        self.peak = 0
+        self.peak = 0  # since the current step began
+        self.overall_peak = 0
         self.ops: set[str] = set()
         self.finalizers: list = []
 
@@ -154,12 +155,14 @@ class _StorageLedger(TorchDispatchMode):
             entry = self._live.pop(key, None)
             if entry is None:
                 return
-            address, size, stream = entry
-            self.allocated -= size
-            now = self.tick()
-            for action in ("free_requested", "free_completed"):
-                self.trace.append({"action": action, "addr": address, "size": size, "stream": stream,
-                                   "time_us": now, "frames": []})
+            self._record_free(*entry)
+
+    def _record_free(self, address: int, size: int, stream: int) -> None:
+        self.allocated -= size
+        now = self.tick()
+        for action in ("free_requested", "free_completed"):
+            self.trace.append({"action": action, "addr": address, "size": size, "stream": stream,
+                               "time_us": now, "frames": []})
 
     def _allocate(self, storage, size: int, stream: int, op_name: str) -> None:
         key = storage._cdata
@@ -168,6 +171,7 @@ class _StorageLedger(TorchDispatchMode):
         self._live[key] = (address, size, stream)
         self.allocated += size
         self.peak = max(self.peak, self.allocated)
+        self.overall_peak = max(self.overall_peak, self.allocated)
         self.trace.append({"action": "alloc", "addr": address, "size": size, "stream": stream,
                            "time_us": self.tick(), "frames": _python_frames(op_name)})
         self.finalizers.append(weakref.finalize(storage, self._free, key))
@@ -199,12 +203,7 @@ class _StorageLedger(TorchDispatchMode):
                         continue
                     # Grown in place (resize_, an out= result): PyTorch allocates the new size,
                     # then frees the old block.
-                    self._live.pop(key)
-                    self.allocated -= held[1]
-                    now = self.tick()
-                    for action in ("free_requested", "free_completed"):
-                        self.trace.append({"action": action, "addr": held[0], "size": held[1],
-                                           "stream": held[2], "time_us": now, "frames": []})
+                    self._record_free(*self._live.pop(key))
                 elif nbytes == 0:
                     continue
                 if stream is None:
@@ -323,13 +322,5 @@ def capture(step, *, setup=None, steps: int = 3) -> Capture:
         snapshot = {"segments": [], "device_traces": [list(ledger.trace)],
                     "external_annotations": list(ledger.annotations),
                     "allocator_settings": {}}
-        overall = 0
-        live = 0
-        for entry in ledger.trace:
-            if entry["action"] == "alloc":
-                live += entry["size"]
-                overall = max(overall, live)
-            elif entry["action"] == "free_completed":
-                live -= entry["size"]
-    return Capture(snapshot=snapshot, steps=steps, peak_live_bytes=overall,
+    return Capture(snapshot=snapshot, steps=steps, peak_live_bytes=ledger.overall_peak,
                    step_peak_live_bytes=step_peaks, unseen=_unseen(ledger.ops))
