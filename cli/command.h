@@ -36,6 +36,7 @@ using CommandRunner = std::function<void()>;
 CommandRunner add_replay_command(CLI::App& app);
 CommandRunner add_explain_oom_command(CLI::App& app);
 CommandRunner add_tune_command(CLI::App& app);
+CommandRunner add_estimate_command(CLI::App& app);
 CommandRunner add_growth_command(CLI::App& app);
 CommandRunner add_ranks_command(CLI::App& app);
 CommandRunner add_stats_command(CLI::App& app);

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
       memsnap::cli::add_replay_command(app),
       memsnap::cli::add_explain_oom_command(app),
       memsnap::cli::add_tune_command(app),
+      memsnap::cli::add_estimate_command(app),
       memsnap::cli::add_growth_command(app),
       memsnap::cli::add_ranks_command(app),
       memsnap::cli::add_stats_command(app),

@@ -195,6 +195,7 @@ class DeviceReplayer {
     restore_start_state();
     allocator.set_observer(&watcher_);
     size_t next_change = 0;
+    size_t failed_before = 0;
     for (index_ = 0; index_ < end; ++index_) {
       const TraceEntry& e = trace_[index_];
       ++out_.events;
@@ -211,6 +212,11 @@ class DeviceReplayer {
         case TraceAction::kSegmentUnmap: segment_released(e); break;
         case TraceAction::kOom: oom(e); break;
         default: break;  // segment_alloc/map: the replay reserves for itself; snapshot
+      }
+      if (options_.after_entry) {
+        const bool failed = out_.failed_allocs > failed_before;
+        failed_before = out_.failed_allocs;
+        if (!options_.after_entry(out_.device, index_, allocator.device_stats(0), failed)) break;
       }
     }
     allocator.set_observer(nullptr);

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,6 +42,11 @@ struct SnapshotReplayOptions {
   // Stop after this entry of each device's trace (state_after_entry); the final comparisons
   // are skipped then.
   std::optional<size_t> stop_after_entry;
+  // Called after each replayed entry with the device's statistics at that moment and whether
+  // the entry was an allocation the simulated device could not serve; returning false ends that
+  // device's replay there. `memsnap estimate` follows each step's peaks and stops at the first failure
+  // (where the program would have raised).
+  std::function<bool(int device, size_t entry, const DeviceStats& stats, bool failed)> after_entry;
 };
 
 struct DeviceReplay {

@@ -75,18 +75,6 @@ std::vector<uint64_t> steps_from_regular_site(const DeviceTrace& trace, StackInd
   return site == kNoStackIndex ? std::vector<uint64_t>{} : at[site];
 }
 
-// The first trace entry at or after `time_us`, and the first after it (traces are in time order).
-uint64_t first_at_or_after(const DeviceTrace& trace, int64_t time_us) {
-  return static_cast<uint64_t>(std::lower_bound(trace.begin(), trace.end(), time_us,
-                                                [](const TraceEntry& e, int64_t t) { return e.time_us < t; }) -
-                               trace.begin());
-}
-uint64_t first_after(const DeviceTrace& trace, int64_t time_us) {
-  return static_cast<uint64_t>(std::upper_bound(trace.begin(), trace.end(), time_us,
-                                                [](int64_t t, const TraceEntry& e) { return t < e.time_us; }) -
-                               trace.begin());
-}
-
 }  // namespace
 
 Result<GrowthSteps> find_growth_steps(const Snapshot& snapshot, const DeviceTrace& trace, int64_t device,
@@ -126,5 +114,17 @@ Result<GrowthSteps> find_growth_steps(const Snapshot& snapshot, const DeviceTrac
   }
   return steps;
 }
+
+uint64_t first_at_or_after(const DeviceTrace& trace, int64_t time_us) {
+  return static_cast<uint64_t>(std::lower_bound(trace.begin(), trace.end(), time_us,
+                                                [](const TraceEntry& e, int64_t t) { return e.time_us < t; }) -
+                               trace.begin());
+}
+uint64_t first_after(const DeviceTrace& trace, int64_t time_us) {
+  return static_cast<uint64_t>(std::upper_bound(trace.begin(), trace.end(), time_us,
+                                                [](int64_t t, const TraceEntry& e) { return t < e.time_us; }) -
+                               trace.begin());
+}
+
 
 }  // namespace memsnap

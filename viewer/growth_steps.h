@@ -33,6 +33,10 @@ struct GrowthSteps {
   size_t collapsed = 0;  // of them, those that fell in the microsecond of an earlier one
 };
 
+// The first trace entry at or after `time_us`, and the first after it (traces are in time order).
+uint64_t first_at_or_after(const DeviceTrace& trace, int64_t time_us);
+uint64_t first_after(const DeviceTrace& trace, int64_t time_us);
+
 // Fails when `annotation` is given and fewer than 3 annotations bear it; otherwise the steps
 // found, however few.
 Result<GrowthSteps> find_growth_steps(const Snapshot& snapshot, const DeviceTrace& trace, int64_t device,

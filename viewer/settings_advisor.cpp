@@ -91,11 +91,21 @@ std::string settings_advice_conclusion(const SettingsAdvice& advice) {
   switch (advice.verdict) {
     case TuneVerdict::kCannotJudge:
       return "Cannot judge which settings reserve least, because " + advice.reason + ".";
-    case TuneVerdict::kNoSettingWorks:
-      return "No setting tried avoids the out-of-memory error" + coverage(advice) +
-             ": the program needs less memory at that point.";
+    case TuneVerdict::kNoSettingWorks: {
+      std::string out = "No setting tried avoids the out-of-memory error" + coverage(advice);
+      const auto needed = static_cast<uint64_t>(advice.unlimited_peak_requested_bytes);
+      if (needed == 0 || advice.capacity_bytes == 0) return out + ".";
+      if (needed > advice.capacity_bytes)
+        return out + ": the live allocations ask for " + bytes(static_cast<int64_t>(needed)) +
+               " at once, more than the " + bytes(static_cast<int64_t>(advice.capacity_bytes)) +
+               " the device has; the program needs less memory at that point.";
+      return out + ": the live allocations never ask for more than " + bytes(static_cast<int64_t>(needed)) +
+             " at once, which the " + bytes(static_cast<int64_t>(advice.capacity_bytes)) +
+             " device holds, but the cached memory is split in a way none of these settings avoids.";
+    }
     case TuneVerdict::kKeep:
-      return "Keep the recorded settings: none tried reserves less" + coverage(advice) + ".";
+      return std::string(advice.baseline_given ? "Keep these settings" : "Keep the recorded settings") +
+             ": none tried reserves less" + coverage(advice) + ".";
     case TuneVerdict::kChange: {
       const TunedSetting& best = advice.ranked.front();
       std::string out = "Use PYTORCH_CUDA_ALLOC_CONF=" + best.config + ": peak reserved " + bytes(best.peak_reserved_bytes);
@@ -105,7 +115,11 @@ std::string settings_advice_conclusion(const SettingsAdvice& advice) {
         std::snprintf(saving, sizeof saving, "%.1f%%",
                       base > 0 ? 100.0 * static_cast<double>(base - best.peak_reserved_bytes) / static_cast<double>(base) : 0.0);
         out += " (" + bytes(base - best.peak_reserved_bytes) + " less, " + saving + ")";
-        if (advice.recorded_oom && !advice.recorded->ok) out += ", and it avoids the recorded out-of-memory error";
+        if (advice.recorded_oom && !advice.recorded->ok)
+          out += ", and it avoids the recorded out-of-memory error";
+        else if (!advice.recorded->ok)
+          out += std::string(", and every allocation succeeds with it (not with ") +
+                 (advice.baseline_given ? "these settings" : "the recorded settings") + ")";
       }
       return out + coverage(advice) + ".";
     }
@@ -143,7 +157,9 @@ Result<SettingsAdvice> tune_settings(const Snapshot& snapshot, const TuneOptions
   const auto& trace = snapshot.device_traces[static_cast<size_t>(advice.device)];
   advice.events = trace.size();
   advice.recorded_oom = std::any_of(trace.begin(), trace.end(), [](const TraceEntry& e) { return e.action == TraceAction::kOom; });
-  const Result<AllocatorConfig> recorded = recorded_allocator_config(snapshot);
+  advice.baseline_given = options.baseline.has_value();
+  const Result<AllocatorConfig> recorded =
+      options.baseline ? Result<AllocatorConfig>(*options.baseline) : recorded_allocator_config(snapshot);
   if (!recorded) return Result<SettingsAdvice>::failure("tune: " + recorded.error());
   const std::string recorded_text = to_config_string(recorded.value());
 
@@ -160,6 +176,7 @@ Result<SettingsAdvice> tune_settings(const Snapshot& snapshot, const TuneOptions
     SnapshotReplayOptions replay_options;
     replay_options.config = config.value();
     replay_options.check_invariants = false;
+    replay_options.capacity_bytes = options.capacity_bytes;
     const Result<SnapshotReplay> replay = replay_snapshot(snapshot, replay_options);
     if (!replay) {
       errors[i] = replay.error();
@@ -217,6 +234,25 @@ Result<SettingsAdvice> tune_settings(const Snapshot& snapshot, const TuneOptions
                                            (errors.empty() || errors[0].empty() ? std::string() : ": " + errors[0]));
   std::sort(advice.ranked.begin(), advice.ranked.end(), better);
   decide(advice);
+  if (advice.verdict == TuneVerdict::kNoSettingWorks) {
+    // Too little memory, or memory split in a way no setting avoids? The requests alone say:
+    // replayed with no limit, the bytes the live allocations ask for at once are the same
+    // under any setting.
+    SnapshotReplayOptions unlimited;
+    unlimited.config = recorded.value();
+    unlimited.check_invariants = false;
+    unlimited.capacity_bytes = size_t{512} << 30;  // past any GPU, within the simulated address space
+    SnapshotReplayOptions limited = unlimited;
+    limited.capacity_bytes = options.capacity_bytes;
+    const Result<SnapshotReplay> needed = replay_snapshot(snapshot, unlimited);
+    const Result<SnapshotReplay> as_tuned = replay_snapshot(snapshot, limited);
+    if (needed && as_tuned)
+      for (const DeviceReplay& d : needed->devices)
+        if (d.device == advice.device) advice.unlimited_peak_requested_bytes = d.stats.requested_bytes[kAggregate].peak;
+    if (as_tuned)
+      for (const DeviceReplay& d : as_tuned->devices)
+        if (d.device == advice.device) advice.capacity_bytes = d.capacity_bytes;
+  }
   advice.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return advice;
 }
@@ -247,6 +283,8 @@ nlohmann::json settings_advice_to_json(const SettingsAdvice& advice) {
                        : nlohmann::json(nullptr)},
           {"verdict", tune_verdict_name(advice.verdict)},
           {"reason", advice.reason},
+          {"unlimited_peak_requested_bytes", advice.unlimited_peak_requested_bytes},
+          {"capacity_bytes", advice.capacity_bytes},
           {"conclusion", settings_advice_conclusion(advice)},
           {"reserved_before_trace_bytes", advice.reserved_before_trace_bytes},
           {"settings_tried", advice.ranked.size()},

@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "allocator/allocator_config.h"
 #include "allocator/result.h"
 #include "snapshot/snapshot.h"
 
@@ -48,13 +49,18 @@ struct SettingsAdvice {
   int64_t device = 0;
   size_t events = 0;
   bool recorded_oom = false;          // the recording ran out of memory
-  std::optional<TunedSetting> recorded;  // the baseline: the recorded settings, replayed
+  std::optional<TunedSetting> recorded;  // the baseline: the recorded settings (or TuneOptions::baseline), replayed
+  bool baseline_given = false;           // TuneOptions::baseline was set
   std::vector<TunedSetting> ranked;   // best first; settings that fail come last
   // Reserved in segments that existed before the trace's first event (it wrapped, or recording
   // started late). Every replay starts from them as recorded, whatever its settings: the
   // settings are compared on what the trace allocated beyond them.
   uint64_t reserved_before_trace_bytes = 0;
   TuneVerdict verdict = TuneVerdict::kCannotJudge;
+  // With kNoSettingWorks: the bytes the live allocations ask for at once, replayed with no limit
+  // (the same under any setting), and the device's memory in the replays.
+  int64_t unlimited_peak_requested_bytes = 0;
+  uint64_t capacity_bytes = 0;
   std::string reason;                 // with kCannotJudge: why, as a sentence
   std::string note;                   // caveats (inexact replay of the recorded settings)
   double seconds = 0;
@@ -63,6 +69,10 @@ struct SettingsAdvice {
 struct TuneOptions {
   std::optional<int64_t> device;  // default: the device with the longest trace
   unsigned threads = 0;           // 0: the machine's cores
+  // Memory of the simulated device; unset: what the recording had (replay's default).
+  std::optional<size_t> capacity_bytes;
+  // The settings the others are compared with; unset: the recorded ones.
+  std::optional<AllocatorConfig> baseline;
 };
 
 // The candidate settings tried, as config strings.

@@ -1,7 +1,7 @@
 """memsnap reads what memsnap.estimate.capture writes (python/src/memsnap/estimate.py, which needs
 torch and a GPU, so this builds a file of the same layout): a _dump_snapshot-style pickle with no
 segments, each alloc's frames led by the operation's name with no file, frees with no frames,
-and "estimate step N" annotations around each step. The replay must take every request as
+and "estimate step N" annotations around each step. The replay (and memsnap estimate) must take every request as
 given, find the peak the capture implies, run out of memory on a device too small for it, and
 name the Python frame (not the operation) as an allocation's call site; and it must not claim
 that the replay fails to reproduce recorded segments, since none were recorded.
@@ -125,6 +125,37 @@ def main():
     code, out, err = run(memsnap, "growth", path)
     if code != 0 or "cannot judge" not in out.lower():
         failures.append(f"growth over 3 steps should say it cannot judge (exit {code}):\n{out}{err}")
+
+    # memsnap estimate: the same capture on a device that holds it and on one that does not.
+    code, out, err = run(memsnap, "estimate", path, "--capacity-gib", "80", "--json")
+    if code != 0:
+        failures.append(f"estimate on 80 GiB exited {code}: {err}")
+    else:
+        fit = json.loads(out)
+        names = [step["name"] for step in fit["steps"]]
+        if not fit["fits"] or names != ["setup", "estimate step 1", "estimate step 2", "estimate step 3"]:
+            failures.append(f"estimate on 80 GiB: fits {fit['fits']}, steps {names}")
+        if fit["peak_allocated_bytes"] != device["peak_allocated_bytes"]:
+            failures.append(f"estimate's peak {fit['peak_allocated_bytes']} is not replay's {device['peak_allocated_bytes']}")
+        if fit["tune"] is None or fit["tune"]["verdict"] not in ("keep", "change"):
+            failures.append(f"estimate on 80 GiB ranks no settings: {fit['tune_error']}")
+    code, out, err = run(memsnap, "estimate", path, "--capacity-gib", f"{small:.4f}")
+    first = out.splitlines()[0] if out else ""
+    if code != 0 or not first.startswith("Does not fit") or "(model.py" not in first:
+        failures.append(f"estimate on {small:.4f} GiB should say where it runs out (exit {code}):\n{out}{err}")
+    for arguments, message in ((["--device", "A100"], "unknown device 'A100'"),
+                               ([], "say which device"),
+                               (["--capacity-gib", "1", "--steps", "2"], "--steps, --batch-sizes and --save are for a SCRIPT.py")):
+        code, out, err = run(memsnap, "estimate", path, *arguments)
+        if code != 1 or message not in err or err.count("\n") != 1:
+            failures.append(f"estimate {arguments}: exit {code}, want one line with '{message}':\n{err}")
+    script = os.path.join(work, "train.py")
+    with open(script, "w") as out_file:
+        out_file.write("def step():\n    pass\n")
+    done = subprocess.run([memsnap, "estimate", script, "--capacity-gib", "1"], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, MEMSNAP_PYTHON=os.path.join(work, "no-such-python")))
+    if done.returncode != 1 or "cannot run" not in done.stderr or "MEMSNAP_PYTHON" not in done.stderr:
+        failures.append(f"a script without a Python to capture it: exit {done.returncode}:\n{done.stderr}")
 
     replayed_real = 0
     for real in sys.argv[3:]:

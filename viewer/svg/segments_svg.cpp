@@ -35,7 +35,7 @@ std::string compact_bytes(uint64_t bytes) {
   return text;
 }
 
-constexpr const char* kScript = R"JS(
+constexpr const char* kSegmentsScript = R"JS(
 var details;
 function show(k) {
   var b = D.blocks[k], s = D.segments[b[0]], lines = [];
@@ -187,7 +187,7 @@ std::string render_segments(const Snapshot& snapshot, const SegmentsOptions& opt
   out += close_document("var D={\"detailLines\":" + std::to_string(kSegmentsDetailLines) +
          ",\"states\":[\"active_allocated\",\"active_pending_free\",\"inactive\"],\"labels\":[" + labels_json +
          "],\"stacks\":[" + stacks_json + "],\"segments\":[" + segments_json + "],\"blocks\":[" + blocks_json +
-         "]};\n", kScript);
+         "]};\n", kSegmentsScript);
   return out;
 }
 

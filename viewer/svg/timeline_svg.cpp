@@ -18,7 +18,7 @@ constexpr int kRight = 20;
 constexpr int kTimelineTop = 60;
 constexpr int kTimelineDetailLines = 14;
 
-constexpr const char* kScript = R"JS(
+constexpr const char* kTimelineScript = R"JS(
 var details;
 function show(k) {
   var b = D.bands[k], lines = [];
@@ -301,7 +301,7 @@ std::string render_timeline(const Snapshot& snapshot, const Timeline& timeline,
   out += details_panel(10, details_top, kTimelineDetailLines, "hover an allocation for its stack");
   out += close_document("var D={\"events\":" + std::to_string(timeline.events) +
          ",\"detailLines\":" + std::to_string(kTimelineDetailLines) + ",\"labels\":[" + labels_json + "],\"stacks\":[" +
-         stacks_json + "],\"bands\":[" + bands_json + "]};\n", kScript);
+         stacks_json + "],\"bands\":[" + bands_json + "]};\n", kTimelineScript);
   return out;
 }
 
