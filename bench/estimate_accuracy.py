@@ -1,109 +1,208 @@
-"""How close memsnap.estimate comes to a real training step (run on the GPU machine).
+"""How close memsnap.estimate comes to a real training step, beside the estimators people use
+(run on the GPU machine).
 
-For each model: a fresh process captures three training steps (AdamW) on fake CUDA tensors with
-memsnap.estimate.capture and `memsnap replay --json` replays the capture through memsnap's
-simulation of PyTorch's caching allocator (PyTorch's default settings); another fresh process
-runs the same three steps for real on PyTorch's own allocator. The real run warms the cuBLAS
-workspaces first, which the capture cannot see, and its allocated peak is counted above them;
-its reserved peak is as PyTorch reports it, and the table gives the workspaces' reserve beside it.
+For each model, each in a fresh process:
+  - memsnap: memsnap.estimate.estimate captures three training steps (AdamW) on fake CUDA tensors
+    and replays them through memsnap's simulation of PyTorch's caching allocator (PyTorch's
+    default settings, a device larger than the steps);
+  - real: the same three steps on PyTorch's own allocator: peak allocated and peak reserved;
+  - accelerate: `accelerate estimate-memory`'s training figure (its estimate_training_usage of
+    the model's parameter bytes: the largest of model, gradients, optimizer and step);
+  - MemTracker: PyTorch's torch.distributed._tools.mem_tracker over one step under
+    FakeTensorMode (its peak "Total"; it refuses a second step in one session), set beside the
+    real run's first step.
+Then the largest batch that fits under a memory cap: GPT-2's peaks predicted at several batch
+sizes, a cap set between two of them, memsnap's prediction of the largest that fits, and PyTorch's
+allocator run under that cap (set_per_process_memory_fraction) at the two sizes around it.
 
-    python3 bench/estimate_accuracy.py MEMSNAP_CLI [MODEL ...]   (gpt2 resnet50 vit)
+    python3 bench/estimate_accuracy.py [MODEL ...] [--no-batch] [--only-memtracker]
+                                          (models: gpt2 llama resnet50 vit; all by default)
 
-Needs the memsnap package installed (bench/gpu/python_package.sh), transformers, torchvision, timm.
+Needs the memsnap package installed (bench/gpu/python_package.sh), transformers, torchvision and
+timm; accelerate where installed.
 """
 import json
-import os
 import subprocess
 import sys
-import tempfile
 import textwrap
 
 MODELS = {
-    # name: (imports, model expression, forward and backward of one batch)
+    # name: (imports and configuration, model expression, one batch's forward and backward)
     "gpt2": ("from transformers import GPT2Config, GPT2LMHeadModel\ncfg = GPT2Config()",
              "GPT2LMHeadModel(cfg)",
-             "ids = torch.randint(0, cfg.vocab_size, (8, 512), device='cuda')\n"
+             "ids = torch.randint(0, cfg.vocab_size, (BATCH, 512), device='cuda')\n"
              "model(input_ids=ids, labels=ids).loss.backward()"),
+    # A Llama-style decoder (RMSNorm, SwiGLU, rotary embeddings) with gradient checkpointing,
+    # under bf16 autocast.
+    "llama": ("from transformers import LlamaConfig, LlamaForCausalLM\n"
+              "cfg = LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,\n"
+              "                  num_attention_heads=16, num_key_value_heads=16, vocab_size=32000,\n"
+              "                  max_position_embeddings=1024)",
+              "LlamaForCausalLM(cfg)",
+              "model.gradient_checkpointing_enable()\n"
+              "ids = torch.randint(0, cfg.vocab_size, (BATCH, 1024), device='cuda')\n"
+              "with torch.autocast('cuda', dtype=torch.bfloat16):\n"
+              "    loss = model(input_ids=ids, labels=ids).loss\n"
+              "loss.backward()"),
     "resnet50": ("import torchvision", "torchvision.models.resnet50()",
-                 "x = torch.randn(64, 3, 224, 224, device='cuda')\n"
-                 "y = torch.randint(0, 1000, (64,), device='cuda')\n"
+                 "x = torch.randn(BATCH, 3, 224, 224, device='cuda')\n"
+                 "y = torch.randint(0, 1000, (BATCH,), device='cuda')\n"
                  "torch.nn.functional.cross_entropy(model(x), y).backward()"),
     "vit": ("import timm", "timm.create_model('vit_base_patch16_224')",
-            "x = torch.randn(32, 3, 224, 224, device='cuda')\n"
-            "y = torch.randint(0, 1000, (32,), device='cuda')\n"
+            "x = torch.randn(BATCH, 3, 224, 224, device='cuda')\n"
+            "y = torch.randint(0, 1000, (BATCH,), device='cuda')\n"
             "torch.nn.functional.cross_entropy(model(x), y).backward()"),
 }
+BATCH = {"gpt2": 8, "llama": 8, "resnet50": 64, "vit": 32}
 STEPS = 3
+GIB = 1 << 30
 
 
-def program(name: str, mode: str, out: str) -> str:
-    imports, build, batch = MODELS[name]
+def program(name: str, mode: str, batch: int, cap: int = 0, sizes=()) -> str:
+    imports, build, forward = MODELS[name]
     common = f"""
-import json, time, torch
+import json, sys, time, torch
 {imports}
-def setup():
+def setup(BATCH={batch}):
     model = {build}.to("cuda")
-    return model, torch.optim.AdamW(model.parameters(), lr=1e-4)
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-4), BATCH
 def step(state):
-    model, optimizer = state
-{textwrap.indent(batch, "    ")}
+    model, optimizer, BATCH = state
+{textwrap.indent(forward, "    ")}
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
 """
-    if mode == "estimate":
+    if mode == "memsnap":
         return common + f"""
 import memsnap.estimate
 started = time.process_time()
-captured = memsnap.estimate.capture(step, setup=setup, steps={STEPS})
-seconds = time.process_time() - started
-captured.dump({out!r})
-print(json.dumps({{"cpu_seconds": seconds, "peak_live": captured.peak_live_bytes}}))
+result = memsnap.estimate.estimate(step, setup=setup, device=512 << 30, steps={STEPS}, tune=False)
+print(json.dumps({{"cpu_seconds": time.process_time() - started, "allocated": result.peak_allocated_bytes,
+                   "reserved": result.peak_reserved_bytes}}))
 """
-    return common + f"""
-warm = torch.randn(64, 64, device="cuda", requires_grad=True)
-(warm @ warm).sum().backward()
-del warm
-torch.cuda.synchronize()
-base_allocated = torch.cuda.memory_allocated()
-base_reserved = torch.cuda.memory_reserved()
+    if mode == "sizes":  # memsnap's prediction at several batch sizes, and under a cap
+        return common + f"""
+import memsnap.estimate
+sizes = {list(sizes)}
+peaks = {{b: memsnap.estimate.estimate(step, setup=lambda b=b: setup(b), device=512 << 30, steps={STEPS},
+                                       tune=False).peak_reserved_bytes for b in sizes}}
+print(json.dumps({{"peaks": peaks}}))
+"""
+    if mode == "capped":
+        return common + f"""
+import memsnap.estimate
+sizes = {list(sizes)}
+result = memsnap.estimate.estimate(step, setup=setup, device={cap}, steps={STEPS}, batch_sizes=sizes, tune=False)
+print(json.dumps({{"largest": result.largest_fitting}}))
+"""
+    if mode == "real":
+        return common + f"""
+total = torch.cuda.get_device_properties(0).total_memory
+if {cap}:
+    torch.cuda.set_per_process_memory_fraction({cap} / total)
 state = setup()
-for _ in range({STEPS}):
-    step(state)
-torch.cuda.synchronize()
-stats = torch.cuda.memory_stats()
-print(json.dumps({{"allocated": stats["allocated_bytes.all.peak"] - base_allocated,
-                   "reserved": stats["reserved_bytes.all.peak"], "workspace_reserved": base_reserved}}))
+try:
+    first = 0
+    for index in range({STEPS}):
+        step(state)
+        if index == 0:
+            first = torch.cuda.max_memory_allocated()
+    torch.cuda.synchronize()
+    print(json.dumps({{"ran": True, "allocated": torch.cuda.max_memory_allocated(),
+                       "reserved": torch.cuda.max_memory_reserved(), "first_allocated": first}}))
+except torch.OutOfMemoryError:
+    print(json.dumps({{"ran": False}}))
 """
+    if mode == "accelerate":
+        return f"""
+import json, torch
+{imports}
+from accelerate.commands.estimate import estimate_training_usage
+model = {build}
+size = sum(p.numel() * p.element_size() for p in model.parameters())
+usage = estimate_training_usage(size, "float32")
+print(json.dumps({{"allocated": max(usage.values())}}))
+"""
+    if mode == "memtracker":
+        return common + f"""
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.distributed._tools.mem_tracker import MemTracker
+with FakeTensorMode(), torch.device("cuda"):
+    model = {build}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    tracker = MemTracker()
+    tracker.track_external(model, optimizer)
+    with tracker:  # one step: it refuses to track a module called again in the same session
+        step((model, optimizer, {batch}))
+    peak = max(v["Total"] for v in tracker.get_tracker_snapshot("peak").values())
+print(json.dumps({{"allocated": peak}}))
+"""
+    raise ValueError(mode)
 
 
-def run(code: str) -> dict:
+def run(code: str, failures_ok: bool = False):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
+        if failures_ok:
+            last = [line for line in done.stderr.strip().splitlines() if line.strip()]
+            return {"error": (last[-1] if last else f"exit {done.returncode}")[:90]}
         raise SystemExit(f"child failed:\n{done.stderr[-3000:]}")
     return json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
 
 
+def error(predicted: float, measured: float) -> str:
+    return f"{100 * (predicted / measured - 1):+.2f}%"
+
+
+def other(result: dict, measured: int) -> str:
+    if "error" in result:
+        return f"fails ({result['error']})"
+    return f"{result['allocated'] / GIB:.3f} GiB ({error(result['allocated'], measured)})"
+
+
+def accuracy(names) -> None:
+    only_memtracker = "--only-memtracker" in sys.argv
+    if only_memtracker:
+        print("| model | real: first step's peak allocated | MemTracker, one step (error) |\n|---|---|---|")
+    else:
+        print("| model | real: peak allocated / reserved | memsnap: allocated (error) | memsnap: reserved (error) "
+              "| memsnap CPU time | accelerate (vs allocated) | MemTracker, one step (vs the real first step) |")
+        print("|---|---|---|---|---|---|---|")
+    for name in names:
+        batch = BATCH[name]
+        real = run(program(name, "real", batch))
+        tracker = run(program(name, "memtracker", batch), failures_ok=True)
+        if only_memtracker:
+            print(f"| {name} (batch {batch}) | {real['first_allocated'] / GIB:.3f} GiB "
+                  f"| {other(tracker, real['first_allocated'])} |", flush=True)
+            continue
+        mine = run(program(name, "memsnap", batch))
+        accelerate = run(program(name, "accelerate", batch), failures_ok=True)
+        print(f"| {name} (batch {batch}) | {real['allocated'] / GIB:.3f} / {real['reserved'] / GIB:.3f} GiB "
+              f"| {mine['allocated'] / GIB:.3f} GiB ({error(mine['allocated'], real['allocated'])}) "
+              f"| {mine['reserved'] / GIB:.3f} GiB ({error(mine['reserved'], real['reserved'])}) "
+              f"| {mine['cpu_seconds']:.1f} s | {other(accelerate, real['allocated'])} "
+              f"| {other(tracker, real['first_allocated'])} |", flush=True)
+
+
+def largest_batch() -> None:
+    sizes = [4, 8, 12, 16]
+    peaks = {int(b): p for b, p in run(program("gpt2", "sizes", 8, sizes=sizes))["peaks"].items()}
+    cap = (peaks[8] + peaks[12]) // 2
+    predicted = run(program("gpt2", "capped", 8, cap, sizes))["largest"]
+    ran = {b: run(program("gpt2", "real", b, cap))["ran"] for b in (8, 12)}
+    print(f"\nGPT-2, batch sizes {sizes} x 512 tokens, predicted peak reserved "
+          + ", ".join(f"{b}: {peaks[b] / GIB:.2f} GiB" for b in sizes)
+          + f"; cap {cap / GIB:.2f} GiB: memsnap predicts the largest that fits is {predicted}; "
+          + "PyTorch's allocator under the cap: " + ", ".join(f"batch {b} {'runs' if ran[b] else 'runs out of memory'}"
+                                                            for b in (8, 12)), flush=True)
+
+
 def main() -> None:
-    cli = sys.argv[1]
-    names = sys.argv[2:] or list(MODELS)
-    print("| model | peak allocated: estimate / real | error | peak reserved: estimate (+ workspaces) / real "
-          "| error | capture CPU time |")
-    print("|---|---|---|---|---|---|")
-    with tempfile.TemporaryDirectory() as folder:
-        for name in names:
-            path = os.path.join(folder, f"{name}.pickle")
-            estimate = run(program(name, "estimate", path))
-            replay = subprocess.run([cli, "replay", path, "--json"], capture_output=True, text=True, check=True)
-            device = json.loads(replay.stdout)["devices"][0]
-            real = run(program(name, "real", path))
-            allocated = device["peak_allocated_bytes"]
-            reserved = device["peak_reserved_bytes"] + real["workspace_reserved"]
-            gib = 1 << 30
-            print(f"| {name} | {allocated / gib:.3f} / {real['allocated'] / gib:.3f} GiB "
-                  f"| {100 * (allocated / real['allocated'] - 1):+.2f}% "
-                  f"| {device['peak_reserved_bytes'] / gib:.3f} (+{real['workspace_reserved'] / gib:.3f}) / "
-                  f"{real['reserved'] / gib:.3f} GiB | {100 * (reserved / real['reserved'] - 1):+.2f}% "
-                  f"| {estimate['cpu_seconds']:.1f} s |", flush=True)
+    names = [name for name in sys.argv[1:] if name in MODELS] or list(MODELS)
+    accuracy(names)
+    if "--no-batch" not in sys.argv and "--only-memtracker" not in sys.argv:
+        largest_batch()
 
 
 if __name__ == "__main__":

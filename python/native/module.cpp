@@ -8,6 +8,7 @@
 
 #include "allocator/device_stats.h"
 #include "history/recording_environment.h"
+#include "python/native/fit_estimate_binding.h"
 #include "python/native/python_frames.h"
 #include "python/native/record_function_annotations.h"
 #include "python/native/torch_allocator.h"
@@ -123,6 +124,7 @@ py::dict memory_stats(int device) {
 PYBIND11_MODULE(_native, m) {
   m.doc() = "memsnap's native side for memsnap.torch";
   python::watch_code_objects();  // (the GIL is held here, as the watcher needs)
+  add_fit_estimate_functions(m);
   m.def("install", [](std::optional<std::string> settings) { install(settings); },
         py::arg("settings") = py::none());
   m.def("is_installed", [] {

@@ -58,7 +58,19 @@ __all__ = [
     "annotate",
     "memory_stats",
     "snapshot",
+    "estimate",
 ]
+
+
+def __getattr__(name: str):
+    # memsnap.torch.estimate is memsnap.estimate.estimate (a step's memory on a given GPU, found
+    # without allocating it), loaded on first use: it imports torch, which this module does not
+    # until install() or a memory call needs it.
+    if name == "estimate":
+        from memsnap.estimate import estimate
+
+        return estimate
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # PyTorch keeps an unbounded trace by default (max_entries=sys.maxsize); memsnap's trace is a
 # ring allocated up front at 40 bytes an entry, so a request past this is held to it.

@@ -1,36 +1,30 @@
-"""What a training step asks of PyTorch's CUDA caching allocator, found without allocating it.
+"""A training step's requests to PyTorch's CUDA caching allocator, found without allocating them.
 
 ``capture(step, setup=...)`` runs ``setup`` (build the model and optimizer) and then ``step``
 (forward, backward, optimizer step) several times on fake CUDA tensors (PyTorch's
 ``FakeTensorMode``): every operation runs for its shapes and dtypes only and no device memory is
 allocated, so a model that would not fit can be measured. Each CUDA storage an operation creates
-is recorded with its size (rounded as the caching allocator rounds it), the stream it was made
-on, the Python stack that made it (or the operation, for storages autograd's engine makes in
-backward) and the moment its last reference goes, which is when PyTorch frees it. The result is
-a trace in the layout of ``torch.cuda.memory._dump_snapshot``, with no segments: which segments
-the caching allocator reserves for it, on which device and under which settings, is memsnap's
-replay of that trace::
+is recorded with the bytes it asks for, the stream it was made on, the Python stack that made
+it (or the operation, for storages autograd's engine makes in backward) and the moment its last
+reference goes, which is when PyTorch frees it; so are the cuBLAS and cuBLASLt workspaces, which
+the first matrix product on each thread and stream makes (``cublas_workspace_bytes``). Optimizers take the foreach path a real
+CUDA run takes. The result is a trace in the layout of ``torch.cuda.memory._dump_snapshot``, with
+no segments: which segments the caching allocator reserves for it, on which device and under
+which settings, is memsnap's replay of that trace (fit.py, ``memsnap estimate``).
 
-    capture(step, setup=build).dump("step.pickle")
-    # memsnap replay step.pickle --capacity-gib 80      peak allocated and reserved, any OOM
-    # memsnap tune step.pickle                          the settings that reserve least
-    # memsnap serve step.pickle                         every view
+What it cannot see: scratch that kernels allocate inside themselves through the caching
+allocator (reductions, fused attention's backward, cuDNN workspaces; ``Capture.unseen`` lists
+those of the captured step), memory outside the allocator (the CUDA context, NCCL), and shapes
+that depend on data.
 
-What it cannot see: memory PyTorch's kernels allocate inside themselves through the caching
-allocator (the cuBLAS and cuBLASLt workspaces, 2 x 32 MiB and 1 MiB on an H100 or H200 for a
-step with a backward pass; reduction and attention-backward scratch; cuDNN workspaces), memory
-outside the allocator (the CUDA context, NCCL), and shapes that depend on data. ``Capture.unseen``
-lists the first group for the captured step. PyTorch's optimizers take their per-tensor path
-on fake tensors where a real CUDA run takes the foreach path, whose step holds temporaries as
-large as a group of parameters: where the optimizer step is a step's peak, the capture is low.
-
-A CUDA device must be visible (no tensor memory is allocated on it): PyTorch's autograd engine refuses a
-backward pass over fake CUDA tensors on a machine without one (``GraphTask::stash_current_streams``
-asks for device 0's context).
+A CUDA device must be visible, though no tensor memory is allocated on it: without one, PyTorch
+2.11's autograd engine refuses a backward pass over fake CUDA tensors
+(``GraphTask::stash_current_streams`` asks for device 0's context) and autocast turns itself off.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
 import sys
 import threading
@@ -42,9 +36,9 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode_temporarily
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["Capture", "capture"]
+__all__ = ["Capture", "capture", "cublas_workspace_bytes", "settings_from_environment"]
 
-_THIS_FILE = __file__
+_THIS_FOLDER = os.path.dirname(os.path.abspath(__file__)) + os.sep  # this package's frames are not the program's
 # The caching allocator's rounding of a request (PyTorch's round_size): 512-byte multiples.
 _MIN_BLOCK = 512
 # Fake addresses, far apart so no two storages can look adjacent.
@@ -98,7 +92,7 @@ def _python_frames(op_name: str) -> list[dict]:
     inner_end = True
     while frame is not None:
         filename = frame.f_code.co_filename
-        if filename != _THIS_FILE and not (inner_end and any(part in filename for part in _DISPATCH_MACHINERY)):
+        if not filename.startswith(_THIS_FOLDER) and not (inner_end and any(part in filename for part in _DISPATCH_MACHINERY)):
             inner_end = False
             frames.append({"filename": filename, "line": frame.f_lineno or 0, "name": frame.f_code.co_name})
         frame = frame.f_back
@@ -128,10 +122,13 @@ class Capture:
 class _StorageLedger(TorchDispatchMode):
     """Sees every operation under the fake mode; records the CUDA storages they create."""
 
-    def __init__(self):
+    def __init__(self, workspace_bytes: int):
         super().__init__()
         self._lock = threading.RLock()  # weakref callbacks run on whichever thread drops a storage
-        self._live: dict[int, tuple[int, int, int]] = {}  # storage key -> (address, size, stream)
+        self._workspace_bytes = workspace_bytes
+        self._workspaces: set[tuple] = set()  # (kind, thread, stream) that have one
+        # storage key -> (address, size as the allocator rounds it, stream, bytes asked for)
+        self._live: dict[int, tuple[int, int, int, int]] = {}
         self._next_address = _ADDRESS_BASE
         self._clock = 0
         self.trace: list[dict] = []
@@ -157,24 +154,47 @@ class _StorageLedger(TorchDispatchMode):
                 return
             self._record_free(*entry)
 
-    def _record_free(self, address: int, size: int, stream: int) -> None:
+    def _record_free(self, address: int, size: int, stream: int, nbytes: int) -> None:
         self.allocated -= size
         now = self.tick()
         for action in ("free_requested", "free_completed"):
-            self.trace.append({"action": action, "addr": address, "size": size, "stream": stream,
+            self.trace.append({"action": action, "addr": address, "size": nbytes, "stream": stream,
                                "time_us": now, "frames": []})
 
-    def _allocate(self, storage, size: int, stream: int, op_name: str) -> None:
-        key = storage._cdata
+    def _record_alloc(self, nbytes: int, stream: int, op_name: str) -> tuple[int, int]:
+        """Adds an allocation of ``nbytes`` (PyTorch's request; the allocator rounds it) to the
+        trace: its address and the rounded size the ledger counts."""
+        size = _round_size(nbytes)
         address = self._next_address
         self._next_address += size + _ADDRESS_GAP
-        self._live[key] = (address, size, stream)
         self.allocated += size
         self.peak = max(self.peak, self.allocated)
         self.overall_peak = max(self.overall_peak, self.allocated)
-        self.trace.append({"action": "alloc", "addr": address, "size": size, "stream": stream,
+        self.trace.append({"action": "alloc", "addr": address, "size": nbytes, "stream": stream,
                            "time_us": self.tick(), "frames": _python_frames(op_name)})
+        return address, size
+
+    def _allocate(self, storage, nbytes: int, stream: int, op_name: str) -> None:
+        key = storage._cdata
+        address, size = self._record_alloc(nbytes, stream, op_name)
+        self._live[key] = (address, size, stream, nbytes)
         self.finalizers.append(weakref.finalize(storage, self._free, key))
+
+    def _cublas_workspaces(self, func, args, stream: int, op_name: str) -> None:
+        """The first matrix product on a thread's cuBLAS handle and a stream makes that pair's
+        cuBLAS workspace (autograd's backward runs on its own thread: a second one), and the
+        first product with a bias, which goes through cuBLASLt, makes cuBLASLt's; the allocator
+        serves them and keeps them for the rest of the process."""
+        thread = threading.get_ident()
+        wanted = [("cuBLAS", self._workspace_bytes)]
+        if func in _CUBLASLT_OPS and isinstance(args[0], torch.Tensor) and args[0].dim() == 1:
+            wanted.append(("cuBLASLt", _cublaslt_workspace_bytes()))
+        for kind, nbytes in wanted:
+            key = (kind, thread, stream)
+            if nbytes == 0 or key in self._workspaces:
+                continue
+            self._workspaces.add(key)
+            self._record_alloc(nbytes, stream, f"{kind} workspace of {op_name}")
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -196,34 +216,38 @@ class _StorageLedger(TorchDispatchMode):
                     continue
                 storage = value.untyped_storage()
                 nbytes = storage.nbytes()
+                if nbytes == 0:
+                    continue
                 key = storage._cdata
                 held = self._live.get(key)
-                if held is not None:
-                    if held[1] >= _round_size(nbytes) or nbytes == 0:
-                        continue
-                    # Grown in place (resize_, an out= result): PyTorch allocates the new size,
-                    # then frees the old block.
-                    self._record_free(*self._live.pop(key))
-                elif nbytes == 0:
+                if held is not None and held[1] >= _round_size(nbytes):
                     continue
                 if stream is None:
-                    stream = torch.cuda.current_stream(value.device).cuda_stream
-                self._allocate(storage, _round_size(nbytes), stream, op_name)
+                    stream = _current_stream()
+                if held is not None:
+                    # Grown in place (resize_, an out= result): PyTorch allocates the new size,
+                    # then frees the old block.
+                    del self._live[key]
+                    self._allocate(storage, nbytes, stream, op_name)
+                    self._record_free(*held)
+                else:
+                    self._allocate(storage, nbytes, stream, op_name)
+            if func in _CUBLAS_OPS:
+                self._cublas_workspaces(func, args, stream if stream is not None else _current_stream(), op_name)
         return result
 
 
 def _unseen(ops: set[str]) -> list[str]:
     unseen = []
-    if ops & {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm"}:
-        unseen.append("cuBLAS and cuBLASLt workspaces (held from the first matrix product on each "
-                      "thread and stream: 2 x 32 MiB and 1 MiB on an H100 or H200 when a backward "
-                      "pass runs)")
     if any("attention" in op for op in ops):
-        unseen.append("scratch that fused attention's backward allocates inside the kernel")
+        unseen.append("scratch that fused attention's backward allocates inside the kernel (4 x 3 MiB "
+                      "per layer for GPT-2 small at 4 x 256 tokens on an H200, freed at once)")
     if any("convolution" in op for op in ops):
         unseen.append("cuDNN convolution workspaces (their size depends on the algorithm chosen)")
+    if any(op.startswith("aten::embedding") for op in ops):
+        unseen.append("the embedding backward's scratch (3 MiB at 1,024 tokens)")
     unseen.append("scratch that reductions and other kernels allocate inside themselves "
-                  "(freed before they return)")
+                  "(up to 24 MiB in a GPT-2 small step at 4 x 256 tokens on an H200; freed before they return)")
     return unseen
 
 
@@ -286,27 +310,102 @@ class _TiedParameters:
         return False
 
 
-def capture(step, *, setup=None, steps: int = 3) -> Capture:
+class _ForeachOnFakes:
+    """PyTorch's optimizers take their foreach path (one kernel over a list of tensors, whose
+    temporaries are as large as a group of parameters) for CUDA tensors of the types it knows;
+    a fake tensor is not one of them, and the optimizer would take its per-tensor path, which a
+    real run does not. While entered, fake tensors count as those types."""
+
+    def __enter__(self):
+        from torch.optim import optimizer
+
+        self._types = getattr(optimizer, "_foreach_supported_types", None)
+        self._added = self._types is not None and FakeTensor not in self._types
+        if self._added:
+            self._types.append(FakeTensor)
+        return self
+
+    def __exit__(self, *exc):
+        if self._added:
+            self._types.remove(FakeTensor)
+        return False
+
+
+# Operations that run a cuBLAS matrix product (and so make the stream's cuBLAS workspace).
+_CUBLAS_OPS = {getattr(torch.ops.aten, name).default for name in
+               ("mm", "addmm", "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "vdot", "_addmm_activation")
+               if hasattr(torch.ops.aten, name)}
+
+
+# Products with a bias that PyTorch sends through cuBLASLt (addmm's bias-and-GEMM path).
+_CUBLASLT_OPS = {getattr(torch.ops.aten, name).default for name in ("addmm", "_addmm_activation")
+                 if hasattr(torch.ops.aten, name)}
+
+
+def _cublaslt_workspace_bytes() -> int:
+    """cuBLASLt's workspace: CUBLASLT_WORKSPACE_SIZE (KiB) when set, else 1 MiB (seen on an H200,
+    torch 2.11)."""
+    value = os.environ.get("CUBLASLT_WORKSPACE_SIZE", "")
+    return int(value) * 1024 if value.isdigit() else 1 << 20
+
+
+def _current_stream() -> int:
+    return torch.cuda.current_stream().cuda_stream
+
+
+def cublas_workspace_bytes() -> int:
+    """The workspace PyTorch gives cuBLAS on each stream on the visible GPU: CUBLAS_WORKSPACE_CONFIG
+    (":SIZE_KIB:COUNT" pairs) when set, else PyTorch's default for the GPU's architecture (32 MiB
+    on Hopper and Blackwell, 8 MiB + 128 KiB before them)."""
+    import re
+
+    config = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    major, _ = torch.cuda.get_device_capability()
+    default = 4096 * 8 * 1024 if 9 <= major <= 12 else 4096 * 1024 * 2 + 16 * 1024 * 8
+    if config is None:
+        return default
+    pairs = re.findall(r":([0-9]+):([0-9]+)", config)
+    if not pairs:
+        return default
+    return sum(int(size) * int(count) * 1024 for size, count in pairs)
+
+
+def settings_from_environment() -> str | None:
+    """PYTORCH_CUDA_ALLOC_CONF (or PYTORCH_ALLOC_CONF), as the allocator would read it."""
+    for name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        value = os.environ.get(name)
+        if value:
+            return value
+    return None
+
+
+def capture(step, *, setup=None, steps: int = 3, settings: str | None = None) -> Capture:
     """Runs ``state = setup()`` once and ``step(state)`` ``steps`` times (``step()`` when there is
     no setup) on fake CUDA tensors, and returns what the caching allocator was asked for.
 
     ``setup`` builds what lives across steps (model, optimizer) as the training script does: on
     the CPU and moved with ``.to("cuda")``, or on the device directly. Work on CPU tensors runs
     for real; every tensor on a CUDA device is fake. A value read back from the device
-    (``loss.item()``) is 0 in the capture, and code that branches on it takes that branch."""
+    (``loss.item()``) is 0 in the capture, and code that branches on it takes that branch.
+    ``settings`` (PYTORCH_CUDA_ALLOC_CONF's text; default: that variable's value) are recorded
+    with the capture for the replays that read it."""
     if not callable(step):
         raise TypeError(f"step must be callable, not {type(step).__name__}")
     if setup is not None and not callable(setup):
         raise TypeError(f"setup must be callable or None, not {type(setup).__name__}")
     if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 1000:
         raise ValueError(f"steps must be an integer from 1 to 1000, not {steps!r}")
+    if settings is not None and not isinstance(settings, str):
+        raise TypeError(f"settings must be a string or None, not {type(settings).__name__}")
     if not torch.cuda.is_available():
-        raise RuntimeError("memsnap.estimate.capture needs a CUDA device to be visible (it "
-                           "allocates no tensor memory there): PyTorch's autograd engine refuses a backward pass over "
-                           "fake CUDA tensors without one")
-    ledger = _StorageLedger()
+        raise RuntimeError("memsnap.estimate needs a CUDA device to be visible (it allocates no tensor "
+                           "memory there): PyTorch's autograd engine refuses a backward pass over fake "
+                           "CUDA tensors without one, and autocast turns itself off")
+    if settings is None:
+        settings = settings_from_environment()
+    ledger = _StorageLedger(cublas_workspace_bytes())
     step_peaks = []
-    with FakeTensorMode(allow_non_fake_inputs=True), ledger, _TiedParameters():
+    with FakeTensorMode(allow_non_fake_inputs=True), ledger, _TiedParameters(), _ForeachOnFakes():
         state = setup() if setup is not None else None
         for index in range(steps):
             name = f"estimate step {index + 1}"
@@ -321,6 +420,6 @@ def capture(step, *, setup=None, steps: int = 3) -> Capture:
     with ledger._lock:
         snapshot = {"segments": [], "device_traces": [list(ledger.trace)],
                     "external_annotations": list(ledger.annotations),
-                    "allocator_settings": {}}
+                    "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": settings} if settings else {}}
     return Capture(snapshot=snapshot, steps=steps, peak_live_bytes=ledger.overall_peak,
                    step_peak_live_bytes=step_peaks, unseen=_unseen(ledger.ops))
