@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "allocator/allocator_config.h"
 #include "snapshot/snapshot_loader.h"
 #include "viewer/byte_text.h"
 #include "viewer/fit_estimate.h"
@@ -37,6 +38,10 @@ void add_fit_estimate_functions(py::module_& module) {
         return py::make_tuple(out.first, out.second);
       },
       py::arg("data"), py::arg("capacity_bytes"), py::arg("capacity_source"), py::arg("settings"), py::arg("tune"));
+  module.def("check_allocator_settings", [](const std::string& settings) {
+    Result<AllocatorConfig> parsed = parse_allocator_config(settings);
+    if (!parsed) throw std::invalid_argument("settings: " + parsed.error());
+  });
   module.def("format_bytes", [](int64_t bytes) { return format_bytes(bytes); });
   module.def("device_preset", [](const std::string& name) {
     Result<DevicePreset> preset = find_device_preset(name);

@@ -7,7 +7,8 @@
 namespace memsnap::pytorch {
 
 // Adds fit_estimate(data, capacity_bytes, capacity_source, settings, tune) -> (json, text) and
-// device_preset(name) -> (capacity_bytes, source) and format_bytes(n) -> "1.50 GiB" to the module.
+// device_preset(name) -> (capacity_bytes, source), check_allocator_settings(text) (ValueError when
+// PYTORCH_CUDA_ALLOC_CONF's grammar refuses it) and format_bytes(n) -> "1.50 GiB" to the module.
 void add_fit_estimate_functions(pybind11::module_& module);
 
 }  // namespace memsnap::pytorch

@@ -224,6 +224,8 @@ def test_memsnap_estimate_runs_a_script(script, tmp_path):
     (["--device", "A100"], "unknown device 'A100'"),
     (["--capacity-gib", "-1"], "--capacity-gib must be between"),
     (["--capacity-gib", "1", "--batch-sizes", "8,x"], "--batch-sizes must be integers"),
+    (["--capacity-gib", "1", "--settings", "expandable_segments:maybe"], "settings:"),
+    (["--capacity-gib", "1", "--steps", "0"], "--steps must be from 1 to 1000"),
 ])
 def test_python_m_estimate_refuses_bad_arguments_in_one_line(script, arguments, message):
     done = subprocess.run([sys.executable, "-m", "memsnap.estimate", str(script), *arguments],
@@ -236,3 +238,11 @@ def test_memsnap_torch_estimate_is_the_same_function():
     import memsnap.estimate
     import memsnap.torch
     assert memsnap.torch.estimate is memsnap.estimate.estimate
+
+
+def test_bad_settings_are_refused_before_the_capture_runs():
+    import memsnap.estimate
+    ran = []
+    with pytest.raises(ValueError, match="settings"):
+        memsnap.estimate.estimate(lambda: ran.append(1), device=1 << 30, settings="max_split_size_mb:-4")
+    assert not ran

@@ -66,6 +66,18 @@ def main(argv=None) -> int:
         else:
             device = options.device
         _device_capacity(device)
+        if not 1 <= options.steps <= 1000:
+            raise ValueError(f"--steps must be from 1 to 1000, not {options.steps}")
+        if options.settings:
+            from memsnap import _native
+
+            _native.check_allocator_settings(options.settings)
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError("capturing a step needs a CUDA device to be visible (no tensor memory is "
+                               "allocated on it): without one PyTorch refuses a backward pass over fake "
+                               "CUDA tensors")
         batch_sizes = None
         if options.batch_sizes is not None:
             try:
@@ -79,7 +91,7 @@ def main(argv=None) -> int:
             raise FileExistsError(f"{options.save}: exists; --save writes a new file")
         if not os.path.isfile(options.script):
             raise FileNotFoundError(f"{options.script}: no such file")
-    except (TypeError, ValueError, OSError) as error:
+    except (TypeError, ValueError, RuntimeError, OSError) as error:
         return fail(error)
     # The script's own errors keep their traceback.
     names = runpy.run_path(options.script, run_name="__memsnap_estimate__")

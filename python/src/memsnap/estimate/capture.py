@@ -7,10 +7,11 @@ allocated, so a model that would not fit can be measured. Each CUDA storage an o
 is recorded with the bytes it asks for, the stream it was made on, the Python stack that made
 it (or the operation, for storages autograd's engine makes in backward) and the moment its last
 reference goes, which is when PyTorch frees it; so are the cuBLAS and cuBLASLt workspaces, which
-the first matrix product on each thread and stream makes (``cublas_workspace_bytes``). Optimizers take the foreach path a real
-CUDA run takes. The result is a trace in the layout of ``torch.cuda.memory._dump_snapshot``, with
-no segments: which segments the caching allocator reserves for it, on which device and under
-which settings, is memsnap's replay of that trace (fit.py, ``memsnap estimate``).
+the first matrix product on each thread and stream makes (``cublas_workspace_bytes``).
+Optimizers take the foreach path a real CUDA run takes. The result is a trace in the layout of
+``torch.cuda.memory._dump_snapshot``, with no segments: which segments the caching allocator
+reserves for it, on which device and under which settings, is memsnap's replay of that trace
+(fit.py, ``memsnap estimate``).
 
 What it cannot see: scratch that kernels allocate inside themselves through the caching
 allocator (reductions, fused attention's backward, cuDNN workspaces; ``Capture.unseen`` lists
@@ -240,8 +241,8 @@ class _StorageLedger(TorchDispatchMode):
 def _unseen(ops: set[str]) -> list[str]:
     unseen = []
     if any("attention" in op for op in ops):
-        unseen.append("scratch that fused attention's backward allocates inside the kernel (4 x 3 MiB "
-                      "per layer for GPT-2 small at 4 x 256 tokens on an H200, freed at once)")
+        unseen.append("scratch that fused attention's backward allocates inside the kernel (five "
+                      "blocks of about 3 MiB per layer for GPT-2 small at 4 x 256 tokens on an H200)")
     if any("convolution" in op for op in ops):
         unseen.append("cuDNN convolution workspaces (their size depends on the algorithm chosen)")
     if any(op.startswith("aten::embedding") for op in ops):
@@ -354,7 +355,7 @@ def _current_stream() -> int:
 
 
 def cublas_workspace_bytes() -> int:
-    """The workspace PyTorch gives cuBLAS on each stream on the visible GPU: CUBLAS_WORKSPACE_CONFIG
+    """The workspace PyTorch gives cuBLAS for each thread and stream on the visible GPU: CUBLAS_WORKSPACE_CONFIG
     (":SIZE_KIB:COUNT" pairs) when set, else PyTorch's default for the GPU's architecture (32 MiB
     on Hopper and Blackwell, 8 MiB + 128 KiB before them)."""
     import re
@@ -371,8 +372,8 @@ def cublas_workspace_bytes() -> int:
 
 
 def settings_from_environment() -> str | None:
-    """PYTORCH_CUDA_ALLOC_CONF (or PYTORCH_ALLOC_CONF), as the allocator would read it."""
-    for name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+    """PYTORCH_ALLOC_CONF, else PYTORCH_CUDA_ALLOC_CONF, the order PyTorch reads them in."""
+    for name in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"):
         value = os.environ.get(name)
         if value:
             return value

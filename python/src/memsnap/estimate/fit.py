@@ -103,11 +103,15 @@ def estimate(step, *, device, setup=None, settings: str | None = None, steps: in
     With ``batch_sizes=[8, 16, 32]`` each size is captured in turn, passed to ``setup(batch_size)``
     (to ``step(batch_size)`` when there is no setup), and a ``BatchEstimate`` names the largest
     that fits."""
+    from memsnap import _native
+
     capacity = _device_capacity(device)
     if settings is not None and not isinstance(settings, str):
         raise TypeError(f"settings must be a string or None, not {type(settings).__name__}")
     if settings is None:
         settings = settings_from_environment()
+    if settings:
+        _native.check_allocator_settings(settings)  # before the capture, not after it
     if batch_sizes is None:
         return _replay(capture(step, setup=setup, steps=steps, settings=settings), capacity, settings, tune)
     sizes = list(batch_sizes)
