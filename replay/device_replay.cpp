@@ -214,8 +214,10 @@ class DeviceReplayer {
         default: break;  // segment_alloc/map: the replay reserves for itself; snapshot
       }
       if (options_.after_entry) {
-        const bool failed = out_.failed_allocs > failed_before;
-        failed_before = out_.failed_allocs;
+        // An allocation that failed here, or a recorded out-of-memory error that fails again.
+        const size_t failures = out_.failed_allocs + out_.reproduced_ooms;
+        const bool failed = failures > failed_before;
+        failed_before = failures;
         if (!options_.after_entry(out_.device, index_, allocator.device_stats(0), failed)) break;
       }
     }

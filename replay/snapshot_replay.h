@@ -43,8 +43,8 @@ struct SnapshotReplayOptions {
   // are skipped then.
   std::optional<size_t> stop_after_entry;
   // Called after each replayed entry with the device's statistics at that moment and whether
-  // the entry was an allocation the simulated device could not serve; returning false ends that
-  // device's replay there. `memsnap estimate` follows each step's peaks and stops at the first failure
+  // the entry was a request the simulated device could not serve (an allocation, or a recorded
+  // out-of-memory error that fails again); returning false ends that device's replay there. `memsnap estimate` follows each step's peaks and stops at the first failure
   // (where the program would have raised).
   std::function<bool(int device, size_t entry, const DeviceStats& stats, bool failed)> after_entry;
 };

@@ -167,7 +167,8 @@ Result<FitEstimate> estimate_fit(const Snapshot& snapshot, const FitOptions& opt
       out.failure->unlimited_peak_allocated_bytes = needed->peak_allocated_bytes;
       out.failure->unlimited_peak_reserved_bytes = needed->peak_reserved_bytes;
     }
-    // Steps the program never reached.
+  }
+  if (out.failure) {  // steps the program never reached
     out.steps.erase(std::remove_if(out.steps.begin(), out.steps.end(),
                                    [&](const StepFit& s) { return s.first_entry > out.failure->entry; }),
                     out.steps.end());

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "replay/snapshot_replay.h"
 #include "tests/test_snapshots.h"
 
 namespace memsnap {
@@ -186,6 +187,27 @@ TEST(FitEstimate, ARecordingWithoutStepAnnotationsIsOneStep) {
   EXPECT_EQ(estimate->steps[0].name, "trace");
   EXPECT_GT(estimate->peak_reserved_bytes, 0u);
   EXPECT_FALSE(estimate->advice);
+}
+
+TEST(FitEstimate, ARecordedOutOfMemoryErrorThatRecursDoesNotFit) {
+  // A real run that ran out of memory: its failed request is an `oom` entry, not an alloc. On
+  // the device it had, the replay fails there again, and that is where the program raised.
+  const Snapshot s = testing::load_test_snapshot("pytorch-2.11-h100/frag_oom.pickle");
+  const auto replay = replay_snapshot(s, {});
+  ASSERT_TRUE(replay) << replay.error();
+  ASSERT_EQ(replay->devices.at(0).reproduced_ooms, 1u);
+  FitOptions options;
+  options.capacity_bytes = replay->devices.at(0).capacity_bytes;
+  options.tune = false;
+  const auto estimate = estimate_fit(s, options);
+  ASSERT_TRUE(estimate) << estimate.error();
+  ASSERT_FALSE(estimate->fits()) << fit_estimate_to_text(estimate.value());
+  EXPECT_EQ(s.device_traces[0][estimate->failure->entry].action, TraceAction::kOom);
+  // Twice the memory: the request is served.
+  options.capacity_bytes *= 2;
+  const auto roomy = estimate_fit(s, options);
+  ASSERT_TRUE(roomy) << roomy.error();
+  EXPECT_TRUE(roomy->fits()) << fit_estimate_to_text(roomy.value());
 }
 
 TEST(FitEstimate, RefusesWhatItCannotEstimate) {
