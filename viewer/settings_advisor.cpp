@@ -94,14 +94,26 @@ std::string settings_advice_conclusion(const SettingsAdvice& advice) {
     case TuneVerdict::kNoSettingWorks: {
       std::string out = "No setting tried avoids the out-of-memory error" + coverage(advice);
       const auto needed = static_cast<uint64_t>(advice.unlimited_peak_requested_bytes);
-      if (needed == 0 || advice.capacity_bytes == 0) return out + ".";
-      if (needed > advice.capacity_bytes)
-        return out + ": the live allocations ask for " + bytes(static_cast<int64_t>(needed)) +
-               " at once, more than the " + bytes(static_cast<int64_t>(advice.capacity_bytes)) +
-               " the device has; the program needs less memory at that point.";
-      return out + ": the live allocations never ask for more than " + bytes(static_cast<int64_t>(needed)) +
-             " at once, which the " + bytes(static_cast<int64_t>(advice.capacity_bytes)) +
-             " device holds, but the cached memory is split in a way none of these settings avoids.";
+      const uint64_t capacity = advice.capacity_bytes;
+      if (needed == 0 || capacity == 0) return out + ".";
+      const std::string asked = ": the live allocations ask for " + bytes(static_cast<int64_t>(needed)) + " at once";
+      // A memory cap that refused the request is known only from below: the reserved bytes then.
+      const bool cap_at_least = advice.capacity_source == "memory cap at the recorded OOM";
+      const std::string limit = bytes(static_cast<int64_t>(capacity)) +
+                                (cap_at_least ? " the memory cap allowed at least" : " the device has");
+      if (needed > capacity && cap_at_least)
+        return out + asked + ", more than the " + limit +
+               "; whether that is too little memory the recording cannot say, since it bounds the cap only "
+               "from below (memsnap explain-oom shows what was free).";
+      if (needed > capacity)
+        return out + asked + ", more than the " + limit + "; the program needs less memory at that point.";
+      if (needed > capacity / 20 * 19)
+        return out + asked + ", within 5% of the " + limit +
+               ": too close to tell too little memory from cached memory that could not serve the request "
+               "(memsnap explain-oom shows what was free).";
+      return out + asked + ", less than the " + limit +
+             ", but the memory cached and free then could not serve the request under any of these settings "
+             "(memsnap explain-oom shows where it was: private pools, split segments, other streams).";
     }
     case TuneVerdict::kKeep:
       return std::string(advice.baseline_given ? "Keep these settings" : "Keep the recorded settings") +
@@ -193,7 +205,11 @@ Result<SettingsAdvice> tune_settings(const Snapshot& snapshot, const TuneOptions
       t.peak_allocated_bytes = d.stats.allocated_bytes[kAggregate].peak;
       t.device_mallocs = d.stats.num_device_alloc;
       t.alloc_retries = d.stats.num_alloc_retries;
-      if (t.recorded) advice.reserved_before_trace_bytes = d.start.reserved_bytes;
+      if (t.recorded) {
+        advice.reserved_before_trace_bytes = d.start.reserved_bytes;
+        advice.capacity_bytes = d.capacity_bytes;
+        advice.capacity_source = d.capacity_source;
+      }
       if (t.recorded && (!d.start.problems.empty() || d.unknown_frees > 0))
         advice.note = "the trace is inconsistent with the snapshot; the figures are only indicative";
       if (t.recorded && advice.recorded_oom && d.reproduced_ooms == 0)
@@ -242,16 +258,9 @@ Result<SettingsAdvice> tune_settings(const Snapshot& snapshot, const TuneOptions
     unlimited.config = recorded.value();
     unlimited.check_invariants = false;
     unlimited.capacity_bytes = size_t{512} << 30;  // past any GPU, within the simulated address space
-    SnapshotReplayOptions limited = unlimited;
-    limited.capacity_bytes = options.capacity_bytes;
-    const Result<SnapshotReplay> needed = replay_snapshot(snapshot, unlimited);
-    const Result<SnapshotReplay> as_tuned = replay_snapshot(snapshot, limited);
-    if (needed && as_tuned)
+    if (const Result<SnapshotReplay> needed = replay_snapshot(snapshot, unlimited))
       for (const DeviceReplay& d : needed->devices)
         if (d.device == advice.device) advice.unlimited_peak_requested_bytes = d.stats.requested_bytes[kAggregate].peak;
-    if (as_tuned)
-      for (const DeviceReplay& d : as_tuned->devices)
-        if (d.device == advice.device) advice.capacity_bytes = d.capacity_bytes;
   }
   advice.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return advice;
@@ -285,6 +294,7 @@ nlohmann::json settings_advice_to_json(const SettingsAdvice& advice) {
           {"reason", advice.reason},
           {"unlimited_peak_requested_bytes", advice.unlimited_peak_requested_bytes},
           {"capacity_bytes", advice.capacity_bytes},
+          {"capacity_source", advice.capacity_source},
           {"conclusion", settings_advice_conclusion(advice)},
           {"reserved_before_trace_bytes", advice.reserved_before_trace_bytes},
           {"settings_tried", advice.ranked.size()},

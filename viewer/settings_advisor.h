@@ -58,9 +58,10 @@ struct SettingsAdvice {
   uint64_t reserved_before_trace_bytes = 0;
   TuneVerdict verdict = TuneVerdict::kCannotJudge;
   // With kNoSettingWorks: the bytes the live allocations ask for at once, replayed with no limit
-  // (the same under any setting), and the device's memory in the replays.
+  // (the same under any setting).
   int64_t unlimited_peak_requested_bytes = 0;
-  uint64_t capacity_bytes = 0;
+  uint64_t capacity_bytes = 0;  // the simulated device's memory in the replays
+  std::string capacity_source;  // where it came from (DeviceReplay::capacity_source)
   std::string reason;                 // with kCannotJudge: why, as a sentence
   std::string note;                   // caveats (inexact replay of the recorded settings)
   double seconds = 0;

@@ -137,6 +137,31 @@ TEST(SettingsAdvisor, AVerdictOnATraceThatBeganMidRunSaysWhatItCovers) {
       << text;
 }
 
+TEST(SettingsAdvisor, NoSettingWorksSaysTooLittleMemoryOnlyWhereTheRecordingShowsIt) {
+  // Real out-of-memory errors under memory caps (a cap is known only from below: the reserved
+  // bytes when it refused). oom_all_stacks: the live allocations ask for more than that bound,
+  // so whether the program needed less memory the recording cannot say. graph_pool_oom: they
+  // ask for less than the bound while CUDA graphs' private pools held cached memory, so the
+  // cached memory could not serve it. pool_oom: within 5% of the bound: too close to tell.
+  const struct {
+    const char* file;
+    const char* says;
+  } cases[] = {
+      {"pytorch-2.11-h100/oom_all_stacks.pickle", "whether that is too little memory the recording cannot say"},
+      {"pytorch-2.11-h200/graph_pool_oom.pickle", "could not serve the request under any of these settings"},
+      {"pytorch-2.11-pools/pool_oom.pickle", "too close to tell"},
+  };
+  for (const auto& c : cases) {
+    const auto advice = tune_settings(testing::load_test_snapshot(c.file));
+    ASSERT_TRUE(advice) << c.file << ": " << advice.error();
+    ASSERT_EQ(advice->verdict, TuneVerdict::kNoSettingWorks) << c.file;
+    const std::string conclusion = settings_advice_conclusion(advice.value());
+    EXPECT_NE(conclusion.find(c.says), std::string::npos) << c.file << ": " << conclusion;
+    EXPECT_EQ(conclusion.find("needs less memory"), std::string::npos) << c.file << ": " << conclusion;
+    EXPECT_EQ(advice->capacity_source, "memory cap at the recorded OOM") << c.file;
+  }
+}
+
 TEST(SettingsAdvisor, ASnapshotWithoutATraceIsAClearError) {
   Snapshot s;
   const auto advice = tune_settings(s);
