@@ -44,6 +44,9 @@ if os.environ["MODE"] == "fake":
                       "foreach": any(f["name"] == "_multi_tensor_adamw" or f["name"] == "_multi_tensor_adam"
                                      for e in trace if e["action"] == "alloc" for f in e["frames"]),
                       "annotations": [a["name"] for a in captured.snapshot["external_annotations"]],
+                      "backward": [[e["frames"][1]["name"], e.get("forward_frames", [])]
+                                   for e in trace if e["action"] == "alloc" and len(e["frames"]) > 1
+                                   and e["frames"][1]["name"].endswith("Backward0")],
                       "real_memory": torch.cuda.memory_allocated()}))
 else:
     state = setup()
@@ -80,6 +83,22 @@ def test_the_capture_allocates_no_tensor_memory_and_frees_what_dies(captured_and
     assert fake["workspaces"] == 2  # one stream, two threads (forward, autograd's): one each
     assert not any("cuBLAS workspace" in line for line in fake["unseen"])
     assert fake["foreach"]  # AdamW's foreach path, as on a real CUDA run
+
+
+def test_backward_storages_are_named_by_their_node_and_forward_line(captured_and_real):
+    fake, _, _ = captured_and_real
+    backward = fake["backward"]
+    assert len(backward) > 20, backward  # each layer's gradients, three steps
+    nodes = {node for node, _ in backward}
+    assert {"AddmmBackward0", "NativeLayerNormBackward0"} <= nodes, nodes
+    # The forward call that made the node, as PyTorch's anomaly mode records it (traceback lines,
+    # outermost first): this script's step(), then GPT-2's modeling code; never the capture's
+    # own frames or the fake tensors' dispatch machinery.
+    for node, forward in backward:
+        assert forward, node
+        assert any('File "<string>"' in line and "in step" in line for line in forward), forward
+        assert not any("/torch/_subclasses/" in line or "/memsnap/" in line for line in forward), forward
+    assert sum(any("modeling_gpt2.py" in line for line in forward) for _, forward in backward) > len(backward) // 2
 
 
 def test_memsnap_replays_the_capture_to_the_same_peak(captured_and_real):

@@ -5,8 +5,9 @@
 ``FakeTensorMode``): every operation runs for its shapes and dtypes only and no device memory is
 allocated, so a model that would not fit can be measured. Each CUDA storage an operation creates
 is recorded with the bytes it asks for, the stream it was made on, the Python stack that made
-it (or the operation, for storages autograd's engine makes in backward) and the moment its last
-reference goes, which is when PyTorch frees it; so are the cuBLAS and cuBLASLt workspaces, which
+it (for a storage made in backward: the autograd node that made it and the forward line that
+node is the gradient of) and the moment its last reference goes, which is when PyTorch frees it;
+so are the cuBLAS and cuBLASLt workspaces, which
 the first matrix product on each thread and stream makes (``cublas_workspace_bytes``).
 Optimizers take the foreach path a real CUDA run takes. The result is a trace in the layout of
 ``torch.cuda.memory._dump_snapshot``, with no segments: which segments the caching allocator
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import sys
 import threading
 import weakref
@@ -85,10 +87,58 @@ _DISPATCH_MACHINERY = ("/torch/_subclasses/", "/torch/_ops.py", "/torch/_compile
                        "/torch/fx/experimental/")
 
 
-def _python_frames(op_name: str) -> list[dict]:
-    """The Python stack, innermost first, as PyTorch's snapshot frames, after the operation.
-    On autograd's engine thread there is no Python stack: the operation alone says what ran."""
+# One entry of traceback.format_stack's list: '  File "PATH", line N, in NAME\n    source\n'.
+_TRACEBACK_ENTRY = re.compile(r'File "(.*)", line (\d+), in ')
+
+
+def _forward_frames(node) -> list[str]:
+    """The stack at which autograd made ``node`` in forward, as anomaly mode records it (and
+    PyTorch's snapshot holds it: traceback lines, outermost first), without this package's frames
+    and the dispatch machinery at the inner end; empty when it was not recorded."""
+    try:
+        entries = node.metadata.get("traceback_")
+    except (AttributeError, RuntimeError):
+        return []
+    if not isinstance(entries, (list, tuple)):
+        return []
+    kept = []
+    inner_end = True
+    for entry in reversed(entries):
+        match = _TRACEBACK_ENTRY.search(entry) if isinstance(entry, str) else None
+        if match is None:
+            continue
+        filename = match.group(1)
+        if filename.startswith(_THIS_FOLDER):
+            continue
+        if inner_end and any(part in filename for part in _DISPATCH_MACHINERY):
+            continue
+        inner_end = False
+        kept.append(entry)
+    kept.reverse()
+    return kept
+
+
+def _current_autograd_node():
+    current = getattr(torch._C, "_current_autograd_node", None)
+    if current is None:
+        return None
+    try:
+        return current()
+    except RuntimeError:
+        return None
+
+
+def _python_frames(op_name: str) -> tuple[list[dict], list[str]]:
+    """The Python stack, innermost first, as PyTorch's snapshot frames, after the operation; and
+    in backward, the forward call's stack (PyTorch's ``forward_frames``) that made the autograd
+    node that runs, which is named after the operation (``AddmmBackward0``). The engine's own
+    thread has no Python stack of its own: the forward call says whose memory it is."""
     frames = [{"filename": "", "line": 0, "name": op_name}]
+    forward = []
+    node = _current_autograd_node()
+    if node is not None:
+        frames.append({"filename": "", "line": 0, "name": node.name()})
+        forward = _forward_frames(node)
     frame = sys._getframe(2)
     inner_end = True
     while frame is not None:
@@ -97,7 +147,7 @@ def _python_frames(op_name: str) -> list[dict]:
             inner_end = False
             frames.append({"filename": filename, "line": frame.f_lineno or 0, "name": frame.f_code.co_name})
         frame = frame.f_back
-    return frames
+    return frames, forward
 
 
 @dataclass
@@ -171,8 +221,12 @@ class _StorageLedger(TorchDispatchMode):
         self.allocated += size
         self.peak = max(self.peak, self.allocated)
         self.overall_peak = max(self.overall_peak, self.allocated)
-        self.trace.append({"action": "alloc", "addr": address, "size": nbytes, "stream": stream,
-                           "time_us": self.tick(), "frames": _python_frames(op_name)})
+        frames, forward = _python_frames(op_name)
+        entry = {"action": "alloc", "addr": address, "size": nbytes, "stream": stream,
+                 "time_us": self.tick(), "frames": frames}
+        if forward:
+            entry["forward_frames"] = forward
+        self.trace.append(entry)
         return address, size
 
     def _allocate(self, storage, nbytes: int, stream: int, op_name: str) -> None:
@@ -406,7 +460,11 @@ def capture(step, *, setup=None, steps: int = 3, settings: str | None = None) ->
         settings = settings_from_environment()
     ledger = _StorageLedger(cublas_workspace_bytes())
     step_peaks = []
-    with FakeTensorMode(allow_non_fake_inputs=True), ledger, _TiedParameters(), _ForeachOnFakes():
+    # Anomaly mode's metadata keeps, for each autograd node, the forward stack that made it: a
+    # storage made in backward is then named by its forward line. Its NaN check reads values,
+    # which fake tensors have none of: off.
+    with torch.autograd.set_detect_anomaly(True, check_nan=False), \
+            FakeTensorMode(allow_non_fake_inputs=True), ledger, _TiedParameters(), _ForeachOnFakes():
         state = setup() if setup is not None else None
         for index in range(steps):
             name = f"estimate step {index + 1}"
