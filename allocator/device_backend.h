@@ -21,11 +21,12 @@
 #include <string>
 #include <vector>
 
+#include "memsnap/types.h"
+
 namespace memsnap {
 
-// A stream as the allocator sees it: an opaque integer (a cudaStream_t's value on CUDA;
-// 0 is the device's default stream).
-using StreamId = uint64_t;
+// A stream as the allocator sees it, StreamId, is public (memsnap/types.h): an opaque integer
+// (a cudaStream_t's value on CUDA; 0 is the device's default stream).
 
 // An event recorded on a stream; opaque to the policy.
 using EventHandle = uint64_t;

@@ -3,18 +3,14 @@
 // global pools every other request uses.
 #pragma once
 
-#include <compare>
 #include <cstdint>
 #include <string>
 
+#include "memsnap/types.h"
+
 namespace memsnap {
 
-struct MempoolId {
-  uint64_t first = 0;   // a graph's own pool: the capture's id
-  uint64_t second = 0;  // a pool the user made
-  bool is_global() const { return first == 0 && second == 0; }
-  friend auto operator<=>(const MempoolId&, const MempoolId&) = default;
-};
+// MempoolId itself is public (memsnap/types.h).
 
 // "(1,0)": how PyTorch prints a MempoolId_t.
 inline std::string to_string(const MempoolId& id) {

@@ -34,7 +34,6 @@ std::string describe(const OomInfo& info) {
 
 }  // namespace
 
-OutOfMemoryError::OutOfMemoryError(const OomInfo& info)
-    : std::runtime_error(describe(info)), info_(info) {}
+OutOfMemoryError::OutOfMemoryError(const OutOfMemoryInfo& info) : Error(describe(info)), info_(info) {}
 
 }  // namespace memsnap

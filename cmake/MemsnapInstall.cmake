@@ -1,16 +1,18 @@
 # What `cmake --install` and CPack put where, included by the root CMakeLists.txt.
 #
-#   bin/                        memsnap, memsnap-demo
-#   include/memsnap/<layer>/    the public headers of allocator/, history/ and snapshot/ (writing)
-#                               and every header they include, nothing else
-#   lib/                        libmemsnap_{allocator,history,snapshot}.a, and libmemsnap_record.so
-#                               (memsnap record's recorder) where the build has it
+#   bin/                        memsnap, memsnap-serve, memsnap-demo
+#   include/memsnap/            the public C++ API (include/memsnap/ of the sources), nothing else
+#   lib/                        libmemsnap_api.a and the libraries it is built on
+#                               (libmemsnap_{allocator,history,snapshot}.a), and
+#                               libmemsnap_record.so (memsnap record's recorder) where the build
+#                               has it
 #   lib/cmake/memsnap/          the CMake package: find_package(memsnap 0.1) -> memsnap::memsnap
 #   lib/pkgconfig/memsnap.pc    the same for pkg-config
 #
-# Tests, benchmarks, the fuzz targets and the other libraries (replay, viewer, web, the PyTorch
-# plugin) are not installed. Install rules live here, not in the layers' own CMakeLists.txt,
-# because python/CMakeLists.txt adds those folders to its wheel build, which must not install them.
+# Tests, benchmarks, the fuzz targets, the internal headers and the other libraries (replay,
+# viewer, web, the PyTorch plugin) are not installed. Install rules live here, not in the layers'
+# own CMakeLists.txt, because python/CMakeLists.txt adds those folders to its wheel build, which
+# must not install them.
 #
 # The libraries are static (as in the build). A static library's private dependencies are still
 # needed when a program links it: CMake exports them as $<LINK_ONLY:...>, and the package config
@@ -22,13 +24,14 @@ include(CMakePackageConfigHelpers)
 
 set(memsnap_package_dir ${CMAKE_INSTALL_LIBDIR}/cmake/memsnap)
 
-# memsnap::memsnap: the three libraries and their usage requirements, C++20 included (the
+# memsnap::memsnap: the public API's library and its usage requirements, C++20 included (the
 # headers need it). An executable is already called memsnap, hence the target's own name.
 add_library(memsnap_libraries INTERFACE)
-target_link_libraries(memsnap_libraries INTERFACE memsnap_snapshot memsnap_history memsnap_allocator)
+target_link_libraries(memsnap_libraries INTERFACE memsnap_api)
 target_compile_features(memsnap_libraries INTERFACE cxx_std_20)
 set_target_properties(memsnap_libraries PROPERTIES EXPORT_NAME memsnap)
 add_library(memsnap::memsnap ALIAS memsnap_libraries)
+set_target_properties(memsnap_api PROPERTIES EXPORT_NAME api)
 set_target_properties(memsnap_allocator PROPERTIES EXPORT_NAME allocator)
 set_target_properties(memsnap_history PROPERTIES EXPORT_NAME history)
 set_target_properties(memsnap_snapshot PROPERTIES EXPORT_NAME snapshot)
@@ -59,38 +62,22 @@ install(CODE "
     endif()
   endforeach()
 ")
-# Headers are included as <memsnap/allocator/caching_allocator.h>; they include each other
-# layer-relative ("allocator/block.h"), so include/memsnap is on the include path as well.
-install(TARGETS memsnap_allocator memsnap_history memsnap_snapshot memsnap_libraries
-        EXPORT memsnapTargets
-        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
-        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} ${CMAKE_INSTALL_INCLUDEDIR}/memsnap)
+# The public API's headers are included as <memsnap/allocator.h>; they include only each other.
+# The libraries it is built on are installed for the link alone: their headers are not.
+install(TARGETS memsnap_api memsnap_libraries EXPORT memsnapTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(TARGETS memsnap_allocator memsnap_history memsnap_snapshot EXPORT memsnapTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(EXPORT memsnapTargets NAMESPACE memsnap:: DESTINATION ${memsnap_package_dir})
-
-# The headers a program includes; what they include is found at install time
-# (cmake/InstallHeaderClosure.cmake), so a new include never leaves the installed tree short.
-set(memsnap_public_headers
-  allocator/caching_allocator.h
-  allocator/default_backend.h
-  allocator/simulated_backend.h
-  history/history_recorder.h
-  snapshot/snapshot_file.h
-  snapshot/environment_recording.h
-  snapshot/msgpack_writer.h
-  snapshot/json_writer.h
-  snapshot/pytorch_pickle_writer.h
-)
+# The CCCL adaptors (Thrust, CUB, cuda::mr) are CUDA C++ for nvcc: installed by a CUDA build.
 if(CUDAToolkit_FOUND)
-  # The CCCL adaptors (Thrust, CUB, cuda::mr) are for CUDA C++ compiled by nvcc.
-  list(APPEND memsnap_public_headers allocator/cuda_backend.h allocator/thrust_allocator.h
-       allocator/cub_temporary_storage.h allocator/cuda_memory_resource.h)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/memsnap DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+          FILES_MATCHING PATTERN "*.h")
+else()
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/memsnap DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+          FILES_MATCHING PATTERN "*.h" PATTERN "thrust_allocator.h" EXCLUDE
+          PATTERN "cub_temporary_storage.h" EXCLUDE PATTERN "cuda_memory_resource.h" EXCLUDE)
 endif()
-install(CODE "
-  set(memsnap_source_dir \"${PROJECT_SOURCE_DIR}\")
-  set(memsnap_public_headers \"${memsnap_public_headers}\")
-  set(memsnap_header_destination \"${CMAKE_INSTALL_INCLUDEDIR}/memsnap\")
-  include(\"${PROJECT_SOURCE_DIR}/cmake/InstallHeaderClosure.cmake\")
-")
 
 # The CMake package.
 set(MEMSNAP_PACKAGE_WITH_CUDA ${CUDAToolkit_FOUND})

@@ -12,6 +12,7 @@ packages=(
   libcpp-httplib-dev   # memsnap serve
   chromium wrk         # the web UI's browser tests and load test
   clang                # libFuzzer targets (scripts/fuzz.sh)
+  doxygen              # the C++ API reference (docs/api/), built by a test
 )
 # Node.js for the browser tests: the machine's own when it has one (it may come from elsewhere
 # than Debian), Debian's otherwise.

@@ -1,35 +1,51 @@
-// A program outside the memsnap tree, compiled against the installed headers and libraries only
-// (tests/install/outside_project_test.sh): a caching allocator on the simulated device,
-// history on, a few allocations, a msgpack snapshot written to the path given.
-#include <cstdio>
-#include <memory>
+// A program outside the memsnap tree, compiled against the installed public API only
+// (tests/install/outside_project_test.sh): a caching allocator on a simulated 1 GiB device with
+// history on, a few allocations, a msgpack snapshot written to the path given; then memory capped
+// at half the device, an out-of-memory error caught, and the snapshot written at it
+// (PATH-oom-1.msgpack).
+#include <memsnap/allocator.h>
+#include <memsnap/errors.h>
+#include <memsnap/recording.h>
 
-#include <memsnap/allocator/caching_allocator.h>
-#include <memsnap/allocator/simulated_backend.h>
-#include <memsnap/history/history_recorder.h>
-#include <memsnap/snapshot/snapshot_file.h>
+#include <cstdio>
+#include <string>
 
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: %s SNAPSHOT.msgpack\n", argv[0]);
     return 2;
   }
-  memsnap::CachingAllocator allocator(std::make_shared<memsnap::SimulatedBackend>());
-  memsnap::HistoryRecorder recorder(allocator);
-  recorder.configure({memsnap::HistoryLevel::kAll, /*max_entries=*/1000, /*cpp_stacks=*/true});
+  const std::string path = argv[1];
+  try {
+    memsnap::AllocatorOptions options;
+    options.backend = memsnap::Backend::kSimulated;
+    options.simulated_capacity_bytes = size_t{1} << 30;
+    memsnap::Allocator allocator(options);
+    memsnap::Recording recording(allocator);
 
-  void* weights = allocator.allocate(3 << 20, /*device=*/0, /*stream=*/0);
-  void* scratch = allocator.allocate(512 << 10, 0, 0);
-  allocator.deallocate(scratch);
-  {
-    memsnap::ScopedAnnotation step(recorder, "step 1");
-    void* activations = allocator.allocate(24 << 20, 0, 0);
-    allocator.deallocate(activations);
-  }
-  if (auto error = memsnap::dump_snapshot(allocator, &recorder, argv[1])) {
-    std::fprintf(stderr, "%s\n", error->c_str());
+    void* weights = allocator.allocate(3 << 20, /*device=*/0, /*stream=*/0);
+    void* scratch = allocator.allocate(512 << 10, 0, 0);
+    allocator.deallocate(scratch);
+    {
+      memsnap::Recording::Phase step(recording, "step 1");
+      void* activations = allocator.allocate(24 << 20, 0, 0);
+      allocator.deallocate(activations);
+    }
+    recording.write_snapshot(path);
+
+    recording.write_snapshot_on_out_of_memory(path + "-oom-{n}.msgpack");
+    allocator.set_memory_fraction(0.5, 0);
+    try {
+      allocator.allocate(size_t{600} << 20, 0, 0);
+      std::fprintf(stderr, "no out-of-memory error above the cap\n");
+      return 1;
+    } catch (const memsnap::OutOfMemoryError& error) {
+      std::printf("caught: %s\n", error.what());
+    }
+    allocator.deallocate(weights);
+  } catch (const memsnap::Error& error) {
+    std::fprintf(stderr, "%s\n", error.what());
     return 1;
   }
-  allocator.deallocate(weights);
   return 0;
 }

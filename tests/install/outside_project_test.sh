@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # memsnap as a user gets it from `cmake --install`: installs the build into a fresh prefix, checks
-# that only the user-facing things are there and that each installed header compiles on its own,
-# then builds tests/install/main.cpp against that prefix alone, once through
-# find_package(memsnap) and once through pkg-config, runs both programs and reads the snapshots
-# they write with the installed `memsnap stats`. Registered in tests/CMakeLists.txt.
+# that only the user-facing things are there (the public API's headers, no internal one) and that
+# each installed header compiles on its own, then builds tests/install/main.cpp against that
+# prefix alone, once through find_package(memsnap) and once through pkg-config, runs both
+# programs and reads the snapshots they write (a run's and an out-of-memory error's) with the
+# installed `memsnap stats`, and serves one with the installed `memsnap serve`. Registered in
+# tests/CMakeLists.txt.
 #   outside_project_test.sh BUILD_DIR WORK_DIR CMAKE_GENERATOR CXX_COMPILER
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -35,7 +37,7 @@ expected_programs="memsnap memsnap-demo "
 [[ -x "$build/cli/memsnap-serve" ]] && expected_programs+="memsnap-serve "
 [[ "$(listing "$prefix/bin" 1)" == "$expected_programs" ]] || fail "bin/ holds: $(listing "$prefix/bin" 1)"
 libraries=$(cd "$libdir" && find . -maxdepth 1 \( -name '*.a' -o -name '*.so*' \) | sed 's|^\./||' | sort | tr '\n' ' ')
-expected="libmemsnap_allocator.a libmemsnap_history.a "
+expected="libmemsnap_allocator.a libmemsnap_api.a libmemsnap_history.a "
 # memsnap record's recorder, where the build has it (the CUDA toolkit's CUPTI headers found).
 [[ -f "$build/record/libmemsnap_record.so" ]] && expected+="libmemsnap_record.so "
 expected+="libmemsnap_snapshot.a "
@@ -46,22 +48,27 @@ if [[ -f "$build/record/libmemsnap_record.so" ]]; then
   [[ "$record_err" == *"no snapshot written"* ]] || fail "memsnap record -- true said: $record_err"
 fi
 [[ "$(listing "$prefix/include" 1)" == "memsnap " ]] || fail "include/ holds: $(listing "$prefix/include" 1)"
-[[ "$(listing "$prefix/include/memsnap" 1)" == "allocator history snapshot " ]] ||
-  fail "include/memsnap/ holds: $(listing "$prefix/include/memsnap" 1)"
+# Exactly the public API (include/memsnap/ of the sources); its CCCL adaptors only from a CUDA build.
+public_headers=$(cd "$here/../../include/memsnap" && ls -- *.h | sort | tr '\n' ' ')
+if [[ ! -f "$prefix/include/memsnap/thrust_allocator.h" ]]; then
+  public_headers=$(tr ' ' '\n' <<<"$public_headers" |
+    grep -v -x -e thrust_allocator.h -e cub_temporary_storage.h -e cuda_memory_resource.h | grep . | tr '\n' ' ')
+fi
+[[ "$(listing "$prefix/include/memsnap" 1)" == "$public_headers" ]] ||
+  fail "include/memsnap/ holds: $(listing "$prefix/include/memsnap" 1) (expected the public API: $public_headers)"
 [[ -f "$libdir/cmake/memsnap/memsnapConfig.cmake" ]] || fail "no CMake package under $libdir/cmake/memsnap"
 
-# Each header alone, with nothing but the installed tree (and Debian's nlohmann_json) to include;
-# any compiler output counts as a failure.
+# Each public header alone, with nothing but the installed tree to include (and -Wall -Wextra
+# -Wpedantic); any compiler output counts as a failure.
 # The CCCL adaptors (Thrust, CUB, cuda::mr) are CUDA C++: nvcc compiles them, where it is.
 check_header() {
   case "$1" in
     */thrust_allocator.h | */cub_temporary_storage.h | */cuda_memory_resource.h)
       command -v nvcc >/dev/null || return 0
-      echo "#include <$1>" | nvcc -std=c++20 -x cu -c - -o "$work/$(basename "$1").o" -I"$prefix/include" \
-        -I"$prefix/include/memsnap" 2>&1 |
+      echo "#include <$1>" | nvcc -std=c++20 -x cu -c - -o "$work/$(basename "$1").o" -I"$prefix/include" 2>&1 |
         sed "s|^|$1: |" ;;
     *)
-      echo "#include <$1>" | "$cxx" -std=c++20 -fsyntax-only -I"$prefix/include" -I"$prefix/include/memsnap" \
+      echo "#include <$1>" | "$cxx" -std=c++20 -Wall -Wextra -Wpedantic -fsyntax-only -I"$prefix/include" \
         -x c++ - 2>&1 | sed "s|^|$1: |" ;;
   esac
 }
@@ -78,6 +85,10 @@ check_program() {
   local program=$1 snapshot=$2
   logged "$snapshot.log" "$program" "$snapshot"
   [[ -s "$snapshot" ]] || fail "$program wrote no snapshot at $snapshot"
+  grep -q "^caught: out of device memory. Tried to allocate 600.00 MiB" "$snapshot.log" ||
+    { cat "$snapshot.log" >&2; fail "$program did not catch its out-of-memory error"; }
+  logged "$snapshot.oom.stats" "$prefix/bin/memsnap" stats "$snapshot-oom-1.msgpack"
+  grep -q "oom 1" "$snapshot.oom.stats" || { cat "$snapshot.oom.stats" >&2; fail "no out-of-memory event in $snapshot-oom-1.msgpack"; }
   logged "$snapshot.stats" "$prefix/bin/memsnap" stats "$snapshot"
   # main.cpp's three allocations: a small-pool segment and two large ones.
   if ! grep -q "^memsnap snapshot: 1 device, 3 segments, 4 blocks" "$snapshot.stats" ||
