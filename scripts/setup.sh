@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   cmake ninja-build g++ pkg-config python3
+  dpkg-dev             # dpkg-shlibdeps: the .deb's dependencies (cpack; tests/install/)
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libmsgpack-cxx-dev
   libunwind8 libdw-dev zlib1g-dev

@@ -29,35 +29,7 @@ mkdir -p "$work"
 step "cmake --install $build --prefix $prefix"
 logged "$work/install.log" cmake --install "$build" --prefix "$prefix"
 
-step "only the user-facing things are installed"
-pc_file=$(find "$prefix" -name memsnap.pc)
-[[ -n "$pc_file" ]] || fail "no memsnap.pc under $prefix"
-libdir=$(dirname "$(dirname "$pc_file")")
-expected_programs="memsnap memsnap-demo "
-[[ -x "$build/cli/memsnap-serve" ]] && expected_programs+="memsnap-serve "
-[[ "$(listing "$prefix/bin" 1)" == "$expected_programs" ]] || fail "bin/ holds: $(listing "$prefix/bin" 1)"
-libraries=$(cd "$libdir" && find . -maxdepth 1 \( -name '*.a' -o -name '*.so*' \) | sed 's|^\./||' | sort | tr '\n' ' ')
-expected="libmemsnap_allocator.a libmemsnap_api.a libmemsnap_history.a "
-# memsnap record's recorder, where the build has it (the CUDA toolkit's CUPTI headers found).
-[[ -f "$build/record/libmemsnap_record.so" ]] && expected+="libmemsnap_record.so "
-expected+="libmemsnap_snapshot.a "
-[[ "$libraries" == "$expected" ]] || fail "$libdir holds the libraries: $libraries"
-if [[ -f "$build/record/libmemsnap_record.so" ]]; then
-  step "the installed memsnap record finds its recorder"
-  record_err=$("$prefix/bin/memsnap" record -- true 2>&1) || fail "memsnap record -- true: $record_err"
-  [[ "$record_err" == *"no snapshot written"* ]] || fail "memsnap record -- true said: $record_err"
-fi
-[[ "$(listing "$prefix/include" 1)" == "memsnap " ]] || fail "include/ holds: $(listing "$prefix/include" 1)"
-# Exactly the public API (include/memsnap/ of the sources); its CCCL adaptors only from a CUDA build.
-public_headers=$(cd "$here/../../include/memsnap" && ls -- *.h | sort | tr '\n' ' ')
-if [[ ! -f "$prefix/include/memsnap/thrust_allocator.h" ]]; then
-  public_headers=$(tr ' ' '\n' <<<"$public_headers" |
-    grep -v -x -e thrust_allocator.h -e cub_temporary_storage.h -e cuda_memory_resource.h | grep . | tr '\n' ' ')
-fi
-[[ "$(listing "$prefix/include/memsnap" 1)" == "$public_headers" ]] ||
-  fail "include/memsnap/ holds: $(listing "$prefix/include/memsnap" 1) (expected the public API: $public_headers)"
-[[ -f "$libdir/cmake/memsnap/memsnapConfig.cmake" ]] || fail "no CMake package under $libdir/cmake/memsnap"
-
+export cxx
 # Each public header alone, with nothing but the installed tree to include (and -Wall -Wextra
 # -Wpedantic); any compiler output counts as a failure.
 # The CCCL adaptors (Thrust, CUB, cuda::mr) are CUDA C++: nvcc compiles them, where it is.
@@ -65,20 +37,13 @@ check_header() {
   case "$1" in
     */thrust_allocator.h | */cub_temporary_storage.h | */cuda_memory_resource.h)
       command -v nvcc >/dev/null || return 0
-      echo "#include <$1>" | nvcc -std=c++20 -x cu -c - -o "$work/$(basename "$1").o" -I"$prefix/include" 2>&1 |
+      echo "#include <$1>" | nvcc -std=c++20 -x cu -c - -o "$out/$(basename "$1").o" -I"$prefix/include" 2>&1 |
         sed "s|^|$1: |" ;;
     *)
       echo "#include <$1>" | "$cxx" -std=c++20 -Wall -Wextra -Wpedantic -fsyntax-only -I"$prefix/include" \
         -x c++ - 2>&1 | sed "s|^|$1: |" ;;
   esac
 }
-export -f check_header
-export cxx prefix work
-headers=$(cd "$prefix/include" && find memsnap -name '*.h' | sort)
-step "$(wc -l <<<"$headers") installed headers compile on their own"
-# shellcheck disable=SC2016  # $0 is expanded by the inner bash, as meant
-xargs -P 2 -n 1 bash -c 'check_header "$0"' <<<"$headers" >"$work/headers.log" 2>&1
-[[ ! -s "$work/headers.log" ]] || { cat "$work/headers.log" >&2; fail "installed headers that do not compile alone"; }
 
 # Runs PROGRAM, which writes a snapshot to FILE, and reads it with the installed memsnap.
 check_program() {
@@ -99,26 +64,70 @@ check_program() {
   head -1 "$snapshot.stats"
 }
 
-step "find_package(memsnap 0.1) with CMAKE_PREFIX_PATH=$prefix"
-logged "$work/configure.log" cmake -S "$here" -B "$work/cmake-build" -G "$generator" \
-  -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF
-found=$(sed -n 's/^memsnap_DIR:PATH=//p' "$work/cmake-build/CMakeCache.txt")
-[[ "$found" == "$prefix"/* ]] || fail "find_package found memsnap at $found, not in $prefix"
-logged "$work/build.log" cmake --build "$work/cmake-build"
-check_program "$work/cmake-build/memsnap_outside_app" "$work/find_package.msgpack"
+# Checks an installed tree at PREFIX (LABEL names it in the output; its files go to WORK/NAME):
+# what it holds, that each header compiles alone, that a program builds against it both ways and
+# runs, and memsnap serve.
+check_tree() {
+  local prefix=$1 name=$2 label=$3
+  local out="$work/$name"
+  mkdir -p "$out"
+  step "$label: only the user-facing things are there"
+  pc_file=$(find "$prefix" -name memsnap.pc)
+  [[ -n "$pc_file" ]] || fail "no memsnap.pc under $prefix"
+  libdir=$(dirname "$(dirname "$pc_file")")
+  expected_programs="memsnap memsnap-demo "
+  [[ -x "$build/cli/memsnap-serve" ]] && expected_programs+="memsnap-serve "
+  [[ "$(listing "$prefix/bin" 1)" == "$expected_programs" ]] || fail "bin/ holds: $(listing "$prefix/bin" 1)"
+  libraries=$(cd "$libdir" && find . -maxdepth 1 \( -name '*.a' -o -name '*.so*' \) | sed 's|^\./||' | sort | tr '\n' ' ')
+  expected="libmemsnap_allocator.a libmemsnap_api.a libmemsnap_history.a "
+  # memsnap record's recorder, where the build has it (the CUDA toolkit's CUPTI headers found).
+  [[ -f "$build/record/libmemsnap_record.so" ]] && expected+="libmemsnap_record.so "
+  expected+="libmemsnap_snapshot.a "
+  [[ "$libraries" == "$expected" ]] || fail "$libdir holds the libraries: $libraries"
+  if [[ -f "$build/record/libmemsnap_record.so" ]]; then
+    step "$label: memsnap record finds its recorder"
+    record_err=$("$prefix/bin/memsnap" record -- true 2>&1) || fail "memsnap record -- true: $record_err"
+    [[ "$record_err" == *"no snapshot written"* ]] || fail "memsnap record -- true said: $record_err"
+  fi
+  [[ "$(listing "$prefix/include" 1)" == "memsnap " ]] || fail "include/ holds: $(listing "$prefix/include" 1)"
+  # Exactly the public API (include/memsnap/ of the sources); its CCCL adaptors only from a CUDA build.
+  public_headers=$(cd "$here/../../include/memsnap" && ls -- *.h | sort | tr '\n' ' ')
+  if [[ ! -f "$prefix/include/memsnap/thrust_allocator.h" ]]; then
+    public_headers=$(tr ' ' '\n' <<<"$public_headers" |
+      grep -v -x -e thrust_allocator.h -e cub_temporary_storage.h -e cuda_memory_resource.h | grep . | tr '\n' ' ')
+  fi
+  [[ "$(listing "$prefix/include/memsnap" 1)" == "$public_headers" ]] ||
+    fail "include/memsnap/ holds: $(listing "$prefix/include/memsnap" 1) (expected the public API: $public_headers)"
+  [[ -f "$libdir/cmake/memsnap/memsnapConfig.cmake" ]] || fail "no CMake package under $libdir/cmake/memsnap"
 
-step "pkg-config --cflags --libs memsnap with PKG_CONFIG_PATH=$(dirname "$pc_file")"
-export PKG_CONFIG_PATH
-PKG_CONFIG_PATH=$(dirname "$pc_file")
-[[ "$(pkg-config --modversion memsnap)" == "0.1.0" ]] || fail "pkg-config reads version $(pkg-config --modversion memsnap)"
-flags=$(pkg-config --cflags --libs memsnap)
-# shellcheck disable=SC2086
-logged "$work/pkg-config-build.log" "$cxx" -std=c++20 "$here/main.cpp" -o "$work/pkg-config-app" $flags
-check_program "$work/pkg-config-app" "$work/pkg-config.msgpack"
+  export -f check_header
+  headers=$(cd "$prefix/include" && find memsnap -name '*.h' | sort)
+  step "$label: $(wc -l <<<"$headers") headers compile on their own"
+  export prefix out
+  # shellcheck disable=SC2016  # $0 is expanded by the inner bash, as meant
+  xargs -P 2 -n 1 bash -c 'check_header "$0"' <<<"$headers" >"$out/headers.log" 2>&1
+  [[ ! -s "$out/headers.log" ]] || { cat "$out/headers.log" >&2; fail "installed headers that do not compile alone"; }
 
-if [[ -x "$build/cli/memsnap-serve" ]]; then
-  step "the installed memsnap serve shows a snapshot"
-  python3 - "$prefix/bin/memsnap" "$work/find_package.msgpack" <<'PYTHON' || fail "the installed memsnap serve"
+  step "$label: find_package(memsnap 0.1) with CMAKE_PREFIX_PATH=$prefix"
+  logged "$out/configure.log" cmake -S "$here" -B "$out/cmake-build" -G "$generator" \
+    -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF
+  found=$(sed -n 's/^memsnap_DIR:PATH=//p' "$out/cmake-build/CMakeCache.txt")
+  [[ "$found" == "$prefix"/* ]] || fail "$label: find_package found memsnap at $found, not in $prefix"
+  logged "$out/build.log" cmake --build "$out/cmake-build"
+  check_program "$out/cmake-build/memsnap_outside_app" "$out/find_package.msgpack"
+
+  step "$label: pkg-config --cflags --libs memsnap with PKG_CONFIG_PATH=$(dirname "$pc_file")"
+  export PKG_CONFIG_PATH
+  PKG_CONFIG_PATH=$(dirname "$pc_file")
+  [[ "$(pkg-config --modversion memsnap)" == "0.1.0" ]] || fail "pkg-config reads version $(pkg-config --modversion memsnap)"
+  flags=$(pkg-config --cflags --libs memsnap)
+  # shellcheck disable=SC2086
+  logged "$out/pkg-config-build.log" "$cxx" -std=c++20 "$here/main.cpp" -o "$out/pkg-config-app" $flags
+  check_program "$out/pkg-config-app" "$out/pkg-config.msgpack"
+
+  if [[ -x "$build/cli/memsnap-serve" ]]; then
+    step "$label: memsnap serve shows a snapshot"
+    python3 - "$prefix/bin/memsnap" "$out/find_package.msgpack" <<'PYTHON' || fail "$label: memsnap serve"
 import json, re, subprocess, sys, urllib.request
 server = subprocess.Popen([sys.argv[1], "serve", "--port", "0", sys.argv[2]], stdout=subprocess.PIPE, text=True)
 try:
@@ -139,6 +148,27 @@ finally:
     server.terminate()
     server.wait(timeout=30)
 PYTHON
+  fi
+}
+
+check_tree "$prefix" installed "cmake --install"
+
+# The same through the Debian package, unpacked (what `apt-get install ./memsnap_*.deb` puts
+# under /usr): its Depends name the HTTP library memsnap serve loads.
+if command -v cpack >/dev/null && command -v dpkg-deb >/dev/null && command -v dpkg-shlibdeps >/dev/null; then
+  step "cpack -G DEB"
+  logged "$work/cpack.log" cpack --config "$build/CPackConfig.cmake" -G DEB -B "$work/deb"
+  deb=$(find "$work/deb" -maxdepth 1 -name 'memsnap_*.deb' | head -1)
+  [[ -n "$deb" ]] || fail "cpack made no .deb in $work/deb"
+  depends=$(dpkg-deb -f "$deb" Depends)
+  if [[ -x "$build/cli/memsnap-serve" && "$depends" != *libcpp-httplib* ]]; then
+    fail "the .deb's Depends lack the HTTP library memsnap serve loads: $depends"
+  fi
+  echo "$(basename "$deb"): $(du -k "$deb" | cut -f1) KiB, $(dpkg-deb -f "$deb" Installed-Size) KiB installed; Depends: $depends"
+  dpkg-deb -x "$deb" "$work/deb-root"
+  check_tree "$work/deb-root/usr" deb-tree "unpacked .deb"
+else
+  step "the .deb is not checked: cpack, dpkg-deb or dpkg-shlibdeps is missing (Debian: dpkg-dev)"
 fi
 
 step "passed"
