@@ -298,8 +298,47 @@ std::string shared_pool_words(const OomExplanation& x) {
   return out + " Share a pool only between graphs that replay in the order they were captured and never at once.";
 }
 
-// What the replays conclude. "The program needs less live memory" is said only when nothing
-// idle could have served the request: free memory in private pools points at the pools.
+// Whether the live tensors and the request alone exceed the memory the process could have had:
+// only then is "the program needs less live memory" true. When they fit, it is how the cached
+// memory lay (split between segments, streams or pools) that no setting tried could serve the
+// request from. Under a memory cap known only as a range, and within 5% of the limit, the
+// recording cannot tell; with no figure for the device's memory, it cannot either.
+std::string live_memory_words(const OomExplanation& x) {
+  const uint64_t needed = x.allocated_bytes + x.rounded_bytes;
+  const std::string figures = "The live tensors (" + bytes(x.allocated_bytes) + ") and the request (" +
+                              bytes(x.rounded_bytes) + ") come to " + bytes(needed);
+  if (x.replay_capacity_source == "default")
+    return "Whether the live tensors alone are too many, the recording cannot say: it holds no figure for the "
+           "device's memory.";
+  if (x.cap_range) {
+    if (needed <= x.cap_range->first)
+      return figures + ", which fits under the lowest the cap can have been (" + bytes(x.cap_range->first) +
+             "): not too much live memory, but cached memory that none of these settings could serve the request "
+             "from (split between segments, streams or pools).";
+    if (needed >= x.cap_range->second)
+      return figures + ", more than the cap can have been: the program needs less memory at this point, or a "
+             "larger cap.";
+    return figures + ", between the lowest and the highest the cap can have been (" + bytes(x.cap_range->first) +
+           " to " + bytes(x.cap_range->second) +
+           "): whether the program needs less live memory or a setting would do under the real cap, the recording "
+           "cannot say.";
+  }
+  const uint64_t limit = x.replay_capacity_bytes;
+  if (needed > limit)
+    return figures + ", more than the " + bytes(limit) +
+           " the process could have had: the program needs less live memory at this point (or a larger share of "
+           "the device).";
+  if (needed > limit - limit / 20)
+    return figures + ", within 5% of the " + bytes(limit) +
+           " the process could have had: too close to tell whether the program needs less live memory or the cached "
+           "memory could not serve the request.";
+  return figures + ", which fits in the " + bytes(limit) +
+         " the process could have had: not too much live memory, but cached memory that none of these settings "
+         "could serve the request from (split between segments, streams or pools).";
+}
+
+// What the replays conclude. Free memory in private pools points at the pools; otherwise
+// live_memory_words says whether the live memory alone was too much.
 std::string conclude_settings(const OomExplanation& x) {
   if (x.settings.empty()) return "";
   for (const OomSetting& s : x.settings)
@@ -316,10 +355,8 @@ std::string conclude_settings(const OomExplanation& x) {
            ", which no setting makes available to other requests: share one pool between graphs, capture fewer "
            "graphs, or free graphs no longer needed.";
     if (x.shared_graph_pool) out += " " + shared_pool_words(x);
-  } else if (x.cap_range) {
-    out += " Under that cap the program needs less memory at this point, or a larger cap.";
   } else {
-    out += " The program needs less live memory at this point (or a larger share of the device).";
+    out += " " + live_memory_words(x);
   }
   return out;
 }

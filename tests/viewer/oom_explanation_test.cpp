@@ -157,6 +157,44 @@ TEST(ExplainOom, AMemoryCapIsToldApartFromAFullDevice) {
   EXPECT_GT(x.device_free_bytes.value_or(0), size_t{7} << 30);
 }
 
+// "The program needs less live memory" is a claim about the program: said only when the live
+// tensors and the request together exceed what the process could have had. When they fit and no
+// setting serves the request, the cached memory's layout is to blame, and it says so.
+TEST(ExplainOom, NeedsLessLiveMemoryOnlyWhenTheLiveTensorsAndTheRequestExceedTheDevice) {
+  {
+    OomProgram program(100 * kMiB);
+    program.held.push_back(program.allocator->allocate(40 * kMiB));
+    program.held.push_back(program.allocator->allocate(40 * kMiB));
+    const OomExplanation x = explain(program.fail_with(40 * kMiB));
+    ASSERT_FALSE(any_setting_avoids(x));
+    EXPECT_NE(x.settings_conclusion.find("come to 120.00 MiB, more than the 100.00 MiB the process could have had: "
+                                         "the program needs less live memory"),
+              std::string::npos)
+        << x.settings_conclusion;
+  }
+  {
+    // On a side stream, twenty 20 MiB segments of a 400 MiB device each keep a 2 MiB block live
+    // and cache 18 MiB free. 24 MiB more on the default stream fits beside the 40 MiB live, but
+    // no cached block serves another stream, no segment is wholly free to give back, and with
+    // expandable segments every 20 MiB page holds a live block.
+    OomProgram program(400 * kMiB);
+    const StreamId side = program.backend->create_stream(0);
+    std::vector<void*> filler;
+    for (int i = 0; i < 20; ++i) {
+      program.held.push_back(program.allocator->allocate(2 * kMiB, 0, side));
+      filler.push_back(program.allocator->allocate(18 * kMiB, 0, side));
+    }
+    for (void* p : filler) program.allocator->deallocate(p);
+    const OomExplanation x = explain(program.fail_with(24 * kMiB, 0));
+    ASSERT_FALSE(any_setting_avoids(x)) << oom_explanation_to_text(x);
+    EXPECT_EQ(x.settings_conclusion.find("needs less live memory"), std::string::npos) << x.settings_conclusion;
+    EXPECT_NE(x.settings_conclusion.find("come to 64.00 MiB, which fits in the 400.00 MiB the process could have "
+                                         "had: not too much live memory"),
+              std::string::npos)
+        << x.settings_conclusion;
+  }
+}
+
 TEST(ExplainOom, ASnapshotWithoutAnOomIsAClearError) {
   OomProgram program(64 * kMiB);
   program.held.push_back(program.allocator->allocate(kMiB));
