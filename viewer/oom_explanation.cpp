@@ -163,15 +163,26 @@ void diagnose(OomExplanation& x) {
   } else {
     x.cause = OomCause::kExhaustion;
     const uint64_t available = x.reserved_bytes + x.device_free_bytes.value_or(0);
+    const uint64_t needed = x.allocated_bytes + x.rounded_bytes;
     x.reasons.push_back("The memory was in use: the program held " + bytes(x.allocated_bytes) +
                         " in " + std::to_string(x.allocated_blocks) +
-                        " live blocks, and with this request it would need " +
-                        bytes(x.allocated_bytes + x.rounded_bytes) + ", while the allocator had " +
-                        bytes(x.reserved_bytes) + " reserved" +
+                        " live blocks, and with this request it would need " + bytes(needed) +
+                        ", while the allocator had " + bytes(x.reserved_bytes) + " reserved" +
                         (x.device_free_bytes ? " and the device " + bytes(*x.device_free_bytes) +
                                                    " more (" + bytes(available) + " in all)"
                                              : "") +
                         ". Free or shrink what the largest holders below keep alive.");
+    // What the allocator could not have: the device's memory held outside it. Said when it
+    // matters: the live tensors and the request would fit in the device's memory.
+    if (x.outside_allocator_bytes && x.device_total_bytes && needed <= *x.device_total_bytes &&
+        *x.outside_allocator_bytes > 0)
+      x.reasons.push_back(
+          "The " + bytes(needed) + " it needed would fit in the device's " + bytes(*x.device_total_bytes) +
+          "; " + bytes(*x.outside_allocator_bytes) +
+          " of it was in use outside the allocator: this process's CUDA context, memory other libraries took "
+          "from the driver (NCCL, cuDNN, another allocator) and other processes on the device. nvidia-smi lists "
+          "the processes; memsnap record shows this process's own allocations outside the allocator, with their "
+          "stacks.");
   }
   if (capped)
     x.reasons.push_back("The device was not full: it had " + bytes(*x.device_free_bytes) +
@@ -417,6 +428,10 @@ Result<OomExplanation> explain_oom(const Snapshot& snapshot, std::optional<int64
     }
   }
   measure_state(snapshot, at_error ? at_error->segments : snapshot.segments, recorded, x);
+  // (Only when the reserved bytes are those at the error, as the free bytes are.)
+  if (x.device_total_bytes && x.device_free_bytes && (x.events_after_oom == 0 || x.state_rebuilt) &&
+      *x.device_free_bytes <= *x.device_total_bytes - std::min(*x.device_total_bytes, x.reserved_bytes))
+    x.outside_allocator_bytes = *x.device_total_bytes - *x.device_free_bytes - x.reserved_bytes;
   diagnose(x);
   if (x.device_free_bytes && *x.device_free_bytes >= x.segment_bytes)
     x.cap_range = std::make_pair(x.reserved_bytes, x.reserved_bytes + x.segment_bytes);
@@ -463,6 +478,8 @@ nlohmann::json oom_explanation_to_json(const OomExplanation& x) {
       {"stream", x.stream},
       {"device_free_bytes", x.device_free_bytes ? nlohmann::json(*x.device_free_bytes) : nlohmann::json()},
       {"device_total_bytes", x.device_total_bytes ? nlohmann::json(*x.device_total_bytes) : nlohmann::json()},
+      {"outside_allocator_bytes",
+       x.outside_allocator_bytes ? nlohmann::json(*x.outside_allocator_bytes) : nlohmann::json()},
       {"request_frames", x.request_frames},
       {"reserved_bytes", x.reserved_bytes},
       {"allocated_bytes", x.allocated_bytes},
@@ -519,7 +536,10 @@ std::string oom_explanation_to_text(const OomExplanation& x) {
     std::snprintf(text, sizeof text, "  %-34s %12s", name.c_str(), bytes(value).c_str());
     out << text << (note.empty() ? "" : "  " + note) << "\n";
   };
+  if (x.device_total_bytes) line("device total", *x.device_total_bytes);
   if (x.device_free_bytes) line("device free", *x.device_free_bytes);
+  if (x.outside_allocator_bytes)
+    line("in use outside the allocator", *x.outside_allocator_bytes, "CUDA context, other libraries, other processes");
   line("reserved by the allocator", x.reserved_bytes);
   line("  live (allocated)", x.allocated_bytes, counted(x.allocated_blocks, "block"));
   line("  freed, waiting for other streams", x.pending_free_bytes);

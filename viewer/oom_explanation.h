@@ -58,6 +58,10 @@ struct OomExplanation {
   uint64_t stream = 0;
   std::optional<uint64_t> device_free_bytes;  // from the oom entry, when recorded
   std::optional<uint64_t> device_total_bytes;  // from the snapshot's device list, when it has one
+  // In use on the device but not reserved by the allocator, when the total and the free bytes at
+  // the error are known: the process's CUDA context, memory other libraries took from the
+  // driver (NCCL, cuDNN, another allocator) and other processes' memory.
+  std::optional<uint64_t> outside_allocator_bytes;
   std::vector<std::string> request_frames;    // the failing allocation's stack, innermost first
 
   uint64_t reserved_bytes = 0;

@@ -195,6 +195,27 @@ TEST(ExplainOom, NeedsLessLiveMemoryOnlyWhenTheLiveTensorsAndTheRequestExceedThe
   }
 }
 
+// Memory the allocator never had: taken from the device outside it (another library's
+// cudaMalloc, the CUDA context, another process). The live tensors and the request would fit in
+// the device; the explanation says what was outside.
+TEST(ExplainOom, MemoryHeldOutsideTheAllocatorIsCountedAndNamed) {
+  OomProgram program(size_t{1} << 30);
+  const std::optional<uintptr_t> elsewhere = program.backend->reserve(0, 600 * kMiB);  // not the allocator's
+  ASSERT_TRUE(elsewhere.has_value());
+  program.held.push_back(program.allocator->allocate(300 * kMiB));
+  const OomExplanation x = explain(program.fail_with(200 * kMiB));
+  EXPECT_EQ(x.cause, OomCause::kExhaustion);
+  ASSERT_TRUE(x.outside_allocator_bytes.has_value());
+  EXPECT_EQ(*x.outside_allocator_bytes, 600 * kMiB);
+  const std::string text = oom_explanation_to_text(x);
+  EXPECT_NE(text.find("The 500.00 MiB it needed would fit in the device's 1.00 GiB; 600.00 MiB of it was in use "
+                      "outside the allocator"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("in use outside the allocator         600.00 MiB"), std::string::npos) << text;
+  program.backend->release(0, *elsewhere, 600 * kMiB);
+}
+
 TEST(ExplainOom, ASnapshotWithoutAnOomIsAClearError) {
   OomProgram program(64 * kMiB);
   program.held.push_back(program.allocator->allocate(kMiB));

@@ -26,8 +26,14 @@ function memoryParts(x) {
     ['cached, rest', Math.max(0, x.free_bytes - x.usable_free_bytes - cachedElsewhere - (x.private_pool_free_bytes || 0)), 'hsl(205, 20%, 84%)'],
   ];
   if (showsDeviceFree(x)) parts.push(['device free (not reserved)', x.device_free_bytes, 'hsl(0, 0%, 93%)']);
+  if (showsOutside(x)) parts.push(['in use outside the allocator', x.outside_allocator_bytes, 'hsl(0, 0%, 55%)']);
   return parts.filter(([, bytes]) => bytes > 0);
 }
+
+// Memory outside the allocator (CUDA context, other libraries, other processes) is drawn where
+// the device was full and it is not so large that it would squash the allocator's part.
+const showsOutside = x => x.outside_allocator_bytes != null && x.cause !== 'memory_cap' &&
+  x.outside_allocator_bytes <= 4 * Math.max(x.reserved_bytes, 1);
 
 // The device's free bytes belong in the bar when they decided the error; under a memory cap
 // they are usually far larger than everything else and would squash it to a sliver.
@@ -46,7 +52,9 @@ function memoryBar(x) {
       needed: ${humanBytes(x.segment_bytes)}</div>
     ${legendHtml(parts.map(([name, bytes, colour]) => [colour, `${name} ${humanBytes(bytes)}`]))}
     ${x.device_free_bytes !== null && !showsDeviceFree(x)
-      ? `<p class="hint">Not drawn: the device's ${humanBytes(x.device_free_bytes)} still free; the bar is what the allocator had reserved.</p>` : ''}`;
+      ? `<p class="hint">Not drawn: the device's ${humanBytes(x.device_free_bytes)} still free; the bar is what the allocator had reserved.</p>` : ''}
+    ${x.outside_allocator_bytes != null && !showsOutside(x) && x.cause !== 'memory_cap'
+      ? `<p class="hint">Not drawn: ${humanBytes(x.outside_allocator_bytes)} in use outside the allocator.</p>` : ''}`;
 }
 
 const row = (name, bytes, note = '') =>
@@ -54,7 +62,10 @@ const row = (name, bytes, note = '') =>
 
 function memoryTable(x) {
   return `<table class="data oom-memory"><tbody>
+    ${x.device_total_bytes != null ? row('device total', x.device_total_bytes) : ''}
     ${x.device_free_bytes !== null ? row('device free', x.device_free_bytes, 'what the device had left to reserve') : ''}
+    ${x.outside_allocator_bytes != null ? row('in use outside the allocator', x.outside_allocator_bytes,
+      "this process's CUDA context, other libraries' memory, other processes") : ''}
     ${row('reserved', x.reserved_bytes, 'segments the allocator held')}
     ${row('allocated', x.allocated_bytes, counted(x.allocated_blocks, 'live block'))}
     ${row('freed, waiting for other streams', x.pending_free_bytes)}
