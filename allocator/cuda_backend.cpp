@@ -1,5 +1,7 @@
 #include "allocator/cuda_backend.h"
 
+#include "allocator/nvml_processes.h"
+
 #include <cuda_runtime.h>
 
 #include <string>
@@ -117,6 +119,11 @@ DeviceMemoryInfo CudaBackend::memory_info(int device) {
   DeviceMemoryInfo info;
   check(cudaMemGetInfo(&info.free_bytes, &info.total_bytes), "cudaMemGetInfo");
   return info;
+}
+
+std::vector<DeviceProcess> CudaBackend::device_processes(int device) {
+  DeviceGuard guard(device);
+  return nvml_device_processes(device);
 }
 
 std::string CudaBackend::device_name(int device) const {

@@ -29,6 +29,7 @@ class CudaBackend final : public DeviceBackend {
   std::optional<uintptr_t> reserve(int device, size_t bytes) override;
   void release(int device, uintptr_t address, size_t bytes) override;
   DeviceMemoryInfo memory_info(int device) override;
+  std::vector<DeviceProcess> device_processes(int device) override;  // NVML (nvml_processes.h)
   EventHandle record_event(int device, StreamId stream) override;
   bool event_completed(EventHandle event) override;
   void synchronize_event(EventHandle event) override;

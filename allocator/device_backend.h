@@ -36,6 +36,14 @@ struct DeviceMemoryInfo {
   size_t total_bytes = 0;
 };
 
+// A process using a device and the device memory it holds, as the driver's management library
+// (NVML) lists them. The pid is as NVML sees it: in a container, the host's.
+struct DeviceProcess {
+  int64_t pid = 0;
+  uint64_t bytes = 0;
+  bool operator==(const DeviceProcess&) const = default;
+};
+
 // A device call failed for a reason other than running out of memory.
 class DeviceError : public std::runtime_error {
  public:
@@ -56,6 +64,9 @@ class DeviceBackend {
   virtual std::optional<uintptr_t> reserve(int device, size_t bytes) = 0;
   virtual void release(int device, uintptr_t address, size_t bytes) = 0;
   virtual DeviceMemoryInfo memory_info(int device) = 0;
+  // The processes using `device` and what each holds there, this one included (NVML); empty
+  // where that cannot be known.
+  virtual std::vector<DeviceProcess> device_processes(int /*device*/) { return {}; }
 
   // Events mark the point a stream has reached; the allocator uses them to know when a
   // block used on another stream may be reused.

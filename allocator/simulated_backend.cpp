@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iterator>
 #include <string>
+#include <utility>
 
 namespace memsnap {
 namespace {
@@ -216,6 +217,16 @@ DeviceMemoryInfo SimulatedBackend::memory_info(int device) {
   std::lock_guard<std::mutex> lock(mutex_);
   const DeviceState& d = state(device);
   return {options_.capacity_bytes - d.used, options_.capacity_bytes};
+}
+
+std::vector<DeviceProcess> SimulatedBackend::device_processes(int device) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return state(device).processes;
+}
+
+void SimulatedBackend::set_device_processes(int device, std::vector<DeviceProcess> processes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  state(device).processes = std::move(processes);
 }
 
 EventHandle SimulatedBackend::record_event(int device, StreamId stream) {

@@ -45,6 +45,9 @@ class SimulatedBackend final : public DeviceBackend {
   std::optional<uintptr_t> reserve(int device, size_t bytes) override;
   void release(int device, uintptr_t address, size_t bytes) override;
   DeviceMemoryInfo memory_info(int device) override;
+  std::vector<DeviceProcess> device_processes(int device) override;
+  // What device_processes reports for `device` from now on (as NVML would list them).
+  void set_device_processes(int device, std::vector<DeviceProcess> processes);
   EventHandle record_event(int device, StreamId stream) override;
   StreamId create_stream(int device) override;
   bool supports_expandable_segments(int device) override;
@@ -108,6 +111,7 @@ class SimulatedBackend final : public DeviceBackend {
     // completion, and the same by count (streams_completed_since reads those after a count).
     std::map<StreamId, uint64_t> completed_streams;
     std::map<uint64_t, StreamId> completions;
+    std::vector<DeviceProcess> processes;  // set_device_processes
   };
   struct EventState {
     int device = 0;

@@ -88,6 +88,20 @@ class JsonStream {
     nlohmann::json settings = nlohmann::json::object();
     for (const auto& [key, value] : snapshot_.allocator_settings) settings[key] = setting_value_json(value);
     put(text(settings));
+    if (!snapshot_.device_memory.empty()) {
+      // By device: the driver's figures when the snapshot was taken (FORMAT.md).
+      nlohmann::json samples = nlohmann::json::array();
+      for (const DeviceMemorySample& sample : snapshot_.device_memory) {
+        nlohmann::json processes = nlohmann::json::array();
+        for (const auto& [pid, bytes] : sample.processes) processes.push_back({{"bytes", bytes}, {"pid", pid}});
+        samples.push_back({{"device", sample.device},
+                           {"free_bytes", sample.free_bytes},
+                           {"processes", processes},
+                           {"total_bytes", sample.total_bytes}});
+      }
+      put(",\"device_memory\":");
+      put(text(samples));
+    }
     put(",\"device_traces\":[");
     for (size_t d = 0; d < snapshot_.device_traces.size(); ++d) {
       put(d == 0 ? "[" : ",[");

@@ -101,6 +101,7 @@ class Reader {
     else if (key == "external_annotations") read_annotations(value);
     else if (key == "trace_state_changes") read_trace_state_changes(value);
     else if (key == "statistics") read_statistics(value);
+    else if (key == "device_memory") read_device_memory(value);
     else value.skip(where);  // unknown keys: newer writers may add fields
   }
 
@@ -358,6 +359,32 @@ class Reader {
         budget_.charge(string_cost(value) + string_cost(request));
         changes.push_back({event_index, *kind, std::move(value), std::move(request)});
       }
+    }
+  }
+
+  void read_device_memory(MsgpackCursor& in) {
+    const Where where{nullptr, "device_memory"};
+    const size_t count = device_count(in.array(where), snapshot_.device_memory.size(), where);
+    reserve(snapshot_.device_memory, count, 5, in);
+    for (size_t i = 0; i < count; ++i) {
+      const Where item = where.element(i);
+      in.array(item, 4);
+      DeviceMemorySample sample;
+      sample.device = device_index(in.integer(item), item.field("device"));
+      sample.total_bytes = in.uint(item.field("total"));
+      sample.free_bytes = in.uint(item.field("free"));
+      if (sample.free_bytes > sample.total_bytes) fail(item, "more bytes free than the device has");
+      const Where listed = item.field("processes");
+      const size_t processes = in.array(listed);
+      reserve(sample.processes, processes, 3, in);
+      for (size_t p = 0; p < processes; ++p) {
+        const Where process = listed.element(p);
+        in.array(process, 2);
+        const int64_t pid = in.integer(process);
+        sample.processes.emplace_back(pid, in.uint(process));
+      }
+      budget_.charge(sizeof(DeviceMemorySample) + sizeof(sample.processes[0]) * sample.processes.capacity());
+      snapshot_.device_memory.push_back(std::move(sample));
     }
   }
 

@@ -113,7 +113,8 @@ void write_msgpack(const Snapshot& snapshot, const ByteSink& sink) {
   SinkBuffer buffer(sink);
   Packer out(buffer);
   const bool has_state_changes = !snapshot.trace_state_changes.empty();
-  out.pack_map(has_state_changes ? 13 : 12);
+  const bool has_device_memory = !snapshot.device_memory.empty();
+  out.pack_map(12 + (has_state_changes ? 1 : 0) + (has_device_memory ? 1 : 0));
   pack_string(out, "format");
   pack_string(out, "memsnap-snapshot");
   pack_string(out, "version");
@@ -166,6 +167,23 @@ void write_msgpack(const Snapshot& snapshot, const ByteSink& sink) {
   if (has_state_changes) {
     pack_string(out, "trace_state_changes");
     pack_trace_state_changes(out, snapshot.trace_state_changes);
+  }
+
+  if (has_device_memory) {
+    pack_string(out, "device_memory");
+    pack_array_header(out, snapshot.device_memory);
+    for (const DeviceMemorySample& sample : snapshot.device_memory) {
+      out.pack_array(4);
+      out.pack_int64(sample.device);
+      out.pack_uint64(sample.total_bytes);
+      out.pack_uint64(sample.free_bytes);
+      pack_array_header(out, sample.processes);
+      for (const auto& [pid, bytes] : sample.processes) {
+        out.pack_array(2);
+        out.pack_int64(pid);
+        out.pack_uint64(bytes);
+      }
+    }
   }
 
   pack_string(out, "external_annotations");

@@ -115,6 +115,19 @@ struct ProcessInfo {
   bool operator==(const ProcessInfo&) const = default;
 };
 
+// A device's memory as the driver saw it when the snapshot was taken: its total and free bytes
+// (cudaMemGetInfo) and, where NVML answers, each process using it with the memory it holds there
+// (pids as NVML sees them: in a container, the host's). What is neither free nor the allocator's
+// reserved bytes was held outside the allocator: the CUDA context, other libraries, other
+// processes.
+struct DeviceMemorySample {
+  int64_t device = 0;
+  uint64_t total_bytes = 0;
+  uint64_t free_bytes = 0;
+  std::vector<std::pair<int64_t, uint64_t>> processes;  // pid, bytes
+  bool operator==(const DeviceMemorySample&) const = default;
+};
+
 using Statistics = std::vector<std::pair<std::string, int64_t>>;  // memory_stats() keys
 
 struct Snapshot {
@@ -132,6 +145,7 @@ struct Snapshot {
   AnnotationList external_annotations;
   std::vector<Statistics> statistics;  // by device
   std::vector<DeviceInfo> devices;
+  std::vector<DeviceMemorySample> device_memory;  // by device; empty when not sampled
   ProcessInfo process;
   bool operator==(const Snapshot&) const = default;
 };

@@ -226,6 +226,12 @@ Snapshot take_snapshot(CachingAllocator& allocator, HistoryRecorder* recorder,
     snapshot.statistics.push_back(to_memory_stats(allocator.device_stats(d)));
     const DeviceMemoryInfo memory = allocator.backend().memory_info(d);
     snapshot.devices.push_back({d, allocator.backend().device_name(d), memory.total_bytes});
+    DeviceMemorySample& sample = snapshot.device_memory.emplace_back();
+    sample.device = d;
+    sample.total_bytes = memory.total_bytes;
+    sample.free_bytes = memory.free_bytes;
+    for (const DeviceProcess& process : allocator.backend().device_processes(d))
+      sample.processes.emplace_back(process.pid, process.bytes);
     DeviceTrace& trace = snapshot.device_traces.emplace_back();
     if (recorder != nullptr && options.include_traces) {
       HistoryRecorder::TraceRead read = recorder->trace_read(d);

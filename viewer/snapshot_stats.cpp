@@ -1,5 +1,7 @@
 #include "viewer/snapshot_stats.h"
 
+#include "viewer/device_memory_account.h"
+
 #include "allocator/counted.h"
 #include "replay/recorded_config.h"
 #include "snapshot/json_writer.h"
@@ -204,6 +206,7 @@ nlohmann::json stats_to_json(const SnapshotStats& stats, const Snapshot& snapsho
   out["allocator_settings"] = std::move(settings);
   const Result<AllocatorConfig> config = recorded_allocator_config(snapshot);
   out["allocator_config"] = config ? nlohmann::json(to_config_string(config.value())) : nlohmann::json(nullptr);
+  out["device_memory"] = device_memory_json(account_device_memory(snapshot));
   return out;
 }
 
@@ -267,6 +270,7 @@ std::string stats_to_text(const SnapshotStats& stats, const Snapshot& snapshot) 
                 bytes(t.largest_free_block).c_str(),
                 bytes(t.allocated_bytes - std::min(t.allocated_bytes, t.requested_bytes)).c_str());
   out += line;
+  out += device_memory_text(account_device_memory(snapshot));
   if (stats.trace_entries > 0) {
     out += "\ntrace:";
     for (const auto& [action, count] : stats.trace_actions) out += " " + action + " " + std::to_string(count) + ",";

@@ -65,6 +65,29 @@ TEST(MsgpackFormat, RoundTripKeepsTheWholeModel) {
   EXPECT_EQ(read.value().process.rank, 3);
 }
 
+// The driver's figures for each device (device_memory) go through a file unchanged; a file whose
+// figures contradict themselves is refused.
+TEST(MsgpackFormat, DeviceMemorySamplesRoundTripAndImpossibleOnesAreRefused) {
+  RecordedProgram program;
+  run_training_step(program);
+  memsnap::Snapshot snapshot = memsnap::take_snapshot(program.allocator, &program.recorder);
+  ASSERT_EQ(snapshot.device_memory.size(), 1u);  // the simulated device, sampled
+  snapshot.device_memory[0].processes = {{4242, 3u << 30}, {17, 1u << 20}};
+  const auto read = memsnap::snapshot_from_msgpack(memsnap::to_msgpack(snapshot));
+  ASSERT_TRUE(read.ok()) << read.error();
+  EXPECT_EQ(read.value().device_memory, snapshot.device_memory);
+  EXPECT_TRUE(read.value() == snapshot);
+  snapshot.device_memory[0].free_bytes = snapshot.device_memory[0].total_bytes + 1;
+  const auto impossible = memsnap::snapshot_from_msgpack(memsnap::to_msgpack(snapshot));
+  ASSERT_FALSE(impossible.ok());
+  EXPECT_NE(impossible.error().find("device_memory[0]: more bytes free than the device has"), std::string::npos)
+      << impossible.error();
+  snapshot.device_memory[0].free_bytes = 0;
+  snapshot.device_memory[0].device = 5000;
+  EXPECT_NE(memsnap::snapshot_from_msgpack(memsnap::to_msgpack(snapshot)).error().find("out of range"),
+            std::string::npos);
+}
+
 // The reader takes fields where they lie; a file whose tables come after what refers to them
 // (another writer's order) reads the same.
 TEST(MsgpackFormat, FieldsInAnyOrderReadTheSame) {

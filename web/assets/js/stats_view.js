@@ -42,6 +42,41 @@ function peakCards(stats, snapshot) {
 // Asks for what the stats of snapshot `id` show first (api.ahead).
 export const prefetchStats = id => api.ahead('stats', id);
 
+// The whole device at the snapshot, from the driver's figures (absent from PyTorch's snapshots):
+// the allocator's part, what was held outside it (split into this process and others only where
+// NVML lists this process), and what was free; a bar and a table per device.
+function deviceMemoryHtml(accounts) {
+  if (!accounts || !accounts.length) return '';
+  const parts = a => {
+    const rows = [['allocated (live)', a.allocated_bytes, 'hsl(20, 80%, 60%)'],
+      ['reserved, cached free', a.reserved_bytes - a.allocated_bytes, 'hsl(205, 45%, 70%)']];
+    if (a.this_process_outside_bytes != null) {
+      rows.push(['this process outside the allocator (CUDA context, other libraries)', a.this_process_outside_bytes, 'hsl(0, 0%, 55%)']);
+      rows.push(['other processes', a.other_processes_bytes, 'hsl(280, 25%, 60%)']);
+      const unlisted = a.outside_bytes == null ? 0 : a.outside_bytes - a.this_process_outside_bytes - a.other_processes_bytes;
+      if (unlisted > 0) rows.push(['in use, not listed by NVML', unlisted, 'hsl(0, 0%, 75%)']);
+    } else if (a.outside_bytes != null) {
+      rows.push(['outside the allocator (CUDA context, other libraries, other processes)', a.outside_bytes, 'hsl(0, 0%, 55%)']);
+    }
+    rows.push(['free', a.free_bytes, 'hsl(0, 0%, 93%)']);
+    return rows.filter(([, bytes]) => bytes > 0);
+  };
+  return `<h2>The whole device</h2>
+    <p class="hint">What the driver counted when the snapshot was taken: the allocator's segments, memory held outside it, and what was free.</p>
+    ${accounts.map(a => {
+      const rows = parts(a);
+      const bar = rows.map(([name, bytes, colour]) => `<div class="part" style="width:${(100 * bytes / Math.max(a.total_bytes, 1)).toFixed(3)}%;background:${colour}"
+        title="${escapeHtml(name)}: ${humanBytes(bytes)} (${percent(bytes, a.total_bytes)})"></div>`).join('');
+      const others = (a.other_processes || []).slice(0, 8).map(p => `pid ${p.pid} ${humanBytes(p.bytes)}`).join(', ');
+      return `<h3>device ${a.device}: ${humanBytes(a.total_bytes)}</h3>
+        <div class="oom-bar device-memory-bar" role="img" aria-label="device ${a.device} memory">${bar}</div>
+        <table class="data device-memory"><tbody>${rows.map(([name, bytes, colour]) => `<tr><td><span class="swatch" style="background:${colour}"></span>${escapeHtml(name)}</td>
+          <td class="num">${humanBytes(bytes)}</td><td class="num">${percent(bytes, a.total_bytes)}</td>
+          <td class="hint">${name === 'other processes' ? escapeHtml(others) : ''}</td></tr>`).join('')}</tbody></table>
+        ${a.note ? `<p class="hint">${escapeHtml(a.note)}.</p>` : ''}`;
+    }).join('')}`;
+}
+
 export async function renderStats(container, { snapshot }) {
   loading(container, 'statistics');
   const [stats, text] = await Promise.all([api.stats(snapshot.id), api.statsText(snapshot.id)]);
@@ -61,6 +96,7 @@ export async function renderStats(container, { snapshot }) {
       ${card('segments / blocks', `${stats.segments} / ${stats.blocks}`)}
       ${card('trace events', String(stats.trace_entries ?? 0))}
     </div>
+    ${deviceMemoryHtml(stats.device_memory)}
     <h2>By stream</h2>
     <table class="data"><thead><tr><th>device</th><th>stream</th><th class="num">segments</th><th class="num">blocks</th>
       <th class="num">reserved</th><th class="num">allocated</th><th class="num">active</th><th class="num">inactive split</th><th class="num">largest free</th></tr></thead>

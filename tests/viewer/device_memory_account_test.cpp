@@ -1,0 +1,101 @@
+// The device memory account (viewer/device_memory_account.h) says only what the driver's figures
+// support: memory outside the allocator as one figure, split into this process and others only
+// when NVML lists this process, and nothing where the figures contradict each other.
+#include "viewer/device_memory_account.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "allocator/caching_allocator.h"
+#include "allocator/simulated_backend.h"
+#include "snapshot/snapshot_builder.h"
+#include "viewer/snapshot_stats.h"
+
+namespace memsnap {
+namespace {
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+struct Device {
+  std::shared_ptr<SimulatedBackend> backend;
+  std::unique_ptr<CachingAllocator> allocator;
+  Device() {
+    SimulatedBackend::Options options;
+    options.capacity_bytes = 1024 * kMiB;
+    backend = std::make_shared<SimulatedBackend>(options);
+    allocator = std::make_unique<CachingAllocator>(backend);
+  }
+};
+
+TEST(DeviceMemoryAccount, MemoryOutsideTheAllocatorIsWhatTheDriverCountsBeyondItsSegments) {
+  Device device;
+  const auto outside = device.backend->reserve(0, 300 * kMiB);  // another library's cudaMalloc
+  void* live = device.allocator->allocate(100 * kMiB);
+  const Snapshot snapshot = take_snapshot(*device.allocator, nullptr);
+  const auto accounts = account_device_memory(snapshot);
+  ASSERT_EQ(accounts.size(), 1u);
+  const DeviceMemoryAccount& a = accounts[0];
+  EXPECT_EQ(a.total_bytes, 1024 * kMiB);
+  EXPECT_EQ(a.reserved_bytes, 100 * kMiB);
+  EXPECT_EQ(a.allocated_bytes, 100 * kMiB);
+  EXPECT_EQ(a.free_bytes, 624 * kMiB);
+  ASSERT_TRUE(a.outside_bytes.has_value());
+  EXPECT_EQ(*a.outside_bytes, 300 * kMiB);
+  EXPECT_FALSE(a.processes_listed);
+  EXPECT_FALSE(a.this_process_bytes.has_value());  // no NVML: not split
+  const std::string text = stats_to_text(compute_stats(snapshot), snapshot);
+  EXPECT_NE(text.find("    outside the allocator                  300.00 MiB"), std::string::npos) << text;
+  EXPECT_EQ(stats_to_json(compute_stats(snapshot), snapshot)["device_memory"][0]["outside_bytes"], 300 * kMiB);
+  device.allocator->deallocate(live);
+  device.backend->release(0, *outside, 300 * kMiB);
+}
+
+TEST(DeviceMemoryAccount, NvmlsListSplitsItWhenThisProcessIsInIt) {
+  Device device;
+  const auto outside = device.backend->reserve(0, 300 * kMiB);
+  void* live = device.allocator->allocate(100 * kMiB);
+  Snapshot snapshot = take_snapshot(*device.allocator, nullptr);
+  // This process holds its 100 MiB of segments and 200 MiB more; another holds 100 MiB.
+  snapshot.device_memory[0].processes = {{777, 100 * kMiB}, {snapshot.process.pid, 300 * kMiB}};
+  DeviceMemoryAccount a = account_device_memory(snapshot).at(0);
+  ASSERT_TRUE(a.this_process_outside_bytes.has_value());
+  EXPECT_EQ(*a.this_process_outside_bytes, 200 * kMiB);
+  EXPECT_EQ(a.other_processes_bytes, 100 * kMiB);
+  ASSERT_EQ(a.other_processes.size(), 1u);
+  EXPECT_EQ(a.other_processes[0].first, 777);
+  const std::string text = device_memory_text({a});
+  EXPECT_NE(text.find("    this process, outside the allocator    200.00 MiB"), std::string::npos) << text;
+  EXPECT_NE(text.find("    other processes                        100.00 MiB  pid 777 100.00 MiB"), std::string::npos) << text;
+  EXPECT_EQ(text.find("not listed by NVML"), std::string::npos) << text;  // 300 = 200 + 100
+
+  // NVML's pids are the host's in a container: this process not among them, nothing is split.
+  snapshot.device_memory[0].processes = {{777, 100 * kMiB}, {778, 300 * kMiB}};
+  a = account_device_memory(snapshot).at(0);
+  EXPECT_FALSE(a.this_process_outside_bytes.has_value());
+  EXPECT_NE(a.note.find("which of them is this process, the figures cannot say"), std::string::npos) << a.note;
+  EXPECT_NE(device_memory_text({a}).find("    outside the allocator"), std::string::npos);
+  device.allocator->deallocate(live);
+  device.backend->release(0, *outside, 300 * kMiB);
+}
+
+TEST(DeviceMemoryAccount, FiguresThatContradictEachOtherGiveNoOutsideFigure) {
+  Device device;
+  void* live = device.allocator->allocate(100 * kMiB);
+  Snapshot snapshot = take_snapshot(*device.allocator, nullptr);
+  snapshot.device_memory[0].free_bytes = snapshot.device_memory[0].total_bytes - 10 * kMiB;  // sampled apart
+  const DeviceMemoryAccount a = account_device_memory(snapshot).at(0);
+  EXPECT_FALSE(a.outside_bytes.has_value());
+  EXPECT_NE(a.note.find("cannot be told"), std::string::npos) << a.note;
+  EXPECT_EQ(device_memory_text({a}).find("    outside the allocator"), std::string::npos);
+  device.allocator->deallocate(live);
+}
+
+TEST(DeviceMemoryAccount, ASnapshotWithoutDriverFiguresHasNoAccount) {
+  Snapshot snapshot;
+  EXPECT_TRUE(account_device_memory(snapshot).empty());
+  EXPECT_EQ(device_memory_text({}), "");
+}
+
+}  // namespace
+}  // namespace memsnap
