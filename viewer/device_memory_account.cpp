@@ -103,7 +103,7 @@ std::string device_memory_text(const std::vector<DeviceMemoryAccount>& accounts)
         listed += (i ? ", " : "") + std::string("pid ") + std::to_string(a.other_processes[i].first) + " " +
                   bytes_text(a.other_processes[i].second);
       if (a.other_processes.size() > 5) listed += ", ...";
-      row("other processes", a.other_processes_bytes, listed);
+      if (!a.other_processes.empty()) row("other processes", a.other_processes_bytes, listed);
       if (a.outside_bytes && a.this_process_outside_bytes) {
         const uint64_t counted_outside = *a.this_process_outside_bytes + a.other_processes_bytes;
         if (*a.outside_bytes > counted_outside)

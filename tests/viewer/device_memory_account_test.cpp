@@ -11,6 +11,7 @@
 #include "allocator/simulated_backend.h"
 #include "snapshot/snapshot_builder.h"
 #include "viewer/snapshot_stats.h"
+#include "tests/test_snapshots.h"
 
 namespace memsnap {
 namespace {
@@ -89,6 +90,27 @@ TEST(DeviceMemoryAccount, FiguresThatContradictEachOtherGiveNoOutsideFigure) {
   EXPECT_NE(a.note.find("cannot be told"), std::string::npos) << a.note;
   EXPECT_EQ(device_memory_text({a}).find("    outside the allocator"), std::string::npos);
   device.allocator->deallocate(live);
+}
+
+// A real snapshot from an H200 (tests/data/memsnap-h200/README.md): memsnap.torch with 1 GiB
+// taken through CuPy's pool beside it. The account agrees with torch and nvidia-smi of the moment.
+TEST(DeviceMemoryAccount, ARealProcessWithCuPyBesideTheAllocatorAddsUp) {
+  const Snapshot snapshot = testing::load_test_snapshot("memsnap-h200/whole_device.msgpack");
+  const auto accounts = account_device_memory(snapshot);
+  ASSERT_EQ(accounts.size(), 1u);
+  const DeviceMemoryAccount& a = accounts[0];
+  EXPECT_EQ(a.total_bytes, 150109880320u);
+  EXPECT_EQ(a.free_bytes, 146030067712u);
+  EXPECT_EQ(a.reserved_bytes, 2382364672u);  // torch.cuda.memory_reserved()
+  ASSERT_TRUE(a.this_process_bytes.has_value());
+  EXPECT_EQ(*a.this_process_bytes, 3882 * kMiB);  // nvidia-smi's figure for the process
+  ASSERT_TRUE(a.this_process_outside_bytes.has_value());
+  // CuPy's 1 GiB and the CUDA context with the libraries' own memory; under 2 GiB in all.
+  EXPECT_GE(*a.this_process_outside_bytes, 1024 * kMiB);
+  EXPECT_LT(*a.this_process_outside_bytes, 2048 * kMiB);
+  EXPECT_TRUE(a.other_processes.empty());
+  ASSERT_TRUE(a.outside_bytes.has_value());
+  EXPECT_LT(*a.outside_bytes - *a.this_process_outside_bytes, 64 * kMiB);  // what NVML does not list
 }
 
 TEST(DeviceMemoryAccount, ASnapshotWithoutDriverFiguresHasNoAccount) {

@@ -267,6 +267,25 @@ await runChecked({ browser, server, problems, current }, async () => {
     await oomTab.waitFor({ state: 'hidden' });
   });
 
+  await step('the whole device in Stats: only for snapshots with the driver\'s figures', async () => {
+    const whole = page.locator('.chip', { hasText: 'whole_device' });
+    if (await whole.count() === 0) return;  // not among the snapshots given
+    await page.locator('.chip', { hasText: 'mlp_train' }).click();  // PyTorch's pickle: no figures
+    await tab('stats');
+    await page.waitForSelector('.cards .card');
+    assert.equal(await page.locator('table.device-memory').count(), 0, 'a whole-device table without figures');
+    await whole.click();
+    await page.waitForSelector('table.device-memory');
+    const table = await page.locator('table.device-memory').innerText();
+    // memsnap.torch on an H200 beside 1 GiB from CuPy (tests/data/memsnap-h200/README.md).
+    assert.match(table, /allocated \(live\)\s+2\.09 GiB/);
+    assert.match(table, /this process outside the allocator \(CUDA context, other libraries\)\s+1\.57 GiB/);
+    assert.match(table, /free\s+136\.0 GiB/);
+    assert.ok(await page.locator('.device-memory-bar .part').count() >= 4, 'a part per row');
+    assert.match(await page.locator('.growth').innerText(), /no trace/);  // not asked of the server
+    await shot('stats-whole-device');
+  });
+
   await step('private pools: named in stats, segments by pool, the OOM they caused', async () => {
     const withPools = page.locator('.chip', { hasText: 'pool_oom' });
     if (await withPools.count() === 0) return;  // not among the snapshots given

@@ -52,7 +52,7 @@ function deviceMemoryHtml(accounts) {
       ['reserved, cached free', a.reserved_bytes - a.allocated_bytes, 'hsl(205, 45%, 70%)']];
     if (a.this_process_outside_bytes != null) {
       rows.push(['this process outside the allocator (CUDA context, other libraries)', a.this_process_outside_bytes, 'hsl(0, 0%, 55%)']);
-      rows.push(['other processes', a.other_processes_bytes, 'hsl(280, 25%, 60%)']);
+      if ((a.other_processes || []).length) rows.push(['other processes', a.other_processes_bytes, 'hsl(280, 25%, 60%)']);
       const unlisted = a.outside_bytes == null ? 0 : a.outside_bytes - a.this_process_outside_bytes - a.other_processes_bytes;
       if (unlisted > 0) rows.push(['in use, not listed by NVML', unlisted, 'hsl(0, 0%, 75%)']);
     } else if (a.outside_bytes != null) {
@@ -126,8 +126,14 @@ export async function renderStats(container, { snapshot }) {
       : '<p class="hint">The snapshot has no trace to replay: record history at level \'all\' to compare settings.</p>'}</div>
     <h2>Summary</h2>
     <pre class="summary">${escapeHtml(text)}</pre>`;
-  api.growth(snapshot.id).then(g => { container.querySelector('.growth').innerHTML = growthHtml(g); },
-    error => { container.querySelector('.growth').innerHTML = `<p class="hint">${escapeHtml(error.message)}</p>`; });
+  if (!stats.trace_entries) {
+    // Growth is read from the trace's steps: without one there is nothing to ask the server.
+    container.querySelector('.growth').innerHTML =
+      '<p class="hint">Cannot judge whether memory grows: the snapshot has no trace (record history at level \'all\').</p>';
+  } else {
+    api.growth(snapshot.id).then(g => { container.querySelector('.growth').innerHTML = growthHtml(g); },
+      error => { container.querySelector('.growth').innerHTML = `<p class="hint">${escapeHtml(error.message)}</p>`; });
+  }
   container.querySelector('.tune-button')?.addEventListener('click', async (event) => {
     const result = container.querySelector('.tune-result');
     event.target.disabled = true;
