@@ -123,7 +123,17 @@ DeviceMemoryInfo CudaBackend::memory_info(int device) {
 
 std::vector<DeviceProcess> CudaBackend::device_processes(int device) {
   DeviceGuard guard(device);
-  return nvml_device_processes(device);
+  char bus_id[64] = {};
+  if (cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, device) != cudaSuccess) {
+    cudaGetLastError();
+    return {};
+  }
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {  // (a bound for NVML's figures)
+    cudaGetLastError();
+    total = SIZE_MAX;
+  }
+  return nvml_processes_at_bus_id(bus_id, total);
 }
 
 std::string CudaBackend::device_name(int device) const {

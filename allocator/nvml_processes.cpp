@@ -1,6 +1,5 @@
 #include "allocator/nvml_processes.h"
 
-#include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
 #include <cstdint>
@@ -18,10 +17,10 @@ struct NvmlProcessInfo {  // nvmlProcessInfo_t, as nvmlDeviceGetComputeRunningPr
   unsigned int gpu_instance_id;
   unsigned int compute_instance_id;
 };
-constexpr NvmlReturn kSuccess = 0;
-constexpr NvmlReturn kInsufficientSize = 7;
-constexpr unsigned long long kNotAvailable = ~0ULL;
-constexpr unsigned int kMaxProcesses = 1024;
+constexpr NvmlReturn kNvmlSuccess = 0;
+constexpr NvmlReturn kNvmlInsufficientSize = 7;
+constexpr unsigned long long kNvmlNotAvailable = ~0ULL;
+constexpr unsigned int kNvmlMaxProcesses = 1024;
 
 struct Nvml {
   NvmlReturn (*init)() = nullptr;
@@ -42,7 +41,7 @@ const Nvml& nvml() {
     n.compute_processes = reinterpret_cast<NvmlReturn (*)(NvmlDevice, unsigned int*, NvmlProcessInfo*)>(
         dlsym(library, "nvmlDeviceGetComputeRunningProcesses_v3"));
     n.ready = n.init != nullptr && n.handle_by_pci_bus_id != nullptr && n.compute_processes != nullptr &&
-              n.init() == kSuccess;
+              n.init() == kNvmlSuccess;
     return n;
   }();
   return loaded;
@@ -50,39 +49,29 @@ const Nvml& nvml() {
 
 }  // namespace
 
-std::vector<DeviceProcess> nvml_device_processes(int device) {
+std::vector<DeviceProcess> nvml_processes_at_bus_id(const char* bus_id, uint64_t bound) {
   const Nvml& n = nvml();
-  if (!n.ready) return {};
-  char bus_id[64] = {};
-  if (cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, device) != cudaSuccess) {
-    cudaGetLastError();
-    return {};
-  }
+  if (!n.ready || bus_id == nullptr) return {};
   NvmlDevice handle = nullptr;
-  if (n.handle_by_pci_bus_id(bus_id, &handle) != kSuccess) return {};
-  size_t total = 0, free = 0;
-  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {  // (a bound for the figures below)
-    cudaGetLastError();
-    total = SIZE_MAX;
-  }
+  if (n.handle_by_pci_bus_id(bus_id, &handle) != kNvmlSuccess) return {};
   // The list may grow between asking its length and reading it: ask with room to spare.
   std::vector<NvmlProcessInfo> infos(16);
   for (int attempt = 0; attempt < 4; ++attempt) {
     unsigned int count = static_cast<unsigned int>(infos.size());
     const NvmlReturn status = n.compute_processes(handle, &count, infos.data());
-    if (status == kInsufficientSize && count <= kMaxProcesses) {
+    if (status == kNvmlInsufficientSize && count <= kNvmlMaxProcesses) {
       infos.resize(count + 8);
       continue;
     }
-    if (status != kSuccess || count > infos.size()) return {};
+    if (status != kNvmlSuccess || count > infos.size()) return {};
     std::vector<DeviceProcess> processes;
     for (unsigned int i = 0; i < count; ++i) {
       const NvmlProcessInfo& info = infos[i];
       // Figures that cannot be right (a layout this code does not know) give nothing, not
       // wrong numbers; memory NVML may not show (a container without the permission) is left out.
       if (info.pid == 0) return {};
-      if (info.used_gpu_memory == kNotAvailable) continue;
-      if (info.used_gpu_memory > total) return {};
+      if (info.used_gpu_memory == kNvmlNotAvailable) continue;
+      if (info.used_gpu_memory > bound) return {};
       processes.push_back({static_cast<int64_t>(info.pid), info.used_gpu_memory});
     }
     return processes;

@@ -7,6 +7,8 @@
 #include "allocator/policy.h"
 #include "history/history_recorder.h"
 #include "history/symbolizer.h"
+#include "record/library_names.h"
+#include "snapshot/recorded_stacks.h"
 #include "snapshot/snapshot_stacks.h"
 
 namespace memsnap {
@@ -43,17 +45,23 @@ StackId AllocationLedger::intern(CallStack stack) {
 }
 
 void AllocationLedger::allocated(int device, uintptr_t address, size_t size, StreamId stream,
-                                 CallStack stack) {
+                                 CallStack stack, OutsideKind kind, const char* api) {
   const Ticks ticks = now_ticks();
+  const bool outside = kept_outside(kind);
+  if (is_host_memory(kind)) device = -1;
   std::lock_guard lock(mutex_);
-  DeviceRecord* record = device_record(device);
-  if (record == nullptr) return;
+  DeviceRecord* record = outside ? nullptr : device_record(device);
+  if (outside ? device >= kMaxDevices : record == nullptr) return;
   const StackId id = intern(stack);
   // An address handed out again while the ledger still holds it: the free that came between
   // went through a call not recorded. The old allocation ends here.
   if (auto old = live_.find(address); old != live_.end()) release(old, stream, kNoStack, ticks);
-  live_.emplace(address, Live{size, device, stream, id});
+  live_.emplace(address, Live{size, device, stream, id, ticks, api, kind});
   ++counts_.allocations;
+  if (outside) {
+    push_outside({ticks, address, size, api, id, id, device, OutsideAction::kAlloc, kind});
+    return;
+  }
   count(record->stats, size, true);
   record->trace.push({TraceAction::kAlloc, address, size, stream, ticks, id});
 }
@@ -64,9 +72,31 @@ void AllocationLedger::release(std::map<uintptr_t, Live>::iterator it, StreamId 
   const uintptr_t address = it->first;
   live_.erase(it);
   ++counts_.frees;
+  if (kept_outside(live.kind)) {
+    push_outside({ticks, address, live.size, live.api, stack, live.stack, live.device, OutsideAction::kFree, live.kind});
+    return;
+  }
   DeviceRecord* record = device_record(live.device);
   count(record->stats, live.size, false);
   record->trace.push({TraceAction::kFreeCompleted, address, live.size, stream, ticks, stack});
+}
+
+void AllocationLedger::push_outside(const OutsideRecord& record) {
+  if (settings_.max_entries == 0) return;
+  if (outside_trace_.size() < settings_.max_entries) {
+    outside_trace_.push_back(record);
+    return;
+  }
+  outside_trace_[outside_next_] = record;
+  outside_next_ = outside_next_ + 1 == outside_trace_.size() ? 0 : outside_next_ + 1;
+  ++outside_dropped_;
+}
+
+void AllocationLedger::clear_outside_trace() {
+  std::lock_guard lock(mutex_);
+  outside_trace_.clear();
+  outside_next_ = 0;
+  outside_dropped_ = 0;
 }
 
 bool AllocationLedger::freed(uintptr_t address, StreamId stream, CallStack stack) {
@@ -99,9 +129,17 @@ size_t AllocationLedger::freed_range(uintptr_t address, size_t size, StreamId st
 }
 
 void AllocationLedger::out_of_memory(int device, size_t requested, size_t device_free,
-                                     StreamId stream, CallStack stack) {
+                                     StreamId stream, CallStack stack, OutsideKind kind, const char* api) {
   const Ticks ticks = now_ticks();
   std::lock_guard lock(mutex_);
+  if (kept_outside(kind)) {
+    if (is_host_memory(kind)) device = -1;
+    if (device >= kMaxDevices) return;
+    ++counts_.out_of_memory;
+    const StackId id = intern(stack);
+    push_outside({ticks, 0, requested, api, id, id, device, OutsideAction::kOom, kind});
+    return;
+  }
   DeviceRecord* record = device_record(device);
   if (record == nullptr) return;
   ++counts_.out_of_memory;
@@ -189,6 +227,7 @@ Snapshot AllocationLedger::snapshot(const JobPlace& job) const {
     return a.second.device != b.second.device ? a.second.device < b.second.device : a.first < b.first;
   });
   for (const auto& [address, allocation] : live) {
+    if (kept_outside(allocation.kind)) continue;
     const StackIndex stack = index_of(allocation.stack);
     SnapshotSegment& segment = snapshot.segments.emplace_back();
     segment.device = allocation.device;
@@ -231,7 +270,70 @@ Snapshot AllocationLedger::snapshot(const JobPlace& job) const {
       }
     }
   }
+  fill_outside(snapshot, nullptr);
   return snapshot;
+}
+
+void AllocationLedger::add_outside_memory(Snapshot& snapshot, InterpreterFrames* interpreter) const {
+  fill_outside(snapshot, interpreter);
+}
+
+void AllocationLedger::fill_outside(Snapshot& snapshot, InterpreterFrames* interpreter) const {
+  std::vector<std::pair<uintptr_t, Live>> live;
+  std::vector<OutsideRecord> events;
+  uint64_t dropped = 0;
+  std::unordered_map<StackId, std::vector<uintptr_t>> stack_frames;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& entry : live_)
+      if (kept_outside(entry.second.kind)) live.push_back(entry);
+    events.reserve(outside_trace_.size());
+    for (size_t i = 0; i < outside_trace_.size(); ++i)
+      events.push_back(outside_trace_[(outside_next_ + i) % outside_trace_.size()]);
+    dropped = outside_dropped_;
+    const auto want = [&](StackId id) {
+      if (id != kNoStack && !stack_frames.contains(id)) stack_frames.emplace(id, stacks_.frames(id));
+    };
+    for (const auto& [address, allocation] : live) want(allocation.stack);
+    for (const OutsideRecord& event : events) {
+      want(event.stack);
+      want(event.origin);
+    }
+  }
+
+  RecordedStackSymbolizer symbolizer(snapshot, interpreter);
+  LibraryNames libraries;
+  std::unordered_map<StackId, std::pair<StackIndex, std::string>> known;  // index, library
+  const auto of = [&](StackId id) -> const std::pair<StackIndex, std::string>& {
+    static const std::pair<StackIndex, std::string> kNone{kNoStackIndex, ""};
+    if (id == kNoStack) return kNone;
+    auto [it, fresh] = known.try_emplace(id);
+    if (fresh) {
+      const std::vector<uintptr_t>& words = stack_frames.at(id);
+      it->second = {symbolizer.stack_of(words), libraries.library_of(words)};
+    }
+    return it->second;
+  };
+
+  const TicksToMicroseconds to_us;
+  OutsideMemory outside;
+  std::stable_sort(live.begin(), live.end(), [](const auto& a, const auto& b) {
+    return a.second.device != b.second.device ? a.second.device < b.second.device : a.first < b.first;
+  });
+  outside.live.reserve(live.size());
+  for (const auto& [address, allocation] : live) {
+    const auto& [stack, library] = of(allocation.stack);
+    outside.live.push_back({allocation.device, address, allocation.size, allocation.kind, allocation.api, library,
+                            stack, to_us(allocation.ticks)});
+  }
+  outside.events.reserve(events.size());
+  for (const OutsideRecord& event : events) {
+    outside.events.push_back({event.action,
+                              {event.device, event.address, event.size, event.kind, event.api, of(event.origin).second,
+                               of(event.stack).first, to_us(event.ticks)}});
+  }
+  outside.dropped_events = dropped;
+  snapshot.outside_memory = std::move(outside);
 }
 
 }  // namespace memsnap

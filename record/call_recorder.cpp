@@ -1,6 +1,7 @@
 #include "record/call_recorder.h"
 
 #include <cstdio>
+#include <cstring>
 #include <exception>
 
 #include "history/stack_capture.h"
@@ -11,6 +12,7 @@ namespace {
 
 thread_local int runtime_calls_in_progress = 0;
 thread_local bool inside_recorder = false;
+thread_local int not_recorded_depth = 0;  // CallsNotRecorded scopes alive on the thread
 // The device of the thread's last context, by the context's unique id (a thread keeps to one
 // context for long stretches; asking CUPTI costs more than the rest of a call's recording).
 thread_local uint32_t last_context_uid = 0;
@@ -27,9 +29,14 @@ class InsideRecorder {
 
 }  // namespace
 
+CallsNotRecorded::CallsNotRecorded() { ++not_recorded_depth; }
+CallsNotRecorded::~CallsNotRecorded() { --not_recorded_depth; }
+bool calls_recorded_on_this_thread() { return not_recorded_depth == 0; }
+
 CallRecorder::CallRecorder(AllocationLedger& ledger, CallRecorderHooks hooks, bool capture_stacks,
-                           CallStackTrim trim)
-    : ledger_(ledger), hooks_(std::move(hooks)), capture_stacks_(capture_stacks), trim_(std::move(trim)) {
+                           CallStackTrim trim, InterpreterFrames* interpreter)
+    : ledger_(ledger), hooks_(std::move(hooks)), capture_stacks_(capture_stacks), trim_(std::move(trim)),
+      interpreter_(interpreter) {
   if (capture_stacks_) prepare_stack_capture();
 }
 
@@ -42,7 +49,7 @@ void CallRecorder::fail(const std::string& what) {
 
 void CallRecorder::on_callback(CUpti_CallbackDomain domain, CUpti_CallbackId id,
                                const CUpti_CallbackData& data) {
-  if (inside_recorder || stopped()) return;
+  if (inside_recorder || not_recorded_depth > 0 || stopped()) return;
   const RecordedApi* api = find_recorded_api(domain, id);
   if (api == nullptr) return;
   const bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
@@ -78,24 +85,31 @@ void CallRecorder::on_callback(CUpti_CallbackDomain domain, CUpti_CallbackId id,
 }
 
 void CallRecorder::record(int device, const RecordedApi& api, const DecodedCall& call) {
-  uintptr_t frames[kMaxStackDepth];
+  uintptr_t frames[kMaxStackDepth + kMaxInterpreterTokens];
   CallStack stack;
   if (capture_stacks_) {
-    stack.count = trim_.trim(frames, capture_stack(frames, kMaxStackDepth));
+    // The interpreter's tokens go behind the room for C++ frames, and move down to follow them.
+    uintptr_t* const tokens = frames + kMaxStackDepth;
+    const size_t token_count = interpreter_ != nullptr ? interpreter_->capture(tokens, kMaxInterpreterTokens) : 0;
+    const StopCode stop = interpreter_ != nullptr ? interpreter_->evaluation_loop_code() : StopCode{};
+    const size_t count = trim_.trim(frames, capture_stack(frames, kMaxStackDepth, 0, nullptr, stop));
+    std::memmove(frames + count, tokens, token_count * sizeof(uintptr_t));
+    stack.count = count + token_count;
     stack.frames = frames;
   }
+  const bool host = is_host_memory(api.memory);
   if (call.out_of_memory) {
-    describe_once(device);
-    const size_t free_bytes = hooks_.device_free_bytes ? hooks_.device_free_bytes() : 0;
-    ledger_.out_of_memory(device, call.size, free_bytes, call.stream, stack);
-    if (hooks_.out_of_memory) hooks_.out_of_memory(device);
+    if (!host) describe_once(device);
+    const size_t free_bytes = !host && hooks_.device_free_bytes ? hooks_.device_free_bytes() : 0;
+    ledger_.out_of_memory(device, call.size, free_bytes, call.stream, stack, api.memory, api.name);
+    if (hooks_.out_of_memory && !host) hooks_.out_of_memory(device);
     return;
   }
   switch (api.effect) {
     case CallEffect::kAllocates:
       if (call.address == 0) return;  // a zero-byte request gives no pointer
-      describe_once(device);
-      ledger_.allocated(device, call.address, call.size, call.stream, stack);
+      if (!host) describe_once(device);
+      ledger_.allocated(device, call.address, call.size, call.stream, stack, api.memory, api.name);
       return;
     case CallEffect::kFrees:
       if (call.address != 0) ledger_.freed(call.address, call.stream, stack);

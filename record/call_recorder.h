@@ -20,11 +20,24 @@
 #include <functional>
 #include <string>
 
+#include "history/interpreter_frames.h"
 #include "record/allocation_ledger.h"
 #include "record/call_stack_trim.h"
 #include "record/cuda_calls.h"
 
 namespace memsnap {
+
+// Calls the calling thread makes while one lives are not recorded: a caching allocator's own
+// cudaMalloc and cudaFree, whose memory its snapshot already shows (memsnap.torch).
+class CallsNotRecorded {
+ public:
+  CallsNotRecorded();
+  ~CallsNotRecorded();
+  CallsNotRecorded(const CallsNotRecorded&) = delete;
+  CallsNotRecorded& operator=(const CallsNotRecorded&) = delete;
+};
+// Whether the calling thread's calls are recorded now (no CallsNotRecorded lives on it).
+bool calls_recorded_on_this_thread();
 
 struct CallRecorderHooks {
   // The device ordinal of a callback's context (cuptiGetDeviceId); -1 when unknown.
@@ -39,13 +52,19 @@ struct CallRecorderHooks {
 
 class CallRecorder {
  public:
+  // With `interpreter`, stacks also hold the calling thread's interpreter frames (as the
+  // history recorder's do: C++ frames up to the interpreter's loop, then its tokens).
   CallRecorder(AllocationLedger& ledger, CallRecorderHooks hooks, bool capture_stacks,
-               CallStackTrim trim = {});
+               CallStackTrim trim = {}, InterpreterFrames* interpreter = nullptr);
 
   // One CUPTI callback; calls not recorded return at once.
   void on_callback(CUpti_CallbackDomain domain, CUpti_CallbackId id, const CUpti_CallbackData& data);
   // Records nothing more (after the at-exit snapshot; in a forked child).
   void stop() { stopped_.store(true, std::memory_order_relaxed); }
+  // Records again after stop(), unless recording failed.
+  void resume() {
+    if (!failed_.load(std::memory_order_relaxed)) stopped_.store(false, std::memory_order_relaxed);
+  }
   bool stopped() const { return stopped_.load(std::memory_order_relaxed); }
   // Stops recording after `what` went wrong, saying so on stderr (once).
   void fail(const std::string& what);
@@ -58,6 +77,7 @@ class CallRecorder {
   const CallRecorderHooks hooks_;
   const bool capture_stacks_;
   const CallStackTrim trim_;
+  InterpreterFrames* const interpreter_;
   std::atomic<bool> stopped_{false};
   std::atomic<bool> failed_{false};
   std::array<std::atomic<bool>, AllocationLedger::kMaxDevices> described_{};

@@ -21,16 +21,16 @@ namespace {
 constexpr CUpti_CallbackDomain kRuntime = CUPTI_CB_DOMAIN_RUNTIME_API;
 constexpr CUpti_CallbackDomain kDriver = CUPTI_CB_DOMAIN_DRIVER_API;
 
-#define MEMSNAP_RUNTIME(name, version, effect) \
-  RecordedApi { kRuntime, CUPTI_RUNTIME_TRACE_CBID_##name##_##version, #name, CallEffect::effect }
-#define MEMSNAP_DRIVER(cbid, name, effect) \
-  RecordedApi { kDriver, CUPTI_DRIVER_TRACE_CBID_##cbid, name, CallEffect::effect }
+#define MEMSNAP_RUNTIME(name, version, effect, ...) \
+  RecordedApi { kRuntime, CUPTI_RUNTIME_TRACE_CBID_##name##_##version, #name, CallEffect::effect __VA_OPT__(, OutsideKind::__VA_ARGS__) }
+#define MEMSNAP_DRIVER(cbid, name, effect, ...) \
+  RecordedApi { kDriver, CUPTI_DRIVER_TRACE_CBID_##cbid, name, CallEffect::effect __VA_OPT__(, OutsideKind::__VA_ARGS__) }
 
 constexpr std::array kApis = {
     MEMSNAP_RUNTIME(cudaMalloc, v3020, kAllocates),
     MEMSNAP_RUNTIME(cudaMallocPitch, v3020, kAllocates),
     MEMSNAP_RUNTIME(cudaMalloc3D, v3020, kAllocates),
-    MEMSNAP_RUNTIME(cudaMallocManaged, v6000, kAllocates),
+    MEMSNAP_RUNTIME(cudaMallocManaged, v6000, kAllocates, kManaged),
     MEMSNAP_RUNTIME(cudaMallocAsync, v11020, kAllocates),
     MEMSNAP_RUNTIME(cudaMallocAsync_ptsz, v11020, kAllocates),
     MEMSNAP_RUNTIME(cudaMallocFromPoolAsync, v11020, kAllocates),
@@ -40,7 +40,7 @@ constexpr std::array kApis = {
     MEMSNAP_RUNTIME(cudaFreeAsync_ptsz, v11020, kFrees),
     MEMSNAP_DRIVER(cuMemAlloc_v2, "cuMemAlloc", kAllocates),
     MEMSNAP_DRIVER(cuMemAllocPitch_v2, "cuMemAllocPitch", kAllocates),
-    MEMSNAP_DRIVER(cuMemAllocManaged, "cuMemAllocManaged", kAllocates),
+    MEMSNAP_DRIVER(cuMemAllocManaged, "cuMemAllocManaged", kAllocates, kManaged),
     MEMSNAP_DRIVER(cuMemAllocAsync, "cuMemAllocAsync", kAllocates),
     MEMSNAP_DRIVER(cuMemAllocAsync_ptsz, "cuMemAllocAsync", kAllocates),
     MEMSNAP_DRIVER(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", kAllocates),
@@ -51,6 +51,17 @@ constexpr std::array kApis = {
     MEMSNAP_DRIVER(cuMemFreeAsync, "cuMemFreeAsync", kFrees),
     MEMSNAP_DRIVER(cuMemFreeAsync_ptsz, "cuMemFreeAsync", kFrees),
     MEMSNAP_DRIVER(cuMemUnmap, "cuMemUnmap", kUnmaps),
+    // Pinned host memory.
+    MEMSNAP_RUNTIME(cudaHostAlloc, v3020, kAllocates, kPinnedHost),
+    MEMSNAP_RUNTIME(cudaMallocHost, v3020, kAllocates, kPinnedHost),
+    MEMSNAP_RUNTIME(cudaHostRegister, v4000, kAllocates, kRegisteredHost),
+    MEMSNAP_RUNTIME(cudaFreeHost, v3020, kFrees, kPinnedHost),
+    MEMSNAP_RUNTIME(cudaHostUnregister, v4000, kFrees, kRegisteredHost),
+    MEMSNAP_DRIVER(cuMemHostAlloc, "cuMemHostAlloc", kAllocates, kPinnedHost),
+    MEMSNAP_DRIVER(cuMemAllocHost_v2, "cuMemAllocHost", kAllocates, kPinnedHost),
+    MEMSNAP_DRIVER(cuMemHostRegister_v2, "cuMemHostRegister", kAllocates, kRegisteredHost),
+    MEMSNAP_DRIVER(cuMemFreeHost, "cuMemFreeHost", kFrees, kPinnedHost),
+    MEMSNAP_DRIVER(cuMemHostUnregister, "cuMemHostUnregister", kFrees, kRegisteredHost),
 };
 
 #undef MEMSNAP_RUNTIME
@@ -110,6 +121,22 @@ DecodedCall runtime_call(CUpti_CallbackId id, const void* p, DecodedCall call) {
     }
     case CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020:
       return {ok, false, address_of(as<cudaFree_v3020_params>(p).devPtr), 0, 0};
+    case CUPTI_RUNTIME_TRACE_CBID_cudaHostAlloc_v3020: {
+      const auto& a = as<cudaHostAlloc_v3020_params>(p);
+      return {ok, call.out_of_memory, written(a.pHost, ok), a.size, 0};
+    }
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020: {
+      const auto& a = as<cudaMallocHost_v3020_params>(p);
+      return {ok, call.out_of_memory, written(a.ptr, ok), a.size, 0};
+    }
+    case CUPTI_RUNTIME_TRACE_CBID_cudaHostRegister_v4000: {
+      const auto& a = as<cudaHostRegister_v4000_params>(p);
+      return {ok, call.out_of_memory, ok ? address_of(a.ptr) : 0, a.size, 0};
+    }
+    case CUPTI_RUNTIME_TRACE_CBID_cudaFreeHost_v3020:
+      return {ok, false, address_of(as<cudaFreeHost_v3020_params>(p).ptr), 0, 0};
+    case CUPTI_RUNTIME_TRACE_CBID_cudaHostUnregister_v4000:
+      return {ok, false, address_of(as<cudaHostUnregister_v4000_params>(p).ptr), 0, 0};
     case CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020:
     case CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_ptsz_v11020: {
       const auto& a = as<cudaFreeAsync_v11020_params>(p);
@@ -159,6 +186,22 @@ DecodedCall driver_call(CUpti_CallbackId id, const void* p, DecodedCall call) {
       const auto& a = as<cuMemFreeAsync_params>(p);
       return {ok, false, static_cast<uintptr_t>(a.dptr), 0, stream_of(a.hStream)};
     }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc: {
+      const auto& a = as<cuMemHostAlloc_params>(p);
+      return {ok, call.out_of_memory, written(a.pp, ok), a.bytesize, 0};
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2: {
+      const auto& a = as<cuMemAllocHost_v2_params>(p);
+      return {ok, call.out_of_memory, written(a.pp, ok), a.bytesize, 0};
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2: {
+      const auto& a = as<cuMemHostRegister_v2_params>(p);
+      return {ok, call.out_of_memory, ok ? address_of(a.p) : 0, a.bytesize, 0};
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost:
+      return {ok, false, address_of(as<cuMemFreeHost_params>(p).p), 0, 0};
+    case CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister:
+      return {ok, false, address_of(as<cuMemHostUnregister_params>(p).p), 0, 0};
     case CUPTI_DRIVER_TRACE_CBID_cuMemUnmap: {
       const auto& a = as<cuMemUnmap_params>(p);
       return {ok, false, static_cast<uintptr_t>(a.ptr), a.size, 0};

@@ -14,6 +14,7 @@
 #include <span>
 
 #include "allocator/device_backend.h"
+#include "snapshot/snapshot.h"
 
 namespace memsnap {
 
@@ -26,6 +27,10 @@ struct RecordedApi {
   CUpti_CallbackId id;
   const char* name;
   CallEffect effect;
+  // The memory it makes or frees: device (kDevice, kManaged) or pinned host memory. A free
+  // names the kind whose allocations it ends (cudaFree and cudaFreeHost differ; cuMemFree
+  // frees device and managed memory alike).
+  OutsideKind memory = OutsideKind::kDevice;
 };
 
 // Every call recorded, for enabling their callbacks.

@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "allocator/device_stats.h"
+#include "allocator/nvml_processes.h"
 #include "record/allocation_ledger.h"
 #include "record/call_recorder.h"
 #include "record/call_stack_trim.h"
@@ -59,6 +60,9 @@ class Injection {
     static_cast<CallRecorder*>(user)->on_callback(domain, id, *static_cast<const CUpti_CallbackData*>(data));
   }
   void write(const std::string& pattern, int device, const char* why);
+  // The driver's figures for each device the program used (total, free, NVML's processes), so
+  // the snapshot tells the program's allocations from the rest of what it held (its context).
+  void sample_device_memory(Snapshot& snapshot) const;
   // A line for `memsnap record` (MEMSNAP_RECORD_REPORT): a snapshot's path, or "!" and why one was lost.
   void report(std::string line) const;
 
@@ -143,7 +147,8 @@ void Injection::write(const std::string& pattern, int device, const char* why) {
   std::lock_guard lock(write_mutex_);
   const std::string path = expand_dump_path(pattern, device, ++written_);
   try {
-    const Snapshot snapshot = ledger_.snapshot();
+    Snapshot snapshot = ledger_.snapshot();
+    sample_device_memory(snapshot);
     if (auto error = write_snapshot_file(snapshot, path)) {
       std::fprintf(stderr, "memsnap record: %s snapshot not written: %s\n", why, error->c_str());
       report("!" + *error);
@@ -160,6 +165,22 @@ void Injection::write(const std::string& pattern, int device, const char* why) {
   } catch (const std::exception& error) {
     std::fprintf(stderr, "memsnap record: %s snapshot not written to %s: %s\n", why, path.c_str(), error.what());
     report("!" + path + ": " + error.what());
+  }
+}
+
+void Injection::sample_device_memory(Snapshot& snapshot) const {
+  for (const DeviceInfo& info : snapshot.devices) {
+    const int device = static_cast<int>(info.index);
+    size_t free_bytes = 0, total_bytes = 0;
+    if (!driver_.memory_info(device, free_bytes, total_bytes)) continue;
+    DeviceMemorySample& sample = snapshot.device_memory.emplace_back();
+    sample.device = device;
+    sample.total_bytes = total_bytes;
+    sample.free_bytes = free_bytes;
+    const std::string bus_id = driver_.pci_bus_id(device);
+    if (!bus_id.empty())
+      for (const DeviceProcess& process : nvml_processes_at_bus_id(bus_id.c_str(), total_bytes))
+        sample.processes.emplace_back(process.pid, process.bytes);
   }
 }
 

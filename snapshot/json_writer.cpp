@@ -136,7 +136,9 @@ class JsonStream {
       put(text({{"device", a.device(i)}, {"stage", a.stage(i)}, {"name", a.name(i)}, {"time_us", a.time_us(i)}}));
     }
     const ProcessInfo& p = snapshot_.process;
-    put("],\"format\":\"memsnap-snapshot\",\"process\":");
+    put("],\"format\":\"memsnap-snapshot\"");
+    if (snapshot_.outside_memory) write_outside_memory(*snapshot_.outside_memory);
+    put(",\"process\":");
     put(text({{"host", p.host},
               {"pid", p.pid},
               {"rank", optional_json(p.rank)},
@@ -183,6 +185,36 @@ class JsonStream {
   }
 
  private:
+  // Memory outside the allocator (FORMAT.md): its allocations and events with their frames.
+  void write_outside_memory(const OutsideMemory& outside) {
+    const auto fields = [&](const OutsideAllocation& a, std::string_view action) {
+      put("{");
+      if (!action.empty()) {
+        put("\"action\":\"");
+        put(action);
+        put("\",");
+      }
+      put("\"address\":" + std::to_string(a.address) + ",\"api\":" + text(a.api) +
+          ",\"device\":" + std::to_string(a.device) + ",");
+      put(frames_text(a.stack));
+      put(",\"kind\":\"");
+      put(outside_kind_name(a.kind));
+      put("\",\"library\":" + text(a.library) + ",\"size\":" + std::to_string(a.size) +
+          ",\"time_us\":" + std::to_string(a.time_us) + "}");
+    };
+    put(",\"outside_memory\":{\"dropped_events\":" + std::to_string(outside.dropped_events) + ",\"events\":[");
+    for (size_t i = 0; i < outside.events.size(); ++i) {
+      if (i > 0) put(",");
+      fields(outside.events[i].allocation, outside_action_name(outside.events[i].action));
+    }
+    put("],\"live\":[");
+    for (size_t i = 0; i < outside.live.size(); ++i) {
+      if (i > 0) put(",");
+      fields(outside.live[i], {});
+    }
+    put("],\"unrecorded_reason\":" + text(outside.unrecorded_reason) + "}");
+  }
+
   void put(std::string_view piece) { out_.write(piece); }
   // A stack's "forward_frames" and "frames" members, made once however many entries share it.
   const std::string& frames_text(StackIndex stack) {

@@ -102,6 +102,7 @@ class Reader {
     else if (key == "trace_state_changes") read_trace_state_changes(value);
     else if (key == "statistics") read_statistics(value);
     else if (key == "device_memory") read_device_memory(value);
+    else if (key == "outside_memory") read_outside_memory(value);
     else value.skip(where);  // unknown keys: newer writers may add fields
   }
 
@@ -386,6 +387,62 @@ class Reader {
       budget_.charge(sizeof(DeviceMemorySample) + sizeof(sample.processes[0]) * sample.processes.capacity());
       snapshot_.device_memory.push_back(std::move(sample));
     }
+  }
+
+  // The fields of an allocation outside the allocator (FORMAT.md: OutsideAllocation).
+  OutsideAllocation read_outside_fields(MsgpackCursor& in, const Where& where) {
+    OutsideAllocation a;
+    const int64_t device = in.integer(where.field("device"));
+    a.device = device == -1 ? -1 : device_index(device, where.field("device"));
+    a.address = in.uint(where.field("address"));
+    a.size = in.uint(where.field("size"));
+    const std::optional<OutsideKind> kind = outside_kind_from_name(in.str(where.field("kind")));
+    if (!kind) fail(where.field("kind"), "unknown kind of memory");
+    a.kind = *kind;
+    if ((a.device == -1) != is_host_memory(a.kind)) fail(where, "host memory has device -1, and only host memory");
+    a.api = std::string(in.str(where.field("api")));
+    a.library = std::string(in.str(where.field("library")));
+    budget_.charge(string_cost(a.api) + string_cost(a.library));
+    a.stack = stack_index(in, where.field("stack"));
+    a.time_us = in.integer(where.field("time_us"));
+    return a;
+  }
+
+  void read_outside_memory(MsgpackCursor& in) {
+    const Where where{nullptr, "outside_memory"};
+    OutsideMemory outside;
+    const size_t keys = in.map(where);
+    for (size_t k = 0; k < keys; ++k) {
+      const std::string key(in.str(where.field("map key")));
+      const Where at = where.field(key);
+      if (key == "unrecorded_reason") {
+        outside.unrecorded_reason = std::string(in.str(at));
+        budget_.charge(string_cost(outside.unrecorded_reason));
+      } else if (key == "live") {
+        const size_t count = in.array(at);
+        reserve(outside.live, count, 9, in);
+        for (size_t i = 0; i < count; ++i) {
+          const Where item = at.element(i);
+          in.array(item, 8);
+          outside.live.push_back(read_outside_fields(in, item));
+        }
+      } else if (key == "events") {
+        const size_t count = in.array(at);
+        reserve(outside.events, count, 10, in);
+        for (size_t i = 0; i < count; ++i) {
+          const Where item = at.element(i);
+          in.array(item, 9);
+          const std::optional<OutsideAction> action = outside_action_from_name(in.str(item.field("action")));
+          if (!action) fail(item.field("action"), "unknown action");
+          outside.events.push_back({*action, read_outside_fields(in, item)});
+        }
+      } else if (key == "dropped_events") {
+        outside.dropped_events = in.uint(at);
+      } else {
+        in.skip(at);
+      }
+    }
+    snapshot_.outside_memory = std::move(outside);
   }
 
   void read_statistics(MsgpackCursor& in) {

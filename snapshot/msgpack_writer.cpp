@@ -107,6 +107,39 @@ void pack_trace_state_changes(Packer& out, const std::vector<std::vector<TraceSt
   }
 }
 
+// The fields of an allocation outside the allocator, after those the caller packed.
+void pack_outside_fields(Packer& out, const OutsideAllocation& a) {
+  out.pack_int64(a.device);
+  out.pack_uint64(a.address);
+  out.pack_uint64(a.size);
+  pack_string(out, std::string(outside_kind_name(a.kind)));
+  pack_string(out, a.api);
+  pack_string(out, a.library);
+  out.pack_int64(a.stack);
+  out.pack_int64(a.time_us);
+}
+
+void pack_outside_memory(Packer& out, const OutsideMemory& outside) {
+  out.pack_map(4);
+  pack_string(out, "unrecorded_reason");
+  pack_string(out, outside.unrecorded_reason);
+  pack_string(out, "live");
+  pack_array_header(out, outside.live);
+  for (const OutsideAllocation& allocation : outside.live) {
+    out.pack_array(8);
+    pack_outside_fields(out, allocation);
+  }
+  pack_string(out, "events");
+  pack_array_header(out, outside.events);
+  for (const OutsideEvent& event : outside.events) {
+    out.pack_array(9);
+    pack_string(out, std::string(outside_action_name(event.action)));
+    pack_outside_fields(out, event.allocation);
+  }
+  pack_string(out, "dropped_events");
+  out.pack_uint64(outside.dropped_events);
+}
+
 }  // namespace
 
 void write_msgpack(const Snapshot& snapshot, const ByteSink& sink) {
@@ -114,7 +147,8 @@ void write_msgpack(const Snapshot& snapshot, const ByteSink& sink) {
   Packer out(buffer);
   const bool has_state_changes = !snapshot.trace_state_changes.empty();
   const bool has_device_memory = !snapshot.device_memory.empty();
-  out.pack_map(12 + (has_state_changes ? 1 : 0) + (has_device_memory ? 1 : 0));
+  const bool has_outside_memory = snapshot.outside_memory.has_value();
+  out.pack_map(12 + (has_state_changes ? 1 : 0) + (has_device_memory ? 1 : 0) + (has_outside_memory ? 1 : 0));
   pack_string(out, "format");
   pack_string(out, "memsnap-snapshot");
   pack_string(out, "version");
@@ -184,6 +218,11 @@ void write_msgpack(const Snapshot& snapshot, const ByteSink& sink) {
         out.pack_uint64(bytes);
       }
     }
+  }
+
+  if (has_outside_memory) {
+    pack_string(out, "outside_memory");
+    pack_outside_memory(out, *snapshot.outside_memory);
   }
 
   pack_string(out, "external_annotations");

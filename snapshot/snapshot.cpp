@@ -31,6 +31,30 @@ std::optional<BlockState> block_state_from_name(std::string_view name) {
   return std::nullopt;
 }
 
+namespace {
+constexpr std::array<std::string_view, 4> kOutsideKindNames = {"device", "managed", "pinned_host",
+                                                               "registered_host"};
+constexpr std::array<std::string_view, 3> kOutsideActionNames = {"alloc", "free", "oom"};
+}  // namespace
+
+std::string_view outside_kind_name(OutsideKind kind) { return kOutsideKindNames[static_cast<size_t>(kind)]; }
+
+std::optional<OutsideKind> outside_kind_from_name(std::string_view name) {
+  for (size_t i = 0; i < kOutsideKindNames.size(); ++i)
+    if (kOutsideKindNames[i] == name) return static_cast<OutsideKind>(i);
+  return std::nullopt;
+}
+
+std::string_view outside_action_name(OutsideAction action) {
+  return kOutsideActionNames[static_cast<size_t>(action)];
+}
+
+std::optional<OutsideAction> outside_action_from_name(std::string_view name) {
+  for (size_t i = 0; i < kOutsideActionNames.size(); ++i)
+    if (kOutsideActionNames[i] == name) return static_cast<OutsideAction>(i);
+  return std::nullopt;
+}
+
 std::vector<int64_t> devices_of(const Snapshot& snapshot) {
   std::vector<int64_t> devices;
   for (size_t d = 0; d < snapshot.device_traces.size(); ++d) devices.push_back(static_cast<int64_t>(d));

@@ -128,6 +128,58 @@ struct DeviceMemorySample {
   bool operator==(const DeviceMemorySample&) const = default;
 };
 
+// Memory the process held outside the caching allocator, as the CUDA calls that made it were
+// seen (CUPTI's callbacks: in the process under memsnap.torch, or under `memsnap record`):
+// device memory other libraries asked CUDA for, and pinned host memory.
+enum class OutsideKind : uint8_t {
+  kDevice,          // cudaMalloc, cuMemAlloc, cuMemMap, ... (and the async and pitched forms)
+  kManaged,         // cudaMallocManaged: on the device only where pages were touched there
+  kPinnedHost,      // cudaHostAlloc, cudaMallocHost, cuMemHostAlloc: page-locked host memory
+  kRegisteredHost,  // cudaHostRegister: the program's own host memory, page-locked
+};
+std::string_view outside_kind_name(OutsideKind kind);  // "device", "managed", "pinned_host", ...
+std::optional<OutsideKind> outside_kind_from_name(std::string_view name);
+inline bool is_host_memory(OutsideKind kind) {
+  return kind == OutsideKind::kPinnedHost || kind == OutsideKind::kRegisteredHost;
+}
+
+struct OutsideAllocation {
+  int64_t device = -1;  // -1 for host memory
+  uint64_t address = 0;
+  uint64_t size = 0;
+  OutsideKind kind = OutsideKind::kDevice;
+  std::string api;      // the call that made it: "cudaMalloc", "cuMemAlloc", "cudaHostAlloc", ...
+  // The shared object that called CUDA for it: the innermost frame of its stack outside CUDA's
+  // own libraries ("libnccl.so.2", "libcudnn_engines_precompiled.so.9"); "" when unknown.
+  std::string library;
+  StackIndex stack = kNoStackIndex;
+  int64_t time_us = 0;  // when it was made (an event's: when the event happened)
+  bool operator==(const OutsideAllocation&) const = default;
+};
+
+enum class OutsideAction : uint8_t { kAlloc, kFree, kOom };
+std::string_view outside_action_name(OutsideAction action);  // "alloc", "free", "oom"
+std::optional<OutsideAction> outside_action_from_name(std::string_view name);
+
+// An allocation made or freed outside the allocator, or a request outside it that ran out of
+// memory. A free carries what the allocation it ended carried, with the free's own stack and
+// time; an out-of-memory error carries the request (address 0).
+struct OutsideEvent {
+  OutsideAction action = OutsideAction::kAlloc;
+  OutsideAllocation allocation;
+  bool operator==(const OutsideEvent&) const = default;
+};
+
+struct OutsideMemory {
+  // Why the calls could not be recorded ("another tool holds CUPTI's callbacks: ..."); empty
+  // when they were. Unrecorded, `live` and `events` are empty and say nothing.
+  std::string unrecorded_reason;
+  std::vector<OutsideAllocation> live;  // when the snapshot was taken; by device, then address
+  std::vector<OutsideEvent> events;     // oldest first: the newest ones kept
+  uint64_t dropped_events = 0;          // older events no longer kept
+  bool operator==(const OutsideMemory&) const = default;
+};
+
 using Statistics = std::vector<std::pair<std::string, int64_t>>;  // memory_stats() keys
 
 struct Snapshot {
@@ -146,6 +198,8 @@ struct Snapshot {
   std::vector<Statistics> statistics;  // by device
   std::vector<DeviceInfo> devices;
   std::vector<DeviceMemorySample> device_memory;  // by device; empty when not sampled
+  // Memory outside the allocator, where its calls were watched; unset where they were not.
+  std::optional<OutsideMemory> outside_memory;
   ProcessInfo process;
   bool operator==(const Snapshot&) const = default;
 };

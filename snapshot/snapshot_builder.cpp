@@ -13,18 +13,16 @@
 #include "allocator/device_stats.h"
 #include "history/symbolizer.h"
 #include "history/trace_labels.h"
-#include "snapshot/snapshot_stacks.h"
+#include "snapshot/recorded_stacks.h"
 
 namespace memsnap {
 namespace {
 
-// Builds the frame and stack tables, symbolizing each interned stack once, and each return
-// address and interpreter frame once: a model's stacks share most of their frames.
+// Symbolizes each of the recorder's interned stacks once (recorded_stacks.h does the rest).
 class StackTables {
  public:
   StackTables(Snapshot& snapshot, const HistoryRecorder* recorder)
-      : tables_(snapshot), recorder_(recorder),
-        interpreter_(recorder != nullptr ? recorder->interpreter_frames() : nullptr) {}
+      : symbolizer_(snapshot, recorder != nullptr ? recorder->interpreter_frames() : nullptr), recorder_(recorder) {}
 
   // Stack ids are per device (each device interns its own), and dense: the table's index.
   StackIndex index_of(int device, StackId id) {
@@ -33,90 +31,15 @@ class StackTables {
     std::vector<StackIndex>& indices = by_id_[static_cast<size_t>(device)];
     if (indices.size() <= id) indices.resize(std::max<size_t>(size_t{id} + 1, indices.size() * 2), kUnseen);
     StackIndex& index = indices[id];
-    if (index == kUnseen) index = tables_.intern_stack(symbolize(recorder_->stack_frames(device, id)));
+    if (index == kUnseen) index = symbolizer_.stack_of(recorder_->stack_frames(device, id));
     return index;
   }
 
  private:
-  // A frame a return address gave, with what symbolize() asks of its function's name. It
-  // enters the snapshot's frame table when a stack first holds it.
-  struct AddressFrame {
-    static constexpr uint32_t kNotInTable = ~uint32_t{0};
-    SourceFrame frame;
-    uint32_t index = kNotInTable;
-    bool in_memsnap = false;       // the allocator's and recorder's own frames, innermost
-    bool evaluation_loop = false;  // the interpreter's loop, in whose place its frames go
-  };
-
-  // C++ frames with the interpreter's frames in call order: each run of the interpreter's
-  // evaluation loop takes the place of the C++ frame of that loop (the i-th such frame,
-  // innermost first, holds the i-th run). Runs the C++ walk did not reach (it stops at
-  // kMaxStackDepth) follow, outermost last.
-  std::vector<uint32_t> symbolize(const std::vector<uintptr_t>& words) {
-    std::vector<std::vector<uintptr_t>> runs;
-    std::vector<uintptr_t> run;
-    for (uintptr_t word : words) {
-      if (!is_interpreter_token(word)) continue;
-      if (is_interpreter_frame(word)) {
-        run.push_back(word);
-      } else {
-        runs.push_back(std::move(run));
-        run.clear();
-      }
-    }
-    if (!run.empty()) runs.push_back(std::move(run));
-    if (interpreter_ == nullptr) runs.clear();
-
-    std::vector<uint32_t> frames;
-    size_t next_run = 0;
-    const auto emit_run = [&] {
-      for (uintptr_t token : runs[next_run]) frames.push_back(interpreter_frame(token));
-      ++next_run;
-    };
-    bool in_memsnap = true;  // innermost frames belong to the allocator and recorder
-    for (uintptr_t address : words) {
-      if (is_interpreter_token(address)) continue;
-      for (AddressFrame& frame : frames_at(address)) {
-        if (in_memsnap && frame.in_memsnap) continue;
-        in_memsnap = false;
-        if (next_run < runs.size() && frame.evaluation_loop) {
-          emit_run();
-          continue;
-        }
-        if (frame.index == AddressFrame::kNotInTable) frame.index = tables_.intern_frame(frame.frame);
-        frames.push_back(frame.index);
-      }
-    }
-    while (next_run < runs.size()) emit_run();
-    return frames;
-  }
-
-  std::vector<AddressFrame>& frames_at(uintptr_t address) {
-    auto [it, fresh] = address_frames_.try_emplace(address);
-    if (fresh) {
-      for (SourceFrame& frame : process_symbolizer().frames_at(address)) {
-        AddressFrame& kept = it->second.emplace_back();
-        kept.in_memsnap = frame.function.rfind("memsnap::", 0) == 0;
-        kept.evaluation_loop = interpreter_ != nullptr && interpreter_->is_evaluation_loop(frame.function);
-        kept.frame = std::move(frame);
-      }
-    }
-    return it->second;
-  }
-
-  uint32_t interpreter_frame(uintptr_t token) {
-    auto [it, fresh] = token_frames_.try_emplace(token, 0);
-    if (fresh) it->second = tables_.intern_frame(interpreter_->resolve(token));
-    return it->second;
-  }
-
-  SnapshotStackTables tables_;
+  RecordedStackSymbolizer symbolizer_;
   const HistoryRecorder* recorder_;
-  InterpreterFrames* interpreter_;
   static constexpr StackIndex kUnseen = -2;
   std::vector<std::vector<StackIndex>> by_id_;  // by device, then the recorder's stack id
-  std::unordered_map<uintptr_t, std::vector<AddressFrame>> address_frames_;
-  std::unordered_map<uintptr_t, uint32_t> token_frames_;
 };
 
 // Whether the trace already holds this error (history at level "all" records it before the
@@ -255,6 +178,7 @@ Snapshot take_snapshot(CachingAllocator& allocator, HistoryRecorder* recorder,
           {annotation.device, annotation.start ? "START" : "END", annotation.name,
            annotation.time_us});
   }
+  if (options.complete) options.complete(snapshot);
   return snapshot;
 }
 

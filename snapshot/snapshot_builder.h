@@ -6,6 +6,7 @@
 // stack) are left out: stacks start at the user's call.
 #pragma once
 
+#include <functional>
 #include <optional>
 
 #include "allocator/caching_allocator.h"
@@ -26,6 +27,9 @@ struct SnapshotOptions {
   // The out-of-memory error this snapshot is taken for: its device's trace ends with the `oom`
   // entry even when history was off or kept no such entry, so explain-oom can read the request.
   std::optional<OomInfo> oom;
+  // Completes the snapshot before take_snapshot returns it, after the allocator's locks are
+  // let go (memsnap.torch adds the memory other libraries of the process hold).
+  std::function<void(Snapshot&)> complete;
 };
 
 // Locks each device briefly, one at a time; safe to call from an OOM observer (which runs

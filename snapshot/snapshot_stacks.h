@@ -15,8 +15,9 @@ namespace memsnap {
 
 class SnapshotStackTables {
  public:
-  // Appends to `snapshot`'s frames and stacks (which may already hold some).
-  explicit SnapshotStackTables(Snapshot& snapshot) : snapshot_(snapshot) {}
+  // Appends to `snapshot`'s frames and stacks; those it already holds are found again, so a
+  // second set of stacks added to a snapshot shares the first's entries.
+  explicit SnapshotStackTables(Snapshot& snapshot);
 
   uint32_t intern_frame(SourceFrame frame);
   StackIndex intern_stack(std::vector<uint32_t> frames);  // frame indices, innermost first

@@ -25,7 +25,7 @@ ALLOWED = {
     "cli": {"allocator", "snapshot", "replay", "viewer", "web", "record"},
     "demo": {"allocator", "history", "snapshot"},
     "torch_plugin": {"allocator", "history", "snapshot"},
-    "python": {"allocator", "history", "snapshot", "replay", "viewer"},
+    "python": {"allocator", "history", "snapshot", "replay", "viewer", "record"},
     "bench": {"allocator", "history", "snapshot", "replay"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/', re.MULTILINE)

@@ -1,13 +1,47 @@
 #include "viewer/device_memory_account.h"
 
 #include <algorithm>
+#include <map>
 
 #include "allocator/counted.h"
 #include "allocator/device_stats.h"
 
 namespace memsnap {
 
+std::string library_label(const std::string& library) {
+  return library.empty() ? "(library not known)" : library;
+}
+
+OutsideMemoryAccount account_outside_memory(const Snapshot& snapshot) {
+  OutsideMemoryAccount account;
+  if (!snapshot.outside_memory) return account;
+  account.present = true;
+  account.unrecorded_reason = snapshot.outside_memory->unrecorded_reason;
+  std::map<std::pair<int64_t, std::string>, OutsideMemoryAccount::Library> by_library;
+  for (const OutsideAllocation& a : snapshot.outside_memory->live) {
+    if (a.kind == OutsideKind::kManaged) account.managed_bytes += a.size;
+    if (a.kind == OutsideKind::kPinnedHost) account.pinned_host_bytes += a.size;
+    if (a.kind == OutsideKind::kRegisteredHost) account.registered_host_bytes += a.size;
+    if (a.kind == OutsideKind::kManaged) continue;  // not known to be on the device
+    OutsideMemoryAccount::Library& entry = by_library[{a.device, a.library}];
+    entry.device = a.device;
+    entry.library = a.library;
+    entry.bytes += a.size;
+    ++entry.allocations;
+  }
+  for (auto& [key, entry] : by_library)
+    (entry.device < 0 ? account.host_libraries : account.device_libraries).push_back(std::move(entry));
+  const auto order = [](const OutsideMemoryAccount::Library& x, const OutsideMemoryAccount::Library& y) {
+    return x.device != y.device ? x.device < y.device : x.bytes > y.bytes;
+  };
+  std::stable_sort(account.device_libraries.begin(), account.device_libraries.end(), order);
+  std::stable_sort(account.host_libraries.begin(), account.host_libraries.end(), order);
+  return account;
+}
+
 std::vector<DeviceMemoryAccount> account_device_memory(const Snapshot& snapshot) {
+  const OutsideMemoryAccount outside = account_outside_memory(snapshot);
+  const bool recorded = outside.present && outside.unrecorded_reason.empty();
   std::vector<DeviceMemoryAccount> accounts;
   for (const DeviceMemorySample& sample : snapshot.device_memory) {
     DeviceMemoryAccount a;
@@ -39,6 +73,22 @@ std::vector<DeviceMemoryAccount> account_device_memory(const Snapshot& snapshot)
                      [](const auto& x, const auto& y) { return x.second > y.second; });
     if (a.this_process_bytes && *a.this_process_bytes >= a.reserved_bytes)
       a.this_process_outside_bytes = *a.this_process_bytes - a.reserved_bytes;
+    if (recorded) {
+      a.libraries_bytes = 0;
+      for (const OutsideMemoryAccount::Library& library : outside.device_libraries) {
+        if (library.device != sample.device) continue;
+        a.libraries.emplace_back(library.library, library.bytes);
+        *a.libraries_bytes += library.bytes;
+      }
+      if (a.this_process_outside_bytes) {
+        if (*a.libraries_bytes <= *a.this_process_outside_bytes)
+          a.context_bytes = *a.this_process_outside_bytes - *a.libraries_bytes;
+        else if (a.note.empty())
+          a.note = "the libraries' recorded allocations (" + format_bytes(static_cast<int64_t>(*a.libraries_bytes)) +
+                   ") are more than NVML counts for this process outside the allocator: the figures were not taken "
+                   "at one moment, and the CUDA context's share cannot be told";
+      }
+    }
     if (a.processes_listed && !a.this_process_bytes && a.note.empty())
       a.note = "NVML lists " + counted(sample.processes.size(), "process", "processes") + " on the device, but not pid " +
                std::to_string(snapshot.process.pid) +
@@ -55,6 +105,21 @@ nlohmann::json optional_bytes(const std::optional<uint64_t>& value) {
 }
 
 std::string bytes_text(uint64_t value) { return format_bytes(static_cast<int64_t>(value)); }
+
+nlohmann::json libraries_json(const std::vector<std::pair<std::string, uint64_t>>& libraries) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [library, bytes] : libraries) out.push_back({{"library", library}, {"bytes", bytes}});
+  return out;
+}
+
+// "libnccl.so.2 1.20 GiB, libcublasLt.so.13 64.00 MiB, ..." (the first five).
+std::string libraries_line(const std::vector<std::pair<std::string, uint64_t>>& libraries) {
+  std::string listed;
+  for (size_t i = 0; i < libraries.size() && i < 5; ++i)
+    listed += (i ? ", " : "") + library_label(libraries[i].first) + " " + bytes_text(libraries[i].second);
+  if (libraries.size() > 5) listed += ", ...";
+  return listed;
+}
 
 }  // namespace
 
@@ -74,6 +139,9 @@ nlohmann::json device_memory_json(const std::vector<DeviceMemoryAccount>& accoun
                    {"other_processes", std::move(others)},
                    {"other_processes_bytes", a.other_processes_bytes},
                    {"processes_listed", a.processes_listed},
+                   {"libraries_bytes", optional_bytes(a.libraries_bytes)},
+                   {"libraries", libraries_json(a.libraries)},
+                   {"context_bytes", optional_bytes(a.context_bytes)},
                    {"note", a.note}});
   }
   return out;
@@ -90,7 +158,15 @@ std::string device_memory_text(const std::vector<DeviceMemoryAccount>& accounts)
   for (const DeviceMemoryAccount& a : accounts) {
     out += "  device " + std::to_string(a.device) + ": " + bytes_text(a.total_bytes) + "\n";
     row("reserved by the allocator", a.reserved_bytes, bytes_text(a.allocated_bytes) + " of it allocated");
-    if (a.this_process_outside_bytes) {
+    if (a.libraries_bytes) {
+      row("other libraries in this process", *a.libraries_bytes,
+          a.libraries.empty() ? "none allocated outside the allocator" : libraries_line(a.libraries));
+      if (a.context_bytes)
+        row("CUDA context and unaccounted", *a.context_bytes, "the context, module images, local memory: no recorded call made it");
+      else if (a.outside_bytes && !a.this_process_outside_bytes && *a.outside_bytes >= *a.libraries_bytes)
+        row("outside the allocator, the rest", *a.outside_bytes - *a.libraries_bytes,
+            "this process's CUDA context, other processes");
+    } else if (a.this_process_outside_bytes) {
       row("this process, outside the allocator", *a.this_process_outside_bytes,
           "its CUDA context, other libraries' memory (NCCL, cuDNN, another allocator)");
     } else if (a.outside_bytes) {
@@ -113,6 +189,55 @@ std::string device_memory_text(const std::vector<DeviceMemoryAccount>& accounts)
     row("free", a.free_bytes, "");
     if (!a.note.empty()) out += "    (" + a.note + ")\n";
   }
+  return out;
+}
+
+nlohmann::json outside_memory_json(const OutsideMemoryAccount& account) {
+  if (!account.present) return nullptr;
+  const auto list = [](const std::vector<OutsideMemoryAccount::Library>& libraries) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& l : libraries)
+      out.push_back({{"device", l.device}, {"library", l.library}, {"bytes", l.bytes}, {"allocations", l.allocations}});
+    return out;
+  };
+  return {{"recorded", account.unrecorded_reason.empty()},
+          {"unrecorded_reason", account.unrecorded_reason},
+          {"device_libraries", list(account.device_libraries)},
+          {"host_libraries", list(account.host_libraries)},
+          {"pinned_host_bytes", account.pinned_host_bytes},
+          {"registered_host_bytes", account.registered_host_bytes},
+          {"managed_bytes", account.managed_bytes}};
+}
+
+std::string outside_memory_text(const OutsideMemoryAccount& account, const std::vector<DeviceMemoryAccount>& devices) {
+  if (!account.present) return "";
+  std::string out = "\nmemory outside the allocator (the CUDA calls recorded):\n";
+  if (!account.unrecorded_reason.empty()) return out + "  not recorded: " + account.unrecorded_reason + "\n";
+  char line[256];
+  auto row = [&](const std::string& name, uint64_t value, const std::string& note) {
+    std::snprintf(line, sizeof line, "    %-36s %12s", name.c_str(), bytes_text(value).c_str());
+    out += line + (note.empty() ? std::string() : "  " + note) + "\n";
+  };
+  const size_t before = out.size();
+  // Devices the driver's figures already split (device_memory_text) are not listed again.
+  int64_t shown_device = -2;
+  for (const OutsideMemoryAccount::Library& l : account.device_libraries) {
+    const bool split = std::any_of(devices.begin(), devices.end(),
+                                   [&](const DeviceMemoryAccount& d) { return d.device == l.device && d.libraries_bytes; });
+    if (split) continue;
+    if (l.device != shown_device) out += "  device " + std::to_string(l.device) + ":\n";
+    shown_device = l.device;
+    row(library_label(l.library), l.bytes, counted(l.allocations, "allocation", "allocations"));
+  }
+  if (!account.host_libraries.empty()) {
+    out += "  pinned host memory: " + bytes_text(account.pinned_host_bytes + account.registered_host_bytes) + "\n";
+    for (const OutsideMemoryAccount::Library& l : account.host_libraries)
+      row(library_label(l.library), l.bytes, counted(l.allocations, "allocation", "allocations"));
+  }
+  if (account.managed_bytes > 0)
+    out += "  managed memory (cudaMallocManaged): " + bytes_text(account.managed_bytes) +
+           ", on a device only where its pages were touched\n";
+  if (out.size() == before) out += "  none, besides what the device figures above show\n";
   return out;
 }
 

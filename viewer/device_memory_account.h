@@ -1,8 +1,11 @@
 // Where each device's memory was when a snapshot was taken, from the driver's figures the
 // snapshot holds (Snapshot::device_memory): the allocator's reserved bytes (live and cached), what
-// this process held outside the allocator (its CUDA context, other libraries' memory), other
-// processes, and what was free. Only what the figures support: without NVML's list (or without
-// this process in it) the memory outside the allocator is one figure, not split.
+// this process held outside the allocator, other processes, and what was free. Where the CUDA
+// calls outside the allocator were recorded (Snapshot::outside_memory), what this process held
+// outside it splits into the libraries that asked CUDA for memory and the remainder no recorded
+// call made (the CUDA context, module images, local memory). Only what the figures support:
+// without NVML's list (or without this process in it) the memory outside the allocator is one
+// figure less what the libraries hold, not split by process.
 #pragma once
 
 #include <cstdint>
@@ -33,8 +36,36 @@ struct DeviceMemoryAccount {
   std::vector<std::pair<int64_t, uint64_t>> other_processes;  // pid, bytes; largest first
   uint64_t other_processes_bytes = 0;
   bool processes_listed = false;  // NVML gave a list
+  // Device memory other libraries held (from the recorded calls; unset where they were not
+  // recorded), by library, largest first.
+  std::optional<uint64_t> libraries_bytes;
+  std::vector<std::pair<std::string, uint64_t>> libraries;
+  // This process's memory outside the allocator that no recorded call made: its CUDA context,
+  // module images, local memory. Set when NVML lists this process and the calls were recorded.
+  std::optional<uint64_t> context_bytes;
   std::string note;               // what the figures cannot say, and why
 };
+
+// Memory outside the allocator as the recorded calls saw it, whole process: device memory by
+// device and library, and pinned host memory by library.
+struct OutsideMemoryAccount {
+  bool present = false;           // the snapshot says whether the calls were recorded
+  std::string unrecorded_reason;  // why they were not ("" when they were)
+  struct Library {
+    int64_t device = -1;  // -1: host memory
+    std::string library;  // "" when unknown
+    uint64_t bytes = 0;
+    uint64_t allocations = 0;
+  };
+  std::vector<Library> device_libraries;  // by device, then largest first
+  std::vector<Library> host_libraries;    // pinned and registered host memory, largest first
+  uint64_t pinned_host_bytes = 0;
+  uint64_t registered_host_bytes = 0;
+  uint64_t managed_bytes = 0;  // cudaMallocManaged: on a device only where its pages were touched
+};
+OutsideMemoryAccount account_outside_memory(const Snapshot& snapshot);
+// A library's name for people: "" reads "(library not known)".
+std::string library_label(const std::string& library);
 
 // One account per device the snapshot sampled; empty when it holds no driver figures (PyTorch's
 // own snapshots, files written before memsnap sampled them).
@@ -43,5 +74,10 @@ std::vector<DeviceMemoryAccount> account_device_memory(const Snapshot& snapshot)
 nlohmann::json device_memory_json(const std::vector<DeviceMemoryAccount>& accounts);
 // Lines for `memsnap stats`, starting with a blank line; "" when there are no accounts.
 std::string device_memory_text(const std::vector<DeviceMemoryAccount>& accounts);
+nlohmann::json outside_memory_json(const OutsideMemoryAccount& account);
+// Lines for `memsnap stats` on memory outside the allocator: the pinned host memory, the
+// libraries of devices without driver figures, or why the calls were not recorded; "" when the
+// snapshot does not say.
+std::string outside_memory_text(const OutsideMemoryAccount& account, const std::vector<DeviceMemoryAccount>& devices);
 
 }  // namespace memsnap

@@ -35,6 +35,71 @@ std::vector<std::string> frames_of(const Snapshot& snapshot, StackIndex stack) {
   return out;
 }
 
+// What other libraries held on `device` outside the allocator at `time_us`, from the recorded
+// calls: the allocations live at the snapshot that were made by then, and those freed since
+// whose allocation came before it. Unset, with the reason, when the record cannot say.
+std::optional<std::vector<OomExplanation::OutsideHolder>> outside_holders_at(const Snapshot& snapshot, int64_t device,
+                                                                              int64_t time_us, std::string& reason) {
+  if (!snapshot.outside_memory) return std::nullopt;
+  const OutsideMemory& outside = *snapshot.outside_memory;
+  if (!outside.unrecorded_reason.empty()) {
+    reason = "the calls outside the allocator were not recorded: " + outside.unrecorded_reason;
+    return std::nullopt;
+  }
+  if (outside.dropped_events > 0 && (outside.events.empty() || outside.events.front().allocation.time_us > time_us)) {
+    reason = "the recorded calls outside the allocator no longer reach back to the error";
+    return std::nullopt;
+  }
+  std::vector<const OutsideAllocation*> held;
+  for (const OutsideAllocation& a : outside.live)
+    if (a.device == device && a.kind == OutsideKind::kDevice && a.time_us <= time_us) held.push_back(&a);
+  // Freed after the error: held at it when the allocation it ended came before the error (or
+  // before the oldest event kept, which came before the error).
+  for (size_t i = 0; i < outside.events.size(); ++i) {
+    const OutsideEvent& event = outside.events[i];
+    if (event.action != OutsideAction::kFree || event.allocation.time_us <= time_us) continue;
+    if (event.allocation.device != device || event.allocation.kind != OutsideKind::kDevice) continue;
+    const OutsideEvent* made = nullptr;
+    for (size_t j = i; j-- > 0;) {
+      const OutsideEvent& before = outside.events[j];
+      if (before.action == OutsideAction::kAlloc && before.allocation.address == event.allocation.address) {
+        made = &before;
+        break;
+      }
+    }
+    if (made == nullptr || made->allocation.time_us <= time_us) held.push_back(made != nullptr ? &made->allocation : &event.allocation);
+  }
+  std::map<std::string, OomExplanation::OutsideHolder> by_library;
+  std::map<std::string, const OutsideAllocation*> largest;
+  for (const OutsideAllocation* a : held) {
+    OomExplanation::OutsideHolder& holder = by_library[a->library];
+    holder.library = a->library;
+    holder.bytes += a->size;
+    ++holder.allocations;
+    const OutsideAllocation*& biggest = largest[a->library];
+    if (biggest == nullptr || a->size > biggest->size) biggest = a;
+  }
+  std::vector<OomExplanation::OutsideHolder> holders;
+  for (auto& [library, holder] : by_library) {
+    holder.frames = frames_of(snapshot, largest[library]->stack);
+    holders.push_back(std::move(holder));
+  }
+  std::stable_sort(holders.begin(), holders.end(), [](const auto& a, const auto& b) { return a.bytes > b.bytes; });
+  return holders;
+}
+
+// "libnccl.so.2 3.20 GiB (ncclCommInitRank, train.py:40)", the first few.
+std::string holders_text(const std::vector<OomExplanation::OutsideHolder>& holders) {
+  std::string out;
+  for (size_t i = 0; i < holders.size() && i < 3; ++i) {
+    const auto& h = holders[i];
+    out += (i ? "; " : "") + (h.library.empty() ? std::string("a library not known") : h.library) + " " + bytes(h.bytes);
+    if (!h.frames.empty()) out += " (" + h.frames[0] + ")";
+  }
+  if (holders.size() > 3) out += "; ...";
+  return out;
+}
+
 // The last oom entry (of `device` when given): device and index into its trace.
 std::optional<std::pair<size_t, size_t>> find_oom(const Snapshot& snapshot,
                                                   std::optional<int64_t> device) {
@@ -172,17 +237,36 @@ void diagnose(OomExplanation& x) {
                                                    " more (" + bytes(available) + " in all)"
                                              : "") +
                         ". Free or shrink what the largest holders below keep alive.");
+    // Other libraries' memory, from the recorded calls: what it took, and whether with it the
+    // live tensors and the request could fit at all.
+    if (x.outside_libraries && x.outside_libraries_bytes > 0) {
+      std::string reason = "Other libraries of this process held " + bytes(x.outside_libraries_bytes) +
+                           " of the device outside the allocator: " + holders_text(*x.outside_libraries) + ".";
+      if (x.device_total_bytes && needed <= *x.device_total_bytes &&
+          needed + x.outside_libraries_bytes > *x.device_total_bytes)
+        reason += " With it, the live tensors and this request (" + bytes(needed) + ") could not fit in the device's " +
+                  bytes(*x.device_total_bytes) + " even after emptying the cache; without it they would.";
+      x.reasons.push_back(std::move(reason));
+    }
     // What the allocator could not have: the device's memory held outside it. Said when it
     // matters: the live tensors and the request would fit in the device's memory.
     if (x.outside_allocator_bytes && x.device_total_bytes && needed <= *x.device_total_bytes &&
-        *x.outside_allocator_bytes > 0)
-      x.reasons.push_back(
-          "The " + bytes(needed) + " it needed would fit in the device's " + bytes(*x.device_total_bytes) +
-          "; " + bytes(*x.outside_allocator_bytes) +
-          " of it was in use outside the allocator: this process's CUDA context, memory other libraries took "
-          "from the driver (NCCL, cuDNN, another allocator) and other processes on the device. nvidia-smi lists "
-          "the processes; memsnap record shows this process's own allocations outside the allocator, with their "
-          "stacks.");
+        *x.outside_allocator_bytes > x.outside_libraries_bytes) {
+      if (x.outside_libraries)
+        x.reasons.push_back(
+            "The " + bytes(needed) + " it needed would fit in the device's " + bytes(*x.device_total_bytes) + "; " +
+            bytes(*x.outside_allocator_bytes - x.outside_libraries_bytes) +
+            " of it was in use outside the allocator by no recorded call: this process's CUDA context (module "
+            "images, local memory) and other processes on the device (nvidia-smi lists them).");
+      else
+        x.reasons.push_back(
+            "The " + bytes(needed) + " it needed would fit in the device's " + bytes(*x.device_total_bytes) +
+            "; " + bytes(*x.outside_allocator_bytes) +
+            " of it was in use outside the allocator: this process's CUDA context, memory other libraries took "
+            "from the driver (NCCL, cuDNN, another allocator) and other processes on the device. nvidia-smi lists "
+            "the processes; memsnap.torch's recording (or memsnap record) shows this process's own allocations "
+            "outside the allocator, with their stacks.");
+    }
   }
   if (capped)
     x.reasons.push_back("The device was not full: it had " + bytes(*x.device_free_bytes) +
@@ -335,10 +419,16 @@ std::string live_memory_words(const OomExplanation& x) {
            "cannot say.";
   }
   const uint64_t limit = x.replay_capacity_bytes;
-  if (needed > limit)
+  if (needed > limit) {
+    // Other libraries' memory is part of what the process could not have.
+    if (x.outside_libraries_bytes > 0)
+      return figures + ", more than the " + bytes(limit) +
+             " the process could have had: the program needs less live memory at this point, or other libraries "
+             "less of the device (they held " + bytes(x.outside_libraries_bytes) + " of it).";
     return figures + ", more than the " + bytes(limit) +
            " the process could have had: the program needs less live memory at this point (or a larger share of "
            "the device).";
+  }
   if (needed > limit - limit / 20)
     return figures + ", within 5% of the " + bytes(limit) +
            " the process could have had: too close to tell whether the program needs less live memory or the cached "
@@ -432,6 +522,9 @@ Result<OomExplanation> explain_oom(const Snapshot& snapshot, std::optional<int64
   if (x.device_total_bytes && x.device_free_bytes && (x.events_after_oom == 0 || x.state_rebuilt) &&
       *x.device_free_bytes <= *x.device_total_bytes - std::min(*x.device_total_bytes, x.reserved_bytes))
     x.outside_allocator_bytes = *x.device_total_bytes - *x.device_free_bytes - x.reserved_bytes;
+  x.outside_libraries = outside_holders_at(snapshot, x.device, oom.time_us, x.outside_unknown_reason);
+  if (x.outside_libraries)
+    for (const auto& holder : *x.outside_libraries) x.outside_libraries_bytes += holder.bytes;
   diagnose(x);
   if (x.device_free_bytes && *x.device_free_bytes >= x.segment_bytes)
     x.cap_range = std::make_pair(x.reserved_bytes, x.reserved_bytes + x.segment_bytes);
@@ -452,6 +545,18 @@ nlohmann::json private_pools_json(const std::vector<std::pair<MempoolId, uint64_
   nlohmann::json out = nlohmann::json::array();
   for (const auto& [pool, free] : pools)
     out.push_back({{"pool", {pool.first, pool.second}}, {"name", pool_display_name(pool)}, {"free_bytes", free}});
+  return out;
+}
+
+}  // namespace
+
+namespace {
+
+nlohmann::json outside_libraries_json(const OomExplanation& x) {
+  if (!x.outside_libraries) return nullptr;
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& h : *x.outside_libraries)
+    out.push_back({{"library", h.library}, {"bytes", h.bytes}, {"allocations", h.allocations}, {"frames", h.frames}});
   return out;
 }
 
@@ -480,6 +585,9 @@ nlohmann::json oom_explanation_to_json(const OomExplanation& x) {
       {"device_total_bytes", x.device_total_bytes ? nlohmann::json(*x.device_total_bytes) : nlohmann::json()},
       {"outside_allocator_bytes",
        x.outside_allocator_bytes ? nlohmann::json(*x.outside_allocator_bytes) : nlohmann::json()},
+      {"outside_libraries", outside_libraries_json(x)},
+      {"outside_libraries_bytes", x.outside_libraries ? nlohmann::json(x.outside_libraries_bytes) : nlohmann::json()},
+      {"outside_unknown_reason", x.outside_unknown_reason},
       {"request_frames", x.request_frames},
       {"reserved_bytes", x.reserved_bytes},
       {"allocated_bytes", x.allocated_bytes},
@@ -540,6 +648,17 @@ std::string oom_explanation_to_text(const OomExplanation& x) {
   if (x.device_free_bytes) line("device free", *x.device_free_bytes);
   if (x.outside_allocator_bytes)
     line("in use outside the allocator", *x.outside_allocator_bytes, "CUDA context, other libraries, other processes");
+  if (x.outside_libraries) {
+    line(x.outside_allocator_bytes ? "  of it, other libraries" : "other libraries, outside the allocator",
+         x.outside_libraries_bytes, x.outside_libraries->empty() ? "none held any" : "");
+    for (size_t i = 0; i < x.outside_libraries->size() && i < kHolders; ++i) {
+      const auto& h = (*x.outside_libraries)[i];
+      line("    " + (h.library.empty() ? std::string("(library not known)") : h.library), h.bytes,
+           h.frames.empty() ? counted(h.allocations, "allocation") : h.frames[0]);
+    }
+  } else if (!x.outside_unknown_reason.empty()) {
+    out << "  (other libraries: " << x.outside_unknown_reason << ")\n";
+  }
   line("reserved by the allocator", x.reserved_bytes);
   line("  live (allocated)", x.allocated_bytes, counted(x.allocated_blocks, "block"));
   line("  freed, waiting for other streams", x.pending_free_bytes);

@@ -62,6 +62,19 @@ struct OomExplanation {
   // the error are known: the process's CUDA context, memory other libraries took from the
   // driver (NCCL, cuDNN, another allocator) and other processes' memory.
   std::optional<uint64_t> outside_allocator_bytes;
+  // Of it, what other libraries of this process held on the device at the error, by library
+  // (largest first), where the calls outside the allocator were recorded and the moment of the
+  // error can be rebuilt from them; unset otherwise (outside_unknown_reason says why, when the
+  // snapshot says anything of such calls).
+  struct OutsideHolder {
+    std::string library;  // "" when unknown
+    uint64_t bytes = 0;
+    uint64_t allocations = 0;
+    std::vector<std::string> frames;  // the largest allocation's stack, as request_frames
+  };
+  std::optional<std::vector<OutsideHolder>> outside_libraries;
+  uint64_t outside_libraries_bytes = 0;
+  std::string outside_unknown_reason;
   std::vector<std::string> request_frames;    // the failing allocation's stack, innermost first
 
   uint64_t reserved_bytes = 0;

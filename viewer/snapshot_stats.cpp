@@ -207,6 +207,7 @@ nlohmann::json stats_to_json(const SnapshotStats& stats, const Snapshot& snapsho
   const Result<AllocatorConfig> config = recorded_allocator_config(snapshot);
   out["allocator_config"] = config ? nlohmann::json(to_config_string(config.value())) : nlohmann::json(nullptr);
   out["device_memory"] = device_memory_json(account_device_memory(snapshot));
+  out["outside_memory"] = outside_memory_json(account_outside_memory(snapshot));
   return out;
 }
 
@@ -270,7 +271,9 @@ std::string stats_to_text(const SnapshotStats& stats, const Snapshot& snapshot) 
                 bytes(t.largest_free_block).c_str(),
                 bytes(t.allocated_bytes - std::min(t.allocated_bytes, t.requested_bytes)).c_str());
   out += line;
-  out += device_memory_text(account_device_memory(snapshot));
+  const std::vector<DeviceMemoryAccount> devices = account_device_memory(snapshot);
+  out += device_memory_text(devices);
+  out += outside_memory_text(account_outside_memory(snapshot), devices);
   if (stats.trace_entries > 0) {
     out += "\ntrace:";
     for (const auto& [action, count] : stats.trace_actions) out += " " + action + " " + std::to_string(count) + ",";

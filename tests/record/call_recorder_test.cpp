@@ -244,5 +244,99 @@ TEST(CallRecorderStacks, TheCallersFramesAreCaptured) {
   EXPECT_TRUE(test_frame);
 }
 
+// Pinned host memory is no device's: a host allocation outside any allocator, not a segment, and
+// its free ends it.
+TEST_F(CallRecorderTest, PinnedHostMemoryIsKeptAsHostMemoryOutsideTheDevices) {
+  void* host = nullptr;
+  cudaHostAlloc_v3020_params params{&host, 2 * kMiB, 0};
+  call(recorder, kRuntime, CUPTI_RUNTIME_TRACE_CBID_cudaHostAlloc_v3020, params, cudaSuccess,
+       [&] { host = at(0x5000000); });
+  void* registered = at(0x6000000);
+  cudaHostRegister_v4000_params registering{registered, 3 * kMiB, 0};
+  call(recorder, kRuntime, CUPTI_RUNTIME_TRACE_CBID_cudaHostRegister_v4000, registering, cudaSuccess);
+  cuda_malloc(4 * kMiB, at(0x7000000));
+  Snapshot snapshot = ledger.snapshot();
+  ASSERT_EQ(snapshot.segments.size(), 1u);  // only the device allocation
+  EXPECT_EQ(snapshot.segments[0].address, 0x7000000u);
+  ASSERT_TRUE(snapshot.outside_memory);
+  EXPECT_TRUE(snapshot.outside_memory->unrecorded_reason.empty());
+  ASSERT_EQ(snapshot.outside_memory->live.size(), 2u);
+  const OutsideAllocation& pinned = snapshot.outside_memory->live[0];
+  EXPECT_EQ(pinned.device, -1);
+  EXPECT_EQ(pinned.address, 0x5000000u);
+  EXPECT_EQ(pinned.size, 2 * kMiB);
+  EXPECT_EQ(pinned.kind, OutsideKind::kPinnedHost);
+  EXPECT_EQ(pinned.api, "cudaHostAlloc");
+  EXPECT_EQ(snapshot.outside_memory->live[1].kind, OutsideKind::kRegisteredHost);
+  EXPECT_EQ(snapshot.outside_memory->live[1].size, 3 * kMiB);
+
+  cudaFreeHost_v3020_params freeing{host};
+  call(recorder, kRuntime, CUPTI_RUNTIME_TRACE_CBID_cudaFreeHost_v3020, freeing, cudaSuccess);
+  snapshot = ledger.snapshot();
+  ASSERT_EQ(snapshot.outside_memory->live.size(), 1u);
+  const std::vector<OutsideEvent>& events = snapshot.outside_memory->events;
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[2].action, OutsideAction::kFree);
+  EXPECT_EQ(events[2].allocation.address, 0x5000000u);
+  EXPECT_EQ(events[2].allocation.size, 2 * kMiB);
+  EXPECT_EQ(events[2].allocation.api, "cudaHostAlloc");  // the allocation it ended
+  // The device's own statistics never saw the host memory.
+  EXPECT_EQ(snapshot.device_traces.at(0).size(), 2u);  // segment_alloc, alloc
+}
+
+TEST_F(CallRecorderTest, CallsMadeUnderCallsNotRecordedAreLeftOut) {
+  {
+    CallsNotRecorded own_calls;
+    cuda_malloc(4 * kMiB, at(0x7000000));
+    cuda_free(at(0x7000000));
+  }
+  EXPECT_EQ(ledger.counts().allocations, 0u);
+  EXPECT_EQ(ledger.counts().frees, 0u);
+  cuda_malloc(kMiB, at(0x8000000));
+  EXPECT_EQ(ledger.counts().allocations, 1u);
+}
+
+// In a process whose caching allocator's segments a snapshot already shows, the other
+// libraries' device memory is kept outside it: no segments, no device trace, and the
+// allocations with their API, library and stack added to that allocator's snapshot.
+TEST(CallRecorderOutside, DeviceAllocationsAreAddedToAnotherSnapshotAsMemoryOutsideIt) {
+  AllocationLedger ledger(LedgerSettings{100, size_t{1} << 20, /*device_memory_as_segments=*/false});
+  CallRecorder recorder(ledger, CallRecorderHooks{[](CUcontext) { return 1; }, {}, {}, {}}, /*capture_stacks=*/true);
+  void* out = nullptr;
+  cudaMalloc_v3020_params params{&out, 64 * kMiB};
+  call(recorder, kRuntime, CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020, params, cudaSuccess, [&] { out = at(0x3000000); });
+  CUdeviceptr failed = 0;
+  cuMemAlloc_v2_params too_big{&failed, size_t{80} << 30};
+  call(recorder, kDriver, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, too_big, CUDA_ERROR_OUT_OF_MEMORY);
+
+  const Snapshot own = ledger.snapshot();
+  EXPECT_TRUE(own.segments.empty());
+  ASSERT_TRUE(own.outside_memory);
+  EXPECT_EQ(own.outside_memory->live.size(), 1u);
+
+  Snapshot allocators;  // another snapshot, with tables of its own
+  allocators.frames = {{"train_step", "train.py", 12}};
+  allocators.stacks = {{0}};
+  ledger.add_outside_memory(allocators);
+  ASSERT_TRUE(allocators.outside_memory);
+  ASSERT_EQ(allocators.outside_memory->live.size(), 1u);
+  const OutsideAllocation& a = allocators.outside_memory->live[0];
+  EXPECT_EQ(a.device, 1);
+  EXPECT_EQ(a.address, 0x3000000u);
+  EXPECT_EQ(a.size, 64 * kMiB);
+  EXPECT_EQ(a.kind, OutsideKind::kDevice);
+  EXPECT_EQ(a.api, "cudaMalloc");
+  EXPECT_EQ(a.library, "memsnap_record_tests");  // the program that called (no CUDA library between)
+  ASSERT_NE(a.stack, kNoStackIndex);
+  EXPECT_GT(a.stack, 0);  // added after the snapshot's own
+  EXPECT_EQ(allocators.stacks[0], std::vector<uint32_t>{0});
+  const std::vector<OutsideEvent>& events = allocators.outside_memory->events;
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].action, OutsideAction::kOom);
+  EXPECT_EQ(events[1].allocation.size, size_t{80} << 30);
+  EXPECT_EQ(events[1].allocation.api, "cuMemAlloc");
+  EXPECT_LE(events[0].allocation.time_us, events[1].allocation.time_us);
+}
+
 }  // namespace
 }  // namespace memsnap

@@ -3,11 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "snapshot/json_writer.h"
 #include "snapshot/msgpack_cursor.h"
 #include "snapshot/msgpack_reader.h"
 #include "snapshot/msgpack_writer.h"
@@ -86,6 +90,60 @@ TEST(MsgpackFormat, DeviceMemorySamplesRoundTripAndImpossibleOnesAreRefused) {
   snapshot.device_memory[0].device = 5000;
   EXPECT_NE(memsnap::snapshot_from_msgpack(memsnap::to_msgpack(snapshot)).error().find("out of range"),
             std::string::npos);
+}
+
+// Memory outside the allocator (outside_memory) goes through a file unchanged, in msgpack and in
+// JSON; records that contradict themselves are refused.
+TEST(MsgpackFormat, OutsideMemoryRoundTripsAndImpossibleRecordsAreRefused) {
+  RecordedProgram program;
+  run_training_step(program);
+  memsnap::Snapshot snapshot = memsnap::take_snapshot(program.allocator, &program.recorder);
+  ASSERT_FALSE(snapshot.stacks.empty());
+  memsnap::OutsideMemory outside;
+  const memsnap::OutsideAllocation nccl{0, 0x7f0000000000, 64u << 20, memsnap::OutsideKind::kDevice, "cudaMalloc",
+                                        "libnccl.so.2", 0, 1234};
+  const memsnap::OutsideAllocation pinned{-1, 0x5000000, 2u << 20, memsnap::OutsideKind::kPinnedHost,
+                                          "cudaHostAlloc", "libtorch_cuda.so", memsnap::kNoStackIndex, 1300};
+  outside.live = {nccl, pinned};
+  memsnap::OutsideAllocation freed = nccl;
+  freed.address = 0x7f1000000000;
+  outside.events = {{memsnap::OutsideAction::kAlloc, nccl},
+                    {memsnap::OutsideAction::kAlloc, freed},
+                    {memsnap::OutsideAction::kFree, freed},
+                    {memsnap::OutsideAction::kOom, {0, 0, 80ull << 30, memsnap::OutsideKind::kDevice, "cuMemAlloc", "libjax.so", 0, 1500}}};
+  outside.dropped_events = 7;
+  snapshot.outside_memory = outside;
+  const auto read = memsnap::snapshot_from_msgpack(memsnap::to_msgpack(snapshot));
+  ASSERT_TRUE(read.ok()) << read.error();
+  EXPECT_EQ(read.value().outside_memory, snapshot.outside_memory);
+  EXPECT_TRUE(read.value() == snapshot);
+  const nlohmann::json json = nlohmann::json::parse(memsnap::to_json_text(snapshot));
+  ASSERT_TRUE(json.contains("outside_memory"));
+  EXPECT_EQ(json["outside_memory"]["live"][0]["library"], "libnccl.so.2");
+  EXPECT_EQ(json["outside_memory"]["live"][1]["kind"], "pinned_host");
+  EXPECT_EQ(json["outside_memory"]["live"][1]["device"], -1);
+  EXPECT_EQ(json["outside_memory"]["events"][2]["action"], "free");
+  EXPECT_EQ(json["outside_memory"]["events"][3]["action"], "oom");
+  EXPECT_EQ(json["outside_memory"]["dropped_events"], 7);
+  EXPECT_FALSE(json["outside_memory"]["live"][0]["frames"].empty());
+
+  memsnap::Snapshot unrecorded = snapshot;
+  unrecorded.outside_memory = memsnap::OutsideMemory{"another tool holds CUPTI's callbacks", {}, {}, 0};
+  const auto read_unrecorded = memsnap::snapshot_from_msgpack(memsnap::to_msgpack(unrecorded));
+  ASSERT_TRUE(read_unrecorded.ok()) << read_unrecorded.error();
+  EXPECT_EQ(read_unrecorded.value().outside_memory->unrecorded_reason, "another tool holds CUPTI's callbacks");
+
+  const auto refused = [&](const std::function<void(memsnap::OutsideAllocation&)>& spoil, const std::string& why) {
+    memsnap::Snapshot bad = snapshot;
+    spoil(bad.outside_memory->live[0]);
+    const auto result = memsnap::snapshot_from_msgpack(memsnap::to_msgpack(bad));
+    ASSERT_FALSE(result.ok()) << why;
+    EXPECT_NE(result.error().find(why), std::string::npos) << result.error();
+  };
+  refused([](auto& a) { a.device = -1; }, "host memory has device -1, and only host memory");
+  refused([](auto& a) { a.kind = memsnap::OutsideKind::kRegisteredHost; }, "host memory has device -1");
+  refused([](auto& a) { a.device = 4096; }, "out of range");
+  refused([&](auto& a) { a.stack = static_cast<memsnap::StackIndex>(snapshot.stacks.size()); }, "stack index");
 }
 
 // The reader takes fields where they lie; a file whose tables come after what refers to them

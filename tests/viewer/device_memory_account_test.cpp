@@ -80,6 +80,62 @@ TEST(DeviceMemoryAccount, NvmlsListSplitsItWhenThisProcessIsInIt) {
   device.backend->release(0, *outside, 300 * kMiB);
 }
 
+// With the calls outside the allocator recorded, this process's memory outside it splits into
+// the libraries that asked for it and the remainder no recorded call made (the CUDA context).
+TEST(DeviceMemoryAccount, RecordedCallsSplitThisProcesssOutsideMemoryIntoLibrariesAndTheContext) {
+  Device device;
+  const auto nccl = device.backend->reserve(0, 150 * kMiB);
+  const auto cublas = device.backend->reserve(0, 30 * kMiB);
+  void* live = device.allocator->allocate(100 * kMiB);
+  Snapshot snapshot = take_snapshot(*device.allocator, nullptr);
+  snapshot.device_memory[0].processes = {{777, 100 * kMiB}, {snapshot.process.pid, 300 * kMiB}};
+  OutsideMemory outside;
+  outside.live = {{0, *nccl, 100 * kMiB, OutsideKind::kDevice, "cudaMalloc", "libnccl.so.2", kNoStackIndex, 1},
+                  {0, *nccl + 100 * kMiB, 50 * kMiB, OutsideKind::kDevice, "cuMemMap", "libnccl.so.2", kNoStackIndex, 2},
+                  {0, *cublas, 30 * kMiB, OutsideKind::kDevice, "cudaMalloc", "libcublasLt.so.13", kNoStackIndex, 3},
+                  {-1, 0x5000000, 8 * kMiB, OutsideKind::kPinnedHost, "cudaHostAlloc", "libtorch_cuda.so", kNoStackIndex, 4},
+                  {0, 0x9000000, 64 * kMiB, OutsideKind::kManaged, "cudaMallocManaged", "", kNoStackIndex, 5}};
+  snapshot.outside_memory = outside;
+  const DeviceMemoryAccount a = account_device_memory(snapshot).at(0);
+  ASSERT_TRUE(a.libraries_bytes.has_value());
+  EXPECT_EQ(*a.libraries_bytes, 180 * kMiB);  // managed memory is not known to be on the device
+  ASSERT_EQ(a.libraries.size(), 2u);
+  EXPECT_EQ(a.libraries[0], (std::pair<std::string, uint64_t>{"libnccl.so.2", 150 * kMiB}));
+  EXPECT_EQ(a.libraries[1], (std::pair<std::string, uint64_t>{"libcublasLt.so.13", 30 * kMiB}));
+  ASSERT_TRUE(a.context_bytes.has_value());
+  EXPECT_EQ(*a.context_bytes, 20 * kMiB);  // 200 MiB outside the allocator, 180 of it the libraries'
+  const std::string text = stats_to_text(compute_stats(snapshot), snapshot);
+  EXPECT_NE(text.find("    other libraries in this process        180.00 MiB  libnccl.so.2 150.00 MiB, libcublasLt.so.13 30.00 MiB"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("    CUDA context and unaccounted            20.00 MiB"), std::string::npos) << text;
+  EXPECT_NE(text.find("  pinned host memory: 8.00 MiB\n    libtorch_cuda.so"), std::string::npos) << text;
+  EXPECT_NE(text.find("managed memory (cudaMallocManaged): 64.00 MiB"), std::string::npos) << text;
+  const nlohmann::json json = stats_to_json(compute_stats(snapshot), snapshot);
+  EXPECT_EQ(json["device_memory"][0]["context_bytes"], 20 * kMiB);
+  EXPECT_EQ(json["device_memory"][0]["libraries"][0]["library"], "libnccl.so.2");
+  EXPECT_EQ(json["outside_memory"]["pinned_host_bytes"], 8 * kMiB);
+  EXPECT_EQ(json["outside_memory"]["recorded"], true);
+
+  // Calls not recorded: nothing is split, and the stats say why.
+  snapshot.outside_memory = OutsideMemory{"another tool holds CUPTI's callbacks (a profiler)", {}, {}, 0};
+  const DeviceMemoryAccount unrecorded = account_device_memory(snapshot).at(0);
+  EXPECT_FALSE(unrecorded.libraries_bytes.has_value());
+  EXPECT_FALSE(unrecorded.context_bytes.has_value());
+  EXPECT_NE(stats_to_text(compute_stats(snapshot), snapshot)
+                .find("  not recorded: another tool holds CUPTI's callbacks (a profiler)"),
+            std::string::npos);
+
+  // Libraries that hold more than NVML counts outside the allocator: figures of two moments.
+  snapshot.outside_memory = outside;
+  snapshot.outside_memory->live[0].size = 300 * kMiB;
+  const DeviceMemoryAccount apart = account_device_memory(snapshot).at(0);
+  EXPECT_FALSE(apart.context_bytes.has_value());
+  EXPECT_NE(apart.note.find("the CUDA context's share cannot be told"), std::string::npos) << apart.note;
+  device.allocator->deallocate(live);
+  device.backend->release(0, *nccl, 150 * kMiB);
+  device.backend->release(0, *cublas, 30 * kMiB);
+}
+
 TEST(DeviceMemoryAccount, FiguresThatContradictEachOtherGiveNoOutsideFigure) {
   Device device;
   void* live = device.allocator->allocate(100 * kMiB);

@@ -216,6 +216,65 @@ TEST(ExplainOom, MemoryHeldOutsideTheAllocatorIsCountedAndNamed) {
   program.backend->release(0, *elsewhere, 600 * kMiB);
 }
 
+// With the calls outside the allocator recorded, the memory outside it is named by the library
+// that held it at the error (with its stack); and whether the request could have fit without it.
+TEST(ExplainOom, LibrariesHoldingMemoryOutsideTheAllocatorAtTheErrorAreNamed) {
+  OomProgram program(size_t{1} << 30);
+  const std::optional<uintptr_t> nccl = program.backend->reserve(0, 600 * kMiB);
+  ASSERT_TRUE(nccl.has_value());
+  program.held.push_back(program.allocator->allocate(300 * kMiB));
+  Snapshot snapshot = program.fail_with(200 * kMiB);
+  const DeviceTrace& trace = snapshot.device_traces.at(0);
+  const auto oom = std::find_if(trace.begin(), trace.end(), [](const TraceEntry& e) { return e.action == TraceAction::kOom; });
+  ASSERT_NE(oom, trace.end());
+  const int64_t t = oom->time_us;
+  snapshot.frames.push_back({"all_reduce", "train.py", 40});
+  snapshot.stacks.push_back({static_cast<uint32_t>(snapshot.frames.size() - 1)});
+  const auto stack = static_cast<StackIndex>(snapshot.stacks.size() - 1);
+  const OutsideAllocation buffers{0, *nccl, 500 * kMiB, OutsideKind::kDevice, "cudaMalloc", "libnccl.so.2", stack, t - 10};
+  // 100 MiB more, freed after the error: held at it.
+  OutsideAllocation later_freed{0, *nccl + 500 * kMiB, 100 * kMiB, OutsideKind::kDevice, "cuMemMap", "libnccl.so.2", stack, t - 5};
+  // Made after the error: not held at it.
+  const OutsideAllocation after{0, 0x9000000000, 50 * kMiB, OutsideKind::kDevice, "cudaMalloc", "libcublasLt.so.13", kNoStackIndex, t + 5};
+  OutsideMemory outside;
+  outside.live = {buffers, after};
+  OutsideAllocation freeing = later_freed;
+  freeing.time_us = t + 7;
+  outside.events = {{OutsideAction::kAlloc, buffers}, {OutsideAction::kAlloc, later_freed},
+                    {OutsideAction::kAlloc, after}, {OutsideAction::kFree, freeing}};
+  snapshot.outside_memory = outside;
+
+  const OomExplanation x = explain(snapshot);
+  ASSERT_TRUE(x.outside_libraries.has_value());
+  ASSERT_EQ(x.outside_libraries->size(), 1u);
+  EXPECT_EQ((*x.outside_libraries)[0].library, "libnccl.so.2");
+  EXPECT_EQ((*x.outside_libraries)[0].bytes, 600 * kMiB);
+  EXPECT_EQ((*x.outside_libraries)[0].allocations, 2u);
+  const std::string text = oom_explanation_to_text(x);
+  EXPECT_NE(text.find("Other libraries of this process held 600.00 MiB of the device outside the allocator: "
+                      "libnccl.so.2 600.00 MiB (all_reduce (train.py:40)). With it, the live tensors and this "
+                      "request (500.00 MiB) could not fit in the device's 1.00 GiB even after emptying the cache; "
+                      "without it they would."),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("    of it, other libraries             600.00 MiB"), std::string::npos) << text;
+  EXPECT_NE(text.find("      libnccl.so.2                     600.00 MiB  all_reduce (train.py:40)"), std::string::npos)
+      << text;
+  EXPECT_EQ(oom_explanation_to_json(x)["outside_libraries"][0]["library"], "libnccl.so.2");
+  EXPECT_NE(x.settings_conclusion.find("or other libraries less of the device (they held 600.00 MiB of it)"),
+            std::string::npos)
+      << x.settings_conclusion;
+
+  // A record that no longer reaches back to the error says nothing of the libraries.
+  snapshot.outside_memory->events.erase(snapshot.outside_memory->events.begin(), snapshot.outside_memory->events.begin() + 3);
+  snapshot.outside_memory->dropped_events = 3;
+  const OomExplanation cut = explain(snapshot);
+  EXPECT_FALSE(cut.outside_libraries.has_value());
+  EXPECT_NE(cut.outside_unknown_reason.find("no longer reach back to the error"), std::string::npos);
+  EXPECT_NE(oom_explanation_to_text(cut).find("600.00 MiB of it was in use outside the allocator"), std::string::npos);
+  program.backend->release(0, *nccl, 600 * kMiB);
+}
+
 TEST(ExplainOom, ASnapshotWithoutAnOomIsAClearError) {
   OomProgram program(64 * kMiB);
   program.held.push_back(program.allocator->allocate(kMiB));

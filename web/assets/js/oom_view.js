@@ -26,7 +26,15 @@ function memoryParts(x) {
     ['cached, rest', Math.max(0, x.free_bytes - x.usable_free_bytes - cachedElsewhere - (x.private_pool_free_bytes || 0)), 'hsl(205, 20%, 84%)'],
   ];
   if (showsDeviceFree(x)) parts.push(['device free (not reserved)', x.device_free_bytes, 'hsl(0, 0%, 93%)']);
-  if (showsOutside(x)) parts.push(['in use outside the allocator', x.outside_allocator_bytes, 'hsl(0, 0%, 55%)']);
+  if (showsOutside(x)) {
+    // The libraries the recorded calls name, then the rest (CUDA context, other processes).
+    const libraries = (x.outside_libraries || []).filter(l => l.bytes > 0);
+    const named = libraries.reduce((sum, l) => sum + l.bytes, 0);
+    libraries.forEach((l, i) => parts.push([`${l.library || 'a library not known'} (outside the allocator)`, l.bytes,
+      `hsl(${(150 + 37 * i) % 360}, 40%, ${52 + (i % 3) * 8}%)`]));
+    parts.push([libraries.length ? 'the rest outside the allocator (CUDA context, other processes)' : 'in use outside the allocator',
+      Math.max(0, x.outside_allocator_bytes - named), 'hsl(0, 0%, 55%)']);
+  }
   return parts.filter(([, bytes]) => bytes > 0);
 }
 
@@ -66,6 +74,9 @@ function memoryTable(x) {
     ${x.device_free_bytes !== null ? row('device free', x.device_free_bytes, 'what the device had left to reserve') : ''}
     ${x.outside_allocator_bytes != null ? row('in use outside the allocator', x.outside_allocator_bytes,
       "this process's CUDA context, other libraries' memory, other processes") : ''}
+    ${(x.outside_libraries || []).map(l => row(`  ${l.library || '(library not known)'}`, l.bytes,
+      (l.frames || [])[0] || counted(l.allocations, 'allocation'))).join('')}
+    ${x.outside_unknown_reason ? row('other libraries', 0, `cannot say: ${x.outside_unknown_reason}`).replace(/<td class="num">[^<]*<\/td>/, '<td class="num"></td>') : ''}
     ${row('reserved', x.reserved_bytes, 'segments the allocator held')}
     ${row('allocated', x.allocated_bytes, counted(x.allocated_blocks, 'live block'))}
     ${row('freed, waiting for other streams', x.pending_free_bytes)}

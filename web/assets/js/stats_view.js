@@ -50,7 +50,22 @@ function deviceMemoryHtml(accounts) {
   const parts = a => {
     const rows = [['allocated (live)', a.allocated_bytes, 'hsl(20, 80%, 60%)'],
       ['reserved, cached free', a.reserved_bytes - a.allocated_bytes, 'hsl(205, 45%, 70%)']];
-    if (a.this_process_outside_bytes != null) {
+    // The libraries' share is shown where the figures split it without contradiction.
+    const libraries = a.libraries_bytes != null && (a.context_bytes != null ||
+      (a.this_process_outside_bytes == null && a.outside_bytes != null && a.outside_bytes >= a.libraries_bytes));
+    if (libraries) {
+      // Each library that asked CUDA for memory outside the allocator, from the recorded calls.
+      (a.libraries || []).forEach((l, i) => rows.push([`${l.library || '(library not known)'} (outside the allocator)`, l.bytes,
+        `hsl(${(150 + 37 * i) % 360}, 40%, ${52 + (i % 3) * 8}%)`]));
+    }
+    if (libraries && a.context_bytes != null) {
+      rows.push(['CUDA context and unaccounted (no recorded call made it)', a.context_bytes, 'hsl(0, 0%, 55%)']);
+      if ((a.other_processes || []).length) rows.push(['other processes', a.other_processes_bytes, 'hsl(280, 25%, 60%)']);
+      const unlisted = a.outside_bytes == null ? 0 : a.outside_bytes - a.this_process_outside_bytes - a.other_processes_bytes;
+      if (unlisted > 0) rows.push(['in use, not listed by NVML', unlisted, 'hsl(0, 0%, 75%)']);
+    } else if (libraries && a.outside_bytes != null && a.this_process_outside_bytes == null) {
+      rows.push(['the rest outside the allocator (CUDA context, other processes)', Math.max(0, a.outside_bytes - a.libraries_bytes), 'hsl(0, 0%, 55%)']);
+    } else if (a.this_process_outside_bytes != null) {
       rows.push(['this process outside the allocator (CUDA context, other libraries)', a.this_process_outside_bytes, 'hsl(0, 0%, 55%)']);
       if ((a.other_processes || []).length) rows.push(['other processes', a.other_processes_bytes, 'hsl(280, 25%, 60%)']);
       const unlisted = a.outside_bytes == null ? 0 : a.outside_bytes - a.this_process_outside_bytes - a.other_processes_bytes;
@@ -77,6 +92,27 @@ function deviceMemoryHtml(accounts) {
     }).join('')}`;
 }
 
+// Memory outside the allocator the recorded calls saw beyond the device bars: pinned host memory
+// by library, devices without the driver's figures, or why the calls were not recorded.
+function outsideMemoryHtml(outside, accounts) {
+  if (!outside) return '';
+  if (!outside.recorded) {
+    return `<h2>Outside the allocator</h2><p class="hint">Not recorded: ${escapeHtml(outside.unrecorded_reason)}.</p>`;
+  }
+  const split = new Set((accounts || []).filter(a => a.libraries_bytes != null).map(a => a.device));
+  const rows = [...(outside.device_libraries || []).filter(l => !split.has(l.device)),
+    ...(outside.host_libraries || [])];
+  const hostBytes = outside.pinned_host_bytes + outside.registered_host_bytes;
+  if (!rows.length && !outside.managed_bytes) return '';
+  return `<h2>Outside the allocator</h2>
+    <p class="hint">Memory the process asked CUDA for beside the allocator, by the library that asked${hostBytes ? `; pinned host memory: ${humanBytes(hostBytes)} of the machine's RAM, locked for the GPU` : ''}.</p>
+    <table class="data outside-memory"><thead><tr><th>where</th><th>library</th><th class="num">bytes</th><th class="num">allocations</th></tr></thead>
+    <tbody>${rows.map(l => `<tr><td>${l.device < 0 ? 'pinned host' : `device ${l.device}`}</td>
+      <td>${escapeHtml(l.library || '(library not known)')}</td><td class="num">${humanBytes(l.bytes)}</td><td class="num">${l.allocations}</td></tr>`).join('')}
+    ${outside.managed_bytes ? `<tr><td>managed</td><td>cudaMallocManaged (on a device only where touched)</td><td class="num">${humanBytes(outside.managed_bytes)}</td><td></td></tr>` : ''}
+    </tbody></table>`;
+}
+
 export async function renderStats(container, { snapshot }) {
   loading(container, 'statistics');
   const [stats, text] = await Promise.all([api.stats(snapshot.id), api.statsText(snapshot.id)]);
@@ -97,6 +133,7 @@ export async function renderStats(container, { snapshot }) {
       ${card('trace events', String(stats.trace_entries ?? 0))}
     </div>
     ${deviceMemoryHtml(stats.device_memory)}
+    ${outsideMemoryHtml(stats.outside_memory, stats.device_memory)}
     <h2>By stream</h2>
     <table class="data"><thead><tr><th>device</th><th>stream</th><th class="num">segments</th><th class="num">blocks</th>
       <th class="num">reserved</th><th class="num">allocated</th><th class="num">active</th><th class="num">inactive split</th><th class="num">largest free</th></tr></thead>
