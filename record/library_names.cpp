@@ -16,6 +16,19 @@ std::string file_name(std::string_view path) {
   return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
 }
 
+// A library by its file name ("libnccl.so.2"); a Python extension module, whose file name says
+// little ("runtime.cpython-312-x86_64-linux-gnu.so"), by its path within its package folder
+// ("cupy_backends/cuda/api/runtime.cpython-312-x86_64-linux-gnu.so").
+std::string library_name(std::string_view path) {
+  std::string name = file_name(path);
+  if (name.starts_with("lib")) return name;
+  for (std::string_view folder : {"/site-packages/", "/dist-packages/"}) {
+    const size_t at = path.rfind(folder);
+    if (at != std::string_view::npos) return std::string(path.substr(at + folder.size()));
+  }
+  return name;
+}
+
 // The executable's name, for the module dl_iterate_phdr lists with an empty name.
 std::string executable_name() {
   char path[4096];
@@ -25,6 +38,8 @@ std::string executable_name() {
 }
 
 }  // namespace
+
+std::string LibraryNames::name_of_path(const std::string& path) { return library_name(path); }
 
 bool LibraryNames::is_cuda_or_recorder(const std::string& name) {
   for (std::string_view prefix : {"libcuda.so", "libcudart", "libcupti", "libmemsnap_record", "libnvidia-ml"})
@@ -43,7 +58,7 @@ void LibraryNames::refresh() {
       [](dl_phdr_info* info, size_t, void* data) {
         auto& s = *static_cast<Search*>(data);
         const std::string name = info->dlpi_name != nullptr && info->dlpi_name[0] != '\0'
-                                     ? file_name(info->dlpi_name)
+                                     ? library_name(info->dlpi_name)
                                      : *s.program;
         for (int i = 0; i < info->dlpi_phnum; ++i) {
           const ElfW(Phdr)& header = info->dlpi_phdr[i];

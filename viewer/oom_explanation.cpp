@@ -35,6 +35,22 @@ std::vector<std::string> frames_of(const Snapshot& snapshot, StackIndex stack) {
   return out;
 }
 
+// A library's allocation read from its caller: the innermost Python line outside installed
+// packages (the user's code that called into the library), then the innermost frames; as
+// frames_of when no such line is on the stack.
+std::vector<std::string> caller_frames_of(const Snapshot& snapshot, StackIndex stack) {
+  const std::vector<uint32_t> frames = visible_frames_outermost_first(snapshot, stack, {});
+  for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
+    const Frame& frame = snapshot.frames[*it];
+    if (!frame_is_python(frame) || frame.file.find("-packages/") != std::string::npos) continue;
+    std::vector<std::string> out = {frame_label(frame)};
+    for (auto inner = frames.rbegin(); inner != frames.rend() && out.size() < kFramesPerStack; ++inner)
+      if (inner != it) out.push_back(frame_label(snapshot.frames[*inner]));
+    return out;
+  }
+  return frames_of(snapshot, stack);
+}
+
 // What other libraries held on `device` outside the allocator at `time_us`, from the recorded
 // calls: the allocations live at the snapshot that were made by then, and those freed since
 // whose allocation came before it. Unset, with the reason, when the record cannot say.
@@ -81,7 +97,7 @@ std::optional<std::vector<OomExplanation::OutsideHolder>> outside_holders_at(con
   }
   std::vector<OomExplanation::OutsideHolder> holders;
   for (auto& [library, holder] : by_library) {
-    holder.frames = frames_of(snapshot, largest[library]->stack);
+    holder.frames = caller_frames_of(snapshot, largest[library]->stack);
     holders.push_back(std::move(holder));
   }
   std::stable_sort(holders.begin(), holders.end(), [](const auto& a, const auto& b) { return a.bytes > b.bytes; });
@@ -179,18 +195,48 @@ void diagnose(OomExplanation& x) {
   // Everything this process could have had: what the allocator reserved and what the device
   // still had free. A request beyond it (or beyond the device) fits under no setting.
   const uint64_t attainable = x.reserved_bytes + x.device_free_bytes.value_or(0);
-  if ((x.device_total_bytes && x.rounded_bytes > *x.device_total_bytes) ||
-      (x.device_free_bytes && x.rounded_bytes > attainable)) {
+  if (x.device_total_bytes && x.rounded_bytes > *x.device_total_bytes) {
     x.cause = OomCause::kTooLarge;
-    x.reasons.push_back(
-        "The request alone (" + bytes(x.requested_bytes) + ") is larger than " +
-        (x.device_total_bytes && x.rounded_bytes > *x.device_total_bytes
-             ? "the device's total memory (" + bytes(*x.device_total_bytes) + ")"
-             : "everything this process could have had on the device (" + bytes(x.reserved_bytes) +
-                   " reserved by the allocator plus " + bytes(*x.device_free_bytes) +
-                   " the device had free: " + bytes(attainable) + ")") +
-        ". Nothing this program frees and no allocator setting can make it fit: the size asked for is the "
-        "problem; look at the line that asked for it and how it computed the size.");
+    x.reasons.push_back("The request alone (" + bytes(x.requested_bytes) + ") is larger than the device's total memory (" +
+                        bytes(*x.device_total_bytes) +
+                        "). Nothing this program frees and no allocator setting can make it fit: the size asked for is "
+                        "the problem; look at the line that asked for it and how it computed the size.");
+    return;
+  }
+  if (x.device_free_bytes && x.rounded_bytes > attainable) {
+    const std::string beyond = "The request alone (" + bytes(x.requested_bytes) +
+                               ") is larger than everything the allocator could have had (" + bytes(x.reserved_bytes) +
+                               " reserved plus " + bytes(*x.device_free_bytes) + " the device had free: " +
+                               bytes(attainable) + ")";
+    // Memory this process held outside the allocator, through other libraries, is what the
+    // program can give back: with it the request would fit.
+    if (x.outside_libraries && x.outside_libraries_bytes > 0 && x.rounded_bytes <= attainable + x.outside_libraries_bytes) {
+      x.cause = OomCause::kOtherLibraries;
+      x.reasons.push_back(beyond + ", because other libraries of this process held " + bytes(x.outside_libraries_bytes) +
+                          " of the device outside it: " + holders_text(*x.outside_libraries) +
+                          ". With that memory the request would fit. No allocator setting makes room: have those "
+                          "libraries hold less (free their arrays, empty their caches, such as CuPy's memory pool) "
+                          "before this request.");
+      return;
+    }
+    x.cause = OomCause::kTooLarge;
+    if (x.outside_allocator_bytes && *x.outside_allocator_bytes > x.outside_libraries_bytes && !x.outside_libraries)
+      x.reasons.push_back(beyond + "; " + bytes(*x.outside_allocator_bytes) +
+                          " more was in use outside the allocator: this process's CUDA context, memory other libraries "
+                          "of this process took, other processes. No allocator setting can make it fit; whether "
+                          "memory this program holds through other libraries could, the snapshot cannot say (" +
+                          (x.outside_unknown_reason.empty() ? std::string("the calls outside the allocator were not recorded")
+                                                            : x.outside_unknown_reason) +
+                          ").");
+    else if (!x.outside_allocator_bytes && !x.outside_libraries)
+      // (PyTorch's pickles: neither the device's size nor memory outside the allocator is known.)
+      x.reasons.push_back(beyond + ". No allocator setting can make it fit, nor anything the program frees through "
+                          "the allocator (memory it may hold outside the allocator, through other libraries, this "
+                          "snapshot does not show): the size asked for is the likely problem; look at the line that "
+                          "asked for it and how it computed the size.");
+    else
+      x.reasons.push_back(beyond + ". Nothing this program frees and no allocator setting can make it fit: the size "
+                          "asked for is the problem; look at the line that asked for it and how it computed the size.");
     return;
   }
   if (x.usable_free_bytes >= x.rounded_bytes) {
@@ -472,6 +518,7 @@ std::string_view oom_cause_name(OomCause cause) {
     case OomCause::kExhaustion: return "exhaustion";
     case OomCause::kTooLarge: return "request_too_large";
     case OomCause::kPrivatePools: return "private_pools";
+    case OomCause::kOtherLibraries: return "other_libraries";
   }
   return "exhaustion";
 }
@@ -530,6 +577,8 @@ Result<OomExplanation> explain_oom(const Snapshot& snapshot, std::optional<int64
     x.cap_range = std::make_pair(x.reserved_bytes, x.reserved_bytes + x.segment_bytes);
   if (x.cause == OomCause::kTooLarge) {
     x.settings_note = "no setting was replayed: none can make a request larger than the device fit";
+  } else if (x.cause == OomCause::kOtherLibraries) {
+    x.settings_note = "no setting was replayed: none can make room that other libraries hold";
   } else {
     replay_settings(snapshot, recorded, x);
     if (x.private_pool_free_bytes > 0 && !x.settings.empty())

@@ -30,6 +30,7 @@ enum class OomCause {
   kExhaustion,      // live memory plus the request exceed what the device had
   kTooLarge,        // the request alone exceeds the device (or all this process could have had)
   kPrivatePools,    // private pools (CUDA graphs, MemPool) held free what the request needed
+  kOtherLibraries,  // it fits the device only with what other libraries of this process held
 };
 std::string_view oom_cause_name(OomCause cause);
 

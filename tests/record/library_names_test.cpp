@@ -34,6 +34,15 @@ TEST(LibraryNames, InterpreterTokensAndUnknownAddressesArePassedOver) {
   EXPECT_EQ(names.library_of({}), "");
 }
 
+TEST(LibraryNames, LibrariesGoByFileNameAndPythonExtensionsByTheirPathInTheirPackage) {
+  EXPECT_EQ(LibraryNames::name_of_path("/usr/lib/python3/dist-packages/nvidia/nccl/lib/libnccl.so.2"), "libnccl.so.2");
+  EXPECT_EQ(LibraryNames::name_of_path(
+                "/usr/local/lib/python3.12/site-packages/cupy_backends/cuda/api/runtime.cpython-312-x86_64-linux-gnu.so"),
+            "cupy_backends/cuda/api/runtime.cpython-312-x86_64-linux-gnu.so");
+  EXPECT_EQ(LibraryNames::name_of_path("/opt/app/my_extension.so"), "my_extension.so");
+  EXPECT_EQ(LibraryNames::name_of_path("python3.12"), "python3.12");
+}
+
 TEST(LibraryNames, CudasOwnLibrariesAndTheRecorderAreNotLibrariesThatAskedForMemory) {
   for (const char* name : {"libcuda.so.1", "libcudart.so.13", "libcupti.so.13", "libmemsnap_record.so",
                            "libnvidia-ml.so.1"})

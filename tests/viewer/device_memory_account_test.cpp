@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "allocator/caching_allocator.h"
@@ -173,6 +174,47 @@ TEST(DeviceMemoryAccount, ASnapshotWithoutDriverFiguresHasNoAccount) {
   Snapshot snapshot;
   EXPECT_TRUE(account_device_memory(snapshot).empty());
   EXPECT_EQ(device_memory_text({}), "");
+}
+
+// A real training step on an H200 (tests/data/memsnap-h200/README.md): memsnap.torch with a
+// one-rank NCCL process group, cuDNN convolutions and a pinned DataLoader. The categories add up
+// to what NVML said the process held, NCCL's buffers are named, and the remainder is the CUDA
+// context: the same once the tensors, NCCL's communicator and the cache were gone.
+TEST(DeviceMemoryAccount, ARealStepWithNcclCudnnAndAPinnedDataLoaderAddsUpToTheProcess) {
+  const Snapshot step = testing::load_test_snapshot("memsnap-h200/nccl_cudnn_step.msgpack");
+  const DeviceMemoryAccount a = account_device_memory(step).at(0);
+  ASSERT_TRUE(a.this_process_bytes && a.libraries_bytes && a.context_bytes);
+  EXPECT_EQ(*a.this_process_bytes, 1'732'247'552u);
+  EXPECT_EQ(a.reserved_bytes, 335'544'320u);
+  EXPECT_EQ(a.reserved_bytes + *a.libraries_bytes + *a.context_bytes, *a.this_process_bytes);
+  ASSERT_GE(a.libraries.size(), 2u);
+  EXPECT_EQ(a.libraries[0], (std::pair<std::string, uint64_t>{"libnccl.so.2", 406'847'488}));
+  EXPECT_EQ(a.libraries[1], (std::pair<std::string, uint64_t>{"libcublas.so.13", 134'481'920}));
+  const DeviceMemoryAccount bare =
+      account_device_memory(testing::load_test_snapshot("memsnap-h200/nccl_cudnn_step_after_teardown.msgpack")).at(0);
+  ASSERT_TRUE(bare.context_bytes);
+  EXPECT_EQ(*bare.context_bytes, *a.context_bytes);  // 855,323,128 B both times
+  EXPECT_TRUE(std::none_of(bare.libraries.begin(), bare.libraries.end(),
+                           [](const auto& l) { return l.first == "libnccl.so.2"; }));  // destroyed with its group
+  const OutsideMemoryAccount outside = account_outside_memory(step);
+  EXPECT_GE(outside.pinned_host_bytes, 2u << 20);  // the DataLoader's pinned batches
+  EXPECT_EQ(outside.host_libraries.at(0).library, "libtorch_cuda.so");
+}
+
+// `memsnap record` around a JAX program (XLA_PYTHON_CLIENT_PREALLOCATE=false) on an H200: its
+// allocations are the segments, and the driver's figures give its CUDA context as the remainder.
+TEST(DeviceMemoryAccount, AJaxProgramUnderMemsnapRecordShowsItsContext) {
+  const Snapshot jax = testing::load_test_snapshot("memsnap-h200/jax_record.msgpack");
+  const DeviceMemoryAccount a = account_device_memory(jax).at(0);
+  EXPECT_EQ(a.reserved_bytes, a.allocated_bytes);  // each allocation a segment of its own
+  EXPECT_GT(a.reserved_bytes, 2u << 30);           // the 8192x8192 operands and product
+  ASSERT_TRUE(a.context_bytes);
+  EXPECT_EQ(*a.libraries_bytes, 0u);  // (its device allocations are the segments)
+  EXPECT_GT(*a.context_bytes, 256u << 20);
+  EXPECT_LT(*a.context_bytes, 1u << 30);
+  const OutsideMemoryAccount outside = account_outside_memory(jax);
+  ASSERT_FALSE(outside.host_libraries.empty());
+  EXPECT_EQ(outside.host_libraries[0].library, "jax_plugins/xla_cuda13/xla_cuda_plugin.so");
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "history/history_recorder.h"
 #include "snapshot/snapshot_builder.h"
 #include "snapshot/snapshot_loader.h"
+#include "tests/test_snapshots.h"
 
 namespace memsnap {
 namespace {
@@ -275,6 +276,27 @@ TEST(ExplainOom, LibrariesHoldingMemoryOutsideTheAllocatorAtTheErrorAreNamed) {
   program.backend->release(0, *nccl, 600 * kMiB);
 }
 
+// A real OOM on an H200 (tests/data/memsnap-h200/README.md): CuPy took 137 GiB with its own
+// cudaMalloc, then torch asked for 4 GiB. Not "too large": it would fit without the library's
+// memory, which the explanation names with the user's line that took it.
+TEST(ExplainOom, ARealOomCausedByAnotherLibraryIsExplainedAsSuch) {
+  const OomExplanation x = explain(testing::load_test_snapshot("memsnap-h200/library_oom.msgpack"));
+  EXPECT_EQ(x.cause, OomCause::kOtherLibraries) << oom_explanation_to_text(x);
+  ASSERT_TRUE(x.outside_libraries.has_value());
+  ASSERT_EQ(x.outside_libraries->size(), 1u);
+  const auto& cupy = (*x.outside_libraries)[0];
+  EXPECT_EQ(cupy.library, "cupy_backends/cuda/api/runtime.cpython-312-x86_64-linux-gnu.so");
+  EXPECT_EQ(cupy.bytes, uint64_t{137} << 30);
+  EXPECT_EQ(cupy.allocations, 137u);
+  ASSERT_FALSE(cupy.frames.empty());
+  EXPECT_EQ(cupy.frames[0], "library_takes_the_device (greedy_library.py:3)");
+  const std::string text = oom_explanation_to_text(x);
+  EXPECT_NE(text.find("because other libraries of this process held 137.00 GiB of the device outside it"),
+            std::string::npos) << text;
+  EXPECT_EQ(text.find("Nothing this program frees"), std::string::npos) << text;
+  EXPECT_TRUE(x.settings.empty());
+}
+
 TEST(ExplainOom, ASnapshotWithoutAnOomIsAClearError) {
   OomProgram program(64 * kMiB);
   program.held.push_back(program.allocator->allocate(kMiB));
@@ -384,9 +406,14 @@ TEST(ExplainOom, ARequestLargerThanTheDeviceSaysNoFreeingOrSettingHelps) {
   const OomExplanation x = explain(s);
   EXPECT_EQ(x.cause, OomCause::kTooLarge);
   ASSERT_FALSE(x.reasons.empty());
-  EXPECT_NE(x.reasons[0].find("The request alone (1.00 TiB) is larger than everything this process could have had"),
+  EXPECT_NE(x.reasons[0].find("The request alone (1.00 TiB) is larger than everything the allocator could have had "
+                               "(4.00 GiB reserved plus 74.00 GiB the device had free: 78.00 GiB)"),
             std::string::npos) << x.reasons[0];
-  EXPECT_NE(x.reasons[0].find("Nothing this program frees and no allocator setting can make it fit"), std::string::npos);
+  // What the process may hold outside the allocator, a pickle does not show: not claimed.
+  EXPECT_NE(x.reasons[0].find("No allocator setting can make it fit, nor anything the program frees through the "
+                              "allocator (memory it may hold outside the allocator, through other libraries, this "
+                              "snapshot does not show)"),
+            std::string::npos) << x.reasons[0];
   EXPECT_TRUE(x.settings.empty()) << "no replays for settings that cannot help";
   // With the device's size known (memsnap's snapshots record it), the reason names it.
   s.devices.push_back({0, "H100", 80ull << 30});

@@ -286,6 +286,34 @@ await runChecked({ browser, server, problems, current }, async () => {
     await shot('stats-whole-device');
   });
 
+  await step('memory outside the allocator: libraries, the context, pinned host memory, an OOM they caused', async () => {
+    const stepChip = page.locator('.chip', { hasText: 'nccl_cudnn_step' });
+    if (await stepChip.count() === 0) return;  // not among the snapshots given
+    await stepChip.click();
+    await tab('stats');
+    await page.waitForSelector('table.device-memory');
+    const table = await page.locator('table.device-memory').innerText();
+    // NCCL, cuDNN and a pinned DataLoader on an H200 (tests/data/memsnap-h200/README.md).
+    assert.match(table, /libnccl\.so\.2 \(outside the allocator\)\s+388\.0 MiB/);
+    assert.match(table, /libcublas\.so\.13 \(outside the allocator\)\s+128\.3 MiB/);
+    assert.match(table, /CUDA context and unaccounted \(no recorded call made it\)\s+815\.7 MiB/);
+    assert.doesNotMatch(table, /this process outside the allocator/, 'split into libraries and the context');
+    const outside = await page.locator('table.outside-memory').innerText();
+    assert.match(outside, /pinned host\s+libtorch_cuda\.so\s+2\.00 MiB\s+2/);
+    await shot('stats-outside-memory');
+    const oomChip = page.locator('.chip', { hasText: 'library_oom' });
+    await oomChip.click();
+    const oomTab = page.locator('.tabs button[data-view="oom"]');
+    await oomTab.waitFor({ state: 'visible' });
+    await oomTab.click();
+    await page.waitForSelector('.oom-headline', { timeout: 60000 });
+    assert.match(await page.locator('.oom-headline').innerText(), /Other libraries of this process held the memory/);
+    assert.match(await page.locator('.oom-reasons').innerText(), /greedy_library\.py:3/);
+    assert.match(await page.locator('table.oom-memory').innerText(), /cupy_backends\/cuda\/api\/runtime.*\s+137\.0 GiB/);
+    await shot('oom-other-libraries');
+    await tab('stats');
+  });
+
   await step('private pools: named in stats, segments by pool, the OOM they caused', async () => {
     const withPools = page.locator('.chip', { hasText: 'pool_oom' });
     if (await withPools.count() === 0) return;  // not among the snapshots given

@@ -12,6 +12,7 @@ const causeTitles = {
   exhaustion: 'The device was full',
   request_too_large: 'The request alone is larger than the device could ever give',
   private_pools: 'Private pools (CUDA graphs, MemPool) held the memory free, out of this request\'s reach',
+  other_libraries: 'Other libraries of this process held the memory the request needed',
 };
 
 // Where the device's bytes were at the error, left to right, and the colour of each.
@@ -41,11 +42,13 @@ function memoryParts(x) {
 // Memory outside the allocator (CUDA context, other libraries, other processes) is drawn where
 // the device was full and it is not so large that it would squash the allocator's part.
 const showsOutside = x => x.outside_allocator_bytes != null && x.cause !== 'memory_cap' &&
-  x.outside_allocator_bytes <= 4 * Math.max(x.reserved_bytes, 1);
+  (x.cause === 'other_libraries' || x.outside_allocator_bytes <= 4 * Math.max(x.reserved_bytes, 1));
 
 // The device's free bytes belong in the bar when they decided the error; under a memory cap
 // they are usually far larger than everything else and would squash it to a sliver.
-const showsDeviceFree = x => x.device_free_bytes !== null && x.cause !== 'memory_cap' && x.device_free_bytes <= 4 * x.reserved_bytes;
+// When other libraries held the memory, the whole device is the picture.
+const showsDeviceFree = x => x.device_free_bytes !== null && x.cause !== 'memory_cap' &&
+  (x.cause === 'other_libraries' || x.device_free_bytes <= 4 * x.reserved_bytes);
 
 function memoryBar(x) {
   const parts = memoryParts(x);
