@@ -2,6 +2,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "allocator/device_stats.h"
 #include "history/recording_environment.h"
 #include "python/native/fit_estimate_binding.h"
+#include "python/native/outside_memory.h"
 #include "python/native/python_frames.h"
 #include "python/native/record_function_annotations.h"
 #include "python/native/torch_allocator.h"
@@ -64,11 +66,24 @@ void record_history(const std::string& level, const std::string& stacks, size_t 
   else if (context == "all") settings.stack_context = StackContext::kAll;
   else throw std::invalid_argument("context must be one of state, alloc, all; got '" + context + "'");
   TorchAllocator& torch = require_installed();
+  const bool outside = settings.level != HistoryLevel::kOff && outside_memory_wanted();
   HistoryRecorder& recorder = torch.recorder();
   py::gil_scoped_release unlocked;
   if (clear) recorder.clear();
   recorder.configure(settings);
   torch.forget_context_recorder();  // memsnap's own frames answer the snapshots
+  // Memory outside the allocator is recorded while history is (outside_memory.h).
+  if (outside) {
+    const std::string reason = start_outside_memory(
+        settings.interpreter_stacks ? recorder.interpreter_frames() : nullptr, max_entries);
+    static bool said = false;
+    if (!reason.empty() && !said) {
+      said = true;
+      std::fprintf(stderr, "memsnap: memory outside the allocator is not recorded: %s\n", reason.c_str());
+    }
+  } else {
+    stop_outside_memory();
+  }
 }
 
 py::dict history_settings() {
@@ -155,6 +170,18 @@ PYBIND11_MODULE(_native, m) {
         py::arg("skip_actions") = std::vector<std::string>{}, py::arg("context") = std::string("all"));
   m.def("follow_record_functions", &follow_record_functions, py::arg("on"));
   m.def("history_settings", &history_settings);
+  m.def("yield_cupti_to_profiler", [] {
+    stop_outside_memory(
+        "torch.profiler took CUPTI's callbacks, which a process has one of, to trace the GPU; memory outside "
+        "the allocator was recorded until the profiler started (set MEMSNAP_OUTSIDE_MEMORY=0 to leave CUPTI to "
+        "the profiler from the start)");
+  });
+  m.def("outside_memory_status", [] {
+    py::dict out;
+    out["recording"] = outside_memory_recording();
+    out["unrecorded_reason"] = outside_memory_unrecorded_reason();
+    return out;
+  });
   m.def("dump_snapshot", [](const std::string& path) { dump(path, false); }, py::arg("path"));
   m.def("dump_pickle", [](const std::string& path) { dump(path, true); }, py::arg("path"));
   m.def("dump_snapshot_on_oom", [](std::string pattern) {

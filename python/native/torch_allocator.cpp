@@ -16,9 +16,13 @@
 #include "history/trace_labels.h"
 #include "python/native/autograd_frames.h"
 #include "python/native/oom_message.h"
+#include "python/native/outside_memory.h"
 #include "python/native/python_frames.h"
 #include "python/native/torch_stats.h"
 #include "snapshot/snapshot_file.h"
+#ifdef MEMSNAP_OUTSIDE_MEMORY
+#include "record/unrecorded_backend.h"
+#endif
 
 namespace memsnap::pytorch {
 namespace {
@@ -151,6 +155,10 @@ void TorchAllocator::init(int device_count) {
   std::shared_ptr<DeviceBackend> backend;
   try {
     backend = std::make_shared<CudaBackend>();
+#ifdef MEMSNAP_OUTSIDE_MEMORY
+    // The allocator's own cudaMalloc and cudaFree are not memory outside it (outside_memory.h).
+    backend = std::make_shared<UnrecordedBackend>(std::move(backend));
+#endif
   } catch (const std::exception& error) {
     TORCH_CHECK(false, "memsnap: ", error.what());
   }
@@ -584,6 +592,7 @@ SnapshotOptions TorchAllocator::snapshot_options() {
   std::lock_guard<std::mutex> lock(controls_mutex_);
   SnapshotOptions options;
   options.job = job_place_;
+  options.complete = add_outside_memory;
   return options;
 }
 
@@ -603,6 +612,7 @@ void TorchAllocator::write_oom_snapshot(const OomInfo& info) {
     path = expand_dump_path(oom_pattern_, info.device, ++oom_snapshots_written_, options);
   }
   options.oom = info;
+  options.complete = add_outside_memory;
   if (std::optional<std::string> error = dump_snapshot(*allocator_, recorder_.get(), path, options))
     std::fprintf(stderr, "memsnap: out of memory; snapshot not written: %s\n", error->c_str());
   else

@@ -9,6 +9,9 @@
 #include <utility>
 
 #include "python/native/torch_allocator.h"
+#ifdef MEMSNAP_OUTSIDE_MEMORY
+#include "record/call_recorder.h"
+#endif
 
 namespace memsnap::pytorch {
 namespace {
@@ -27,12 +30,19 @@ class PoolAllocatorSource final : public SegmentSource {
  public:
   explicit PoolAllocatorSource(std::shared_ptr<torch_alloc::CUDAAllocator> allocator)
       : allocator_(std::move(allocator)) {}
+  // (Its calls make the pool's segments, which snapshots show: not memory outside the allocator.)
   std::optional<uintptr_t> reserve(int, size_t size, StreamId) override {
+#ifdef MEMSNAP_OUTSIDE_MEMORY
+    CallsNotRecorded own;
+#endif
     void* ptr = allocator_->raw_alloc(size);
     if (ptr == nullptr) return std::nullopt;
     return reinterpret_cast<uintptr_t>(ptr);
   }
   void release(int, uintptr_t address, size_t, StreamId) override {
+#ifdef MEMSNAP_OUTSIDE_MEMORY
+    CallsNotRecorded own;
+#endif
     allocator_->raw_delete(reinterpret_cast<void*>(address));
   }
 

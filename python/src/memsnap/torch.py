@@ -53,6 +53,7 @@ __all__ = [
     "is_installed",
     "record_history",
     "history_settings",
+    "outside_memory_status",
     "dump_snapshot",
     "dump_snapshot_on_oom",
     "annotate",
@@ -221,6 +222,11 @@ def record_history(
     trace actions not to record, as PyTorch's (``"free_requested"``, ...). While recording,
     ``torch.profiler.record_function`` ranges (on any thread) are annotations, as through
     PyTorch's API.
+
+    While recording, the memory the process holds outside the allocator is recorded too: device
+    memory other libraries ask CUDA for (NCCL, cuBLAS, CuPy, an extension) and pinned host
+    memory, each allocation with its stack and the library that asked (CUPTI's callbacks; see
+    ``outside_memory_status()``). ``MEMSNAP_OUTSIDE_MEMORY=0`` leaves it out.
     """
     _require_installed()
     _check_int("max_entries", max_entries, 1, MAX_ENTRIES)
@@ -230,6 +236,15 @@ def record_history(
     # torch.profiler.record_function ranges become annotations while recording, as through
     # PyTorch's API (which adds its own callback for them).
     _native.follow_record_functions(level != "off")
+
+
+def outside_memory_status() -> dict:
+    """Whether memory outside the allocator is being recorded: ``{"recording": bool,
+    "unrecorded_reason": str}``. It records while history does, unless ``MEMSNAP_OUTSIDE_MEMORY=0``
+    or another tool (a profiler that started first, Nsight Systems) holds CUPTI's callbacks,
+    which a process has one of; the reason says which."""
+    _require_installed()
+    return _native.outside_memory_status()
 
 
 def history_settings() -> dict:
@@ -402,6 +417,23 @@ def _patch_torch() -> None:
         original_set_settings(settings)
         if _native.is_installed():
             _native.apply_settings(str(settings))
+
+    # torch.profiler traces the GPU through CUPTI's callbacks, which a process has one of: when it
+    # is about to, memsnap's recording of memory outside the allocator gives them up (else the
+    # profiler would trace no kernel), and the snapshots say so from then on.
+    import torch.autograd.profiler as autograd_profiler
+
+    def yielding(original):
+        def prepare(config, activities, *args, **kwargs):
+            if _native.is_installed() and torch.autograd.ProfilerActivity.CUDA in set(activities or ()):
+                _native.yield_cupti_to_profiler()
+            return original(config, activities, *args, **kwargs)
+        return prepare
+
+    for module in (autograd_profiler, torch.autograd):
+        for name in ("_prepare_profiler", "_enable_profiler"):
+            if hasattr(module, name):
+                setattr(module, name, yielding(getattr(module, name)))
 
     C._cuda_record_memory_history = record_memory_history
     C._cuda_record_memory_history_legacy = record_memory_history_legacy
