@@ -13,6 +13,7 @@
 #include "replay/recorded_config.h"
 #include "replay/snapshot_replay.h"
 #include "viewer/byte_text.h"
+#include "viewer/outside_holders.h"
 
 namespace memsnap {
 namespace {
@@ -51,57 +52,15 @@ std::vector<std::string> caller_frames_of(const Snapshot& snapshot, StackIndex s
   return frames_of(snapshot, stack);
 }
 
-// What other libraries held on `device` outside the allocator at `time_us`, from the recorded
-// calls: the allocations live at the snapshot that were made by then, and those freed since
-// whose allocation came before it. Unset, with the reason, when the record cannot say.
-std::optional<std::vector<OomExplanation::OutsideHolder>> outside_holders_at(const Snapshot& snapshot, int64_t device,
-                                                                              int64_t time_us, std::string& reason) {
-  if (!snapshot.outside_memory) return std::nullopt;
-  const OutsideMemory& outside = *snapshot.outside_memory;
-  if (!outside.unrecorded_reason.empty()) {
-    reason = "the calls outside the allocator were not recorded: " + outside.unrecorded_reason;
-    return std::nullopt;
-  }
-  if (outside.dropped_events > 0 && (outside.events.empty() || outside.events.front().allocation.time_us > time_us)) {
-    reason = "the recorded calls outside the allocator no longer reach back to the error";
-    return std::nullopt;
-  }
-  std::vector<const OutsideAllocation*> held;
-  for (const OutsideAllocation& a : outside.live)
-    if (a.device == device && a.kind == OutsideKind::kDevice && a.time_us <= time_us) held.push_back(&a);
-  // Freed after the error: held at it when the allocation it ended came before the error (or
-  // before the oldest event kept, which came before the error).
-  for (size_t i = 0; i < outside.events.size(); ++i) {
-    const OutsideEvent& event = outside.events[i];
-    if (event.action != OutsideAction::kFree || event.allocation.time_us <= time_us) continue;
-    if (event.allocation.device != device || event.allocation.kind != OutsideKind::kDevice) continue;
-    const OutsideEvent* made = nullptr;
-    for (size_t j = i; j-- > 0;) {
-      const OutsideEvent& before = outside.events[j];
-      if (before.action == OutsideAction::kAlloc && before.allocation.address == event.allocation.address) {
-        made = &before;
-        break;
-      }
-    }
-    if (made == nullptr || made->allocation.time_us <= time_us) held.push_back(made != nullptr ? &made->allocation : &event.allocation);
-  }
-  std::map<std::string, OomExplanation::OutsideHolder> by_library;
-  std::map<std::string, const OutsideAllocation*> largest;
-  for (const OutsideAllocation* a : held) {
-    OomExplanation::OutsideHolder& holder = by_library[a->library];
-    holder.library = a->library;
-    holder.bytes += a->size;
-    ++holder.allocations;
-    const OutsideAllocation*& biggest = largest[a->library];
-    if (biggest == nullptr || a->size > biggest->size) biggest = a;
-  }
-  std::vector<OomExplanation::OutsideHolder> holders;
-  for (auto& [library, holder] : by_library) {
-    holder.frames = caller_frames_of(snapshot, largest[library]->stack);
-    holders.push_back(std::move(holder));
-  }
-  std::stable_sort(holders.begin(), holders.end(), [](const auto& a, const auto& b) { return a.bytes > b.bytes; });
-  return holders;
+// What other libraries held at the error (outside_holders.h), each read from its caller's line.
+std::optional<std::vector<OomExplanation::OutsideHolder>> outside_libraries_at(const Snapshot& snapshot, int64_t device,
+                                                                                int64_t time_us, std::string& reason) {
+  const std::optional<std::vector<OutsideHolder>> held = outside_holders_at(snapshot, device, time_us, reason);
+  if (!held) return std::nullopt;
+  std::vector<OomExplanation::OutsideHolder> out;
+  for (const OutsideHolder& h : *held)
+    out.push_back({h.library, h.bytes, h.allocations, caller_frames_of(snapshot, h.largest_stack)});
+  return out;
 }
 
 // "libnccl.so.2 3.20 GiB (ncclCommInitRank, train.py:40)", the first few.
@@ -569,7 +528,7 @@ Result<OomExplanation> explain_oom(const Snapshot& snapshot, std::optional<int64
   if (x.device_total_bytes && x.device_free_bytes && (x.events_after_oom == 0 || x.state_rebuilt) &&
       *x.device_free_bytes <= *x.device_total_bytes - std::min(*x.device_total_bytes, x.reserved_bytes))
     x.outside_allocator_bytes = *x.device_total_bytes - *x.device_free_bytes - x.reserved_bytes;
-  x.outside_libraries = outside_holders_at(snapshot, x.device, oom.time_us, x.outside_unknown_reason);
+  x.outside_libraries = outside_libraries_at(snapshot, x.device, oom.time_us, x.outside_unknown_reason);
   if (x.outside_libraries)
     for (const auto& holder : *x.outside_libraries) x.outside_libraries_bytes += holder.bytes;
   diagnose(x);
