@@ -105,6 +105,7 @@ void dump(const std::string& path, bool always_pickle) {
     py::gil_scoped_release unlocked;
     SnapshotOptions options = torch.snapshot_options();
     options.mark_in_trace = !always_pickle;  // PyTorch's _dump_snapshot marks nothing
+    if (always_pickle) options.complete = nullptr;  // PyTorch's pickle has no place for memory outside the allocator
     error = always_pickle ? dump_pytorch_pickle(torch.allocator(), &torch.recorder(), path, options)
                           : dump_snapshot(torch.allocator(), &torch.recorder(), path, options);
   }
@@ -119,6 +120,7 @@ py::dict torch_layout_snapshot(bool include_traces) {
     SnapshotOptions options = torch.snapshot_options();
     options.include_traces = include_traces;
     options.mark_in_trace = false;  // as PyTorch's _snapshot()
+    options.complete = nullptr;     // (its dictionary has no place for memory outside the allocator)
     snapshot = take_snapshot(torch.allocator(), &torch.recorder(), options);
   }
   return to_torch_snapshot(snapshot);
