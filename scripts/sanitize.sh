@@ -34,12 +34,14 @@ run_gtest_binaries() {
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer (clang, build-asan)"
 bash "$root/scripts/configure_asan.sh"
 cmake --build "$root/build-asan" --parallel "$jobs"
+echo "build-asan built ($((SECONDS - started)) s)"
 export ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:abort_on_error=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 asan_binaries="memsnap_allocator_tests memsnap_history_tests memsnap_snapshot_tests memsnap_replay_tests memsnap_viewer_tests memsnap_web_tests"
 # memsnap record's tests, where the CUDA toolkit's CUPTI headers let the recorder be built.
 [[ -x "$root/build-asan/tests/memsnap_record_tests" ]] && asan_binaries+=" memsnap_record_tests"
 run_gtest_binaries "$root/build-asan" "$asan_binaries"
+echo "GoogleTest binaries under ASan+UBSan done ($((SECONDS - started)) s)"
 # Every test that is not one of GoogleTest's (their names start with a lower-case folder:
 # cli., web., viewer., history., readme.); the damaged-file runs on a quarter of their inputs.
 # Left to the plain build: the browser tests and the load test (what they add to the server's
@@ -48,12 +50,14 @@ run_gtest_binaries "$root/build-asan" "$asan_binaries"
 MEMSNAP_HOSTILE_SHARE=0.25 ctest --test-dir "$root/build-asan" --output-on-failure --parallel "$jobs" -R '^[a-z]' \
   -E '^web\.(load|[a-z_]*e2e)$|^cli\.hostile_memory$'
 unset ASAN_OPTIONS UBSAN_OPTIONS
+echo "CTest tests under ASan+UBSan done ($((SECONDS - started)) s)"
 
 echo "== ThreadSanitizer (clang, build-tsan): the concurrency tests"
 cmake -S "$root" -B "$root/build-tsan" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DMEMSNAP_SANITIZE=thread -DMEMSNAP_WITH_CUDA=OFF -DMEMSNAP_BUILD_BENCH=OFF -DMEMSNAP_WERROR=ON >/dev/null
 # One program of the files whose tests run threads (tests/CMakeLists.txt), in $jobs shards at once.
 cmake --build "$root/build-tsan" --parallel "$jobs" --target memsnap_concurrency_tests
+echo "build-tsan built ($((SECONDS - started)) s)"
 tsan_logs="$root/build-tsan/sanitizer-logs"
 mkdir -p "$tsan_logs"
 tsan_failed=0

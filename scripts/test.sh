@@ -6,10 +6,17 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_dir=${MEMSNAP_BUILD_DIR:-"$root/build"}
 
-bash "$root/scripts/setup.sh"
-bash "$root/scripts/setup_e2e.sh" "$build_dir"
-bash "$root/scripts/build.sh" -DMEMSNAP_WERROR=ON -DMEMSNAP_BUILD_TESTS=ON
-ctest --test-dir "$build_dir" --output-on-failure --parallel "$(nproc)"
-bash "$root/scripts/sanitize.sh"
+# Each stage prints its wall time, so a run that grows shows where (CI has a time budget).
+stage() {
+  local name=$1 started=$SECONDS
+  shift
+  "$@"
+  echo "== stage $name: $((SECONDS - started)) s (total $SECONDS s)"
+}
+stage setup bash "$root/scripts/setup.sh"
+stage setup-e2e bash "$root/scripts/setup_e2e.sh" "$build_dir"
+stage build bash "$root/scripts/build.sh" -DMEMSNAP_WERROR=ON -DMEMSNAP_BUILD_TESTS=ON
+stage ctest ctest --test-dir "$build_dir" --output-on-failure --parallel "$(nproc)"
+stage sanitizers bash "$root/scripts/sanitize.sh"
 # Every fuzz target for a bounded time from its seeds; any finding fails (scripts/fuzz.sh).
-bash "$root/scripts/fuzz.sh" "${MEMSNAP_FUZZ_SECONDS:-20}"
+stage fuzz bash "$root/scripts/fuzz.sh" "${MEMSNAP_FUZZ_SECONDS:-20}"
