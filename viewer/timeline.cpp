@@ -553,6 +553,8 @@ Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& optio
   }
   out.samples = std::move(samples);
   number_by_entries(trace, out);
+  if (options.whole_device)
+    out.whole_device = whole_device_timeline(snapshot, out.device, out.samples, out.window_begin, out.window_end);
   return out;
 }
 

@@ -20,6 +20,7 @@
 
 #include "snapshot/snapshot.h"
 #include "viewer/memory_roles.h"
+#include "viewer/whole_device_timeline.h"
 
 namespace memsnap {
 
@@ -40,6 +41,9 @@ struct TimelineOptions {
   // Also the bytes of each memory pool at each sample: the global pools and each CUDA graph's or
   // MemPool's private pool (memory_viz's "incl. Private Pools"), by the snapshot's segments.
   bool pools = false;
+  // Also the whole device at each sample: the allocator's reserved bytes, other libraries'
+  // memory, and the driver's figures at the snapshot (whole_device_timeline.h).
+  bool whole_device = false;
   // Zoom: only events [window_begin, window_end] are sampled, and bands go to the largest
   // allocations alive in that window (the web UI's brush). Clamped to the trace.
   uint64_t window_begin = 0;
@@ -109,6 +113,7 @@ struct Timeline {
   std::vector<RoleBytes> role_bytes;    // with options.roles: per sample, by MemoryRole
   std::vector<MempoolId> pools;         // with options.pools: global first, then by id
   std::vector<std::vector<uint64_t>> pool_bytes;  // per sample, by `pools` index
+  std::optional<WholeDeviceTimeline> whole_device;  // with options.whole_device
 };
 
 Timeline compute_timeline(const Snapshot& snapshot, const TimelineOptions& options = {});

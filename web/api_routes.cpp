@@ -268,6 +268,7 @@ void add_view_routes(httplib::Server& server, SnapshotStore& store) {
     options.window_end = params.unsigned_integer("end", 0, UINT64_MAX);
     options.roles = params.flag("roles");
     options.pools = params.flag("pools");
+    options.whole_device = params.flag("whole_device");
     if (const auto kind = params.text("kind", 20); kind && *kind != "active") {
       if (*kind != "segments") throw ApiError(400, "query parameter 'kind': active or segments, not '" + kind->substr(0, 20) + "'");
       options.kind = TimelineKind::kSegments;

@@ -75,7 +75,8 @@ Body segments_view(const StoredSnapshot& s, std::optional<int64_t> device) {
 
 Body timeline_view(const StoredSnapshot& s, const TimelineOptions& options, const FrameFilter& filter) {
   const std::string key = "timeline:" + std::to_string(static_cast<int>(options.kind)) + ":" +
-                          std::to_string(options.roles) + ":" + std::to_string(options.pools) + ":" + device_key(options.device) +
+                          std::to_string(options.roles) + ":" + std::to_string(options.pools) + ":" +
+                          std::to_string(options.whole_device) + ":" + device_key(options.device) +
                           ":" + std::to_string(options.max_bands) + ":" +
                           std::to_string(options.max_samples) + ":" + std::to_string(options.window_begin) + ":" +
                           (options.window_end ? std::to_string(*options.window_end) : "*") + ":" +

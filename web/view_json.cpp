@@ -4,6 +4,7 @@
 
 #include "snapshot/snapshot.h"
 #include "viewer/call_sites.h"
+#include "viewer/device_memory_account.h"
 #include "web/json_text.h"
 
 namespace memsnap::web {
@@ -257,6 +258,25 @@ std::string timeline_json(const Snapshot& snapshot, const Timeline& timeline, co
     out.end_array().key("pool_bytes").begin_array();
     for (const std::vector<uint64_t>& bytes : timeline.pool_bytes) out.values(bytes);
     out.end_array();
+  }
+  if (timeline.whole_device) {
+    const WholeDeviceTimeline& whole = *timeline.whole_device;
+    out.key("whole_device").begin_object().key("reserved_bytes").values(whole.reserved_bytes).key("libraries").begin_array();
+    for (size_t k = 0; k < whole.libraries.size(); ++k)
+      out.string(whole.libraries_merged && k + 1 == whole.libraries.size() ? whole.libraries[k] : library_label(whole.libraries[k]));
+    out.end_array().key("library_bytes").begin_array();
+    for (const std::vector<uint64_t>& bytes : whole.library_bytes) out.values(bytes);
+    out.end_array().field("libraries_known_from", whole.libraries_known_from);
+    out.key("libraries_note").string(whole.libraries_note);
+    out.field("peak_bytes", whole.peak_bytes).field("peak_event", whole.peak_event).field("peak_entry", whole.peak_entry);
+    const auto optional = [&](std::string_view name, const std::optional<uint64_t>& bytes) {
+      if (bytes) out.field(name, *bytes);
+    };
+    optional("device_total_bytes", whole.device_total_bytes);
+    optional("device_free_bytes", whole.device_free_bytes);
+    optional("context_bytes", whole.context_bytes);
+    optional("other_processes_bytes", whole.other_processes_bytes);
+    out.key("snapshot_note").string(whole.snapshot_note).end_object();
   }
   out.key("bands").begin_array();
   for (const TimelineBand& band : timeline.bands) {

@@ -301,6 +301,22 @@ await runChecked({ browser, server, problems, current }, async () => {
     const outside = await page.locator('table.outside-memory').innerText();
     assert.match(outside, /pinned host\s+libtorch_cuda\.so\s+2\.00 MiB\s+2/);
     await shot('stats-outside-memory');
+    // The timeline's whole device: the allocator and each library over the step, the context
+    // from the snapshot's driver figures.
+    await tab('timeline');
+    await page.waitForSelector('.plot canvas');
+    await page.selectOption('select.kind', 'device');
+    await page.waitForFunction(() => /libnccl\.so\.2/.test(document.querySelector('.role-legend')?.textContent));
+    assert.match(await page.locator('.role-legend').innerText(), /active \(allocator\)[\s\S]*libnccl\.so\.2[\s\S]*libcublas\.so\.13/);
+    assert.match(await page.locator('.site-legend').innerText(), /At the snapshot only[\s\S]*815\.7 MiB CUDA context/);
+    assert.match(await page.locator('.summary').innerText(), /the allocator and other libraries together peaked at/);
+    const plot = await page.locator('.plot canvas').boundingBox();
+    await page.mouse.move(plot.x + plot.width - 16, plot.y + plot.height / 2);
+    await tooltip.waitFor({ state: 'visible' });
+    assert.match(await tooltip.innerText(), /libnccl\.so\.2\s+388\.0 MiB/);
+    await shot('timeline-whole-device');
+    await page.mouse.move(plot.x + 5, plot.y + plot.height + 50);
+    await page.selectOption('select.kind', 'active');
     const oomChip = page.locator('.chip', { hasText: 'library_oom' });
     await oomChip.click();
     const oomTab = page.locator('.tabs button[data-view="oom"]');

@@ -15,8 +15,22 @@ const LEFT = 78, RIGHT = 12, TOP = 12, BOTTOM = 40, HEIGHT = 452;
 const roleColours = ['hsl(215, 55%, 55%)', 'hsl(275, 45%, 60%)', 'hsl(35, 85%, 58%)', 'hsl(145, 45%, 52%)', 'hsl(0, 0%, 78%)'];
 // The global pools grey-blue; each private pool its own warm colour.
 const poolColours = ['hsl(210, 25%, 72%)', 'hsl(48, 75%, 58%)', 'hsl(15, 75%, 60%)', 'hsl(330, 55%, 62%)', 'hsl(95, 45%, 55%)', 'hsl(275, 45%, 62%)'];
-// A stacked breakdown the server sent (by role or by pool), or null for bands.
-const groupsOf = data => data.roles ? { names: data.roles, bytes: data.role_bytes, colours: roleColours }
+// The whole device: the allocator's active memory, the rest of what it reserved, then each
+// other library of the process (warm colours).
+const deviceColours = ['hsl(215, 55%, 55%)', 'hsl(215, 30%, 80%)', 'hsl(25, 80%, 58%)', 'hsl(48, 80%, 55%)', 'hsl(0, 60%, 62%)',
+  'hsl(330, 50%, 62%)', 'hsl(95, 40%, 52%)', 'hsl(275, 40%, 62%)', 'hsl(170, 40%, 50%)', 'hsl(0, 0%, 62%)'];
+// The whole device as stacked rows per sample: active, cached in the allocator, each library
+// (none where the libraries are not known).
+function wholeDeviceGroups(data) {
+  const whole = data.whole_device;
+  const bytes = data.samples.map((_, i) => [data.total_bytes[i], Math.max(0, whole.reserved_bytes[i] - data.total_bytes[i]),
+    ...whole.libraries.map((_, k) => i >= whole.libraries_known_from ? whole.library_bytes[i][k] : 0)]);
+  return { names: ['active (allocator)', 'reserved, not active (allocator cache)', ...whole.libraries], bytes, colours: deviceColours,
+           known: i => i >= whole.libraries_known_from };
+}
+// A stacked breakdown the server sent (by role, by pool, the whole device), or null for bands.
+const groupsOf = data => data.whole_device ? wholeDeviceGroups(data)
+  : data.roles ? { names: data.roles, bytes: data.role_bytes, colours: roleColours }
   : data.pools ? { names: data.pools, bytes: data.pool_bytes, colours: poolColours } : null;
 
 // A band has its call site's colour; neighbours alternate a little in lightness, so two bands
@@ -105,9 +119,10 @@ function entryTicks(data, count) {
 const initialState = () => ({ device: undefined, windows: [], bands: 500, kind: 'active' });
 function timelineParams(state) {
   const window = state.windows[state.windows.length - 1];
-  const byRole = state.kind === 'roles', byPool = state.kind === 'pools';
+  const byRole = state.kind === 'roles', byPool = state.kind === 'pools', whole = state.kind === 'device';
   return { device: state.device, begin: window?.[0], end: window?.[1], bands: state.bands,
-           kind: byRole || byPool ? 'active' : state.kind, roles: byRole ? 1 : undefined, pools: byPool ? 1 : undefined };
+           kind: byRole || byPool || whole ? 'active' : state.kind, roles: byRole ? 1 : undefined, pools: byPool ? 1 : undefined,
+           whole_device: whole ? 1 : undefined };
 }
 
 // Asks for what a new timeline of snapshot `id` shows first (api.ahead).
@@ -118,8 +133,8 @@ export async function renderTimeline(container, { snapshot }) {
   container.innerHTML = `
     <div class="toolbar">
       <span class="device-box"></span>
-      <label title="Active memory by allocation (PyTorch's Active Memory Timeline), or reserved memory by segment and expandable mapping (its Active Cached Segment Timeline)">Memory
-        <select class="kind" aria-label="Memory"><option value="active">active, by allocation</option><option value="roles">active, by role</option><option value="pools">active, by memory pool (incl. private pools)</option><option value="segments">reserved, by segment</option></select></label>
+      <label title="Active memory by allocation (PyTorch's Active Memory Timeline), or reserved memory by segment and expandable mapping (its Active Cached Segment Timeline), or the whole device: what the allocator reserved and what the process's other libraries held">Memory
+        <select class="kind" aria-label="Memory"><option value="active">active, by allocation</option><option value="roles">active, by role</option><option value="pools">active, by memory pool (incl. private pools)</option><option value="segments">reserved, by segment</option><option value="device">whole device: allocator and other libraries</option></select></label>
       <span class="role-legend"></span>
       <label title="How many allocations are drawn on their own; the rest are merged, by call site for the sites with the most">Detail
         <select class="detail" aria-label="Detail">${[50, 150, 500, 2000].map(n => `<option ${n === 500 ? 'selected' : ''}>${n}</option>`).join('')}</select></label>
@@ -147,6 +162,12 @@ export async function renderTimeline(container, { snapshot }) {
     data.merged_layers = mergedLayers(data);
     data.top_bytes = Math.max(...data.total_bytes, ...data.most_bytes, 1);
     groups = groupsOf(data);
+    const whole = data.whole_device;
+    if (whole) {
+      // The stack's top; the device's size too once the stack passes half of it.
+      data.top_bytes = Math.max(whole.peak_bytes, ...groups.bytes.map(row => row.reduce((a, b) => a + b, 0)), 1);
+      if (whole.device_total_bytes && data.top_bytes > whole.device_total_bytes / 2) data.top_bytes = Math.max(data.top_bytes, whole.device_total_bytes);
+    }
     container.querySelector('.role-legend').innerHTML = groups
       ? legendHtml(groups.names.map((name, r) => [groups.colours[r % groups.colours.length], name])) : '';
     plot.innerHTML = '<canvas tabindex="0" aria-label="Active memory timeline"></canvas>';
@@ -165,12 +186,28 @@ export async function renderTimeline(container, { snapshot }) {
     // the segments right after its entry.
     const [first, last] = data.window_entries;
     const range = state.windows.length ? `entries ${first}–${last} of ${data.entries}` : counted(data.entries, 'trace entry', 'trace entries');
+    const [peakBytes, peakEntry] = whole ? [whole.peak_bytes, whole.peak_entry] : [data.peak_bytes, data.peak_entry];
     container.querySelector('.summary').innerHTML = escapeHtml(`${range} · ${counted(data.allocations, ...things)} · ` +
-      `${data.bands.length} drawn on their own · peak ${humanBytes(data.peak_bytes)} after `) +
-      `<a class="peak-link" href="#segments/${encodeURIComponent(snapshot.id)}/${data.peak_entry}" ` +
-      `title="the segments right after this entry of the trace">trace entry ${data.peak_entry}</a>`;
-    container.querySelector('.site-legend').innerHTML = groups ? '' : siteLegend();
+      (whole ? `the allocator and other libraries together peaked at ${humanBytes(peakBytes)} after ` :
+        `${data.bands.length} drawn on their own · peak ${humanBytes(peakBytes)} after `)) +
+      `<a class="peak-link" href="#segments/${encodeURIComponent(snapshot.id)}/${peakEntry}" ` +
+      `title="the segments right after this entry of the trace">trace entry ${peakEntry}</a>`;
+    container.querySelector('.site-legend').innerHTML = whole ? wholeDeviceLegend(whole) : groups ? '' : siteLegend();
     draw();
+  };
+
+  // What only the snapshot's moment knows (the driver's figures), and what cannot be drawn.
+  const wholeDeviceLegend = whole => {
+    const at = [];
+    if (whole.context_bytes !== undefined) at.push(`${humanBytes(whole.context_bytes)} CUDA context and memory no recorded call made (module images, local memory)`);
+    if (whole.other_processes_bytes !== undefined) at.push(`${humanBytes(whole.other_processes_bytes)} other processes`);
+    if (whole.device_total_bytes !== undefined) at.push(`${humanBytes(whole.device_free_bytes)} free of the device's ${humanBytes(whole.device_total_bytes)}`);
+    const lines = [];
+    if (at.length) lines.push(`<div><span class="legend-title">At the snapshot only (the driver was asked then, not over time):</span> ${escapeHtml(at.join(' · '))}</div>`);
+    if (whole.snapshot_note) lines.push(`<div>${escapeHtml(whole.snapshot_note)}</div>`);
+    if (whole.libraries_note) lines.push(`<div class="whole-device-note">Other libraries: ${escapeHtml(whole.libraries_note)}.</div>`);
+    else if (!whole.libraries.length) lines.push('<div>No other library of the process held device memory in this trace.</div>');
+    return lines.join('');
   };
 
   // What holds the peak, by call site, in the sites' colours; then the rest of what is merged.
@@ -247,6 +284,25 @@ export async function renderTimeline(container, { snapshot }) {
         below = above;
       });
     }
+    const whole = data.whole_device;
+    if (whole) {
+      // Before the libraries are known: hatched, with what the allocator held drawn over it.
+      const from = whole.libraries_known_from;
+      if (from > 0 && whole.libraries_note) {
+        const x1 = from < data.samples.length ? g.x(data.samples[from]) : g.width - RIGHT;
+        context.fillStyle = 'rgba(120,120,120,.12)';
+        context.fillRect(LEFT, TOP, Math.max(x1 - LEFT, 0), HEIGHT - TOP - BOTTOM);
+        context.fillStyle = '#666';
+        context.fillText('other libraries not known here', LEFT + 6, TOP + 14);
+      }
+      if (whole.device_total_bytes && whole.device_total_bytes <= g.top) {
+        context.strokeStyle = 'rgba(0,0,0,.6)'; context.setLineDash([2, 2]);
+        context.beginPath(); context.moveTo(LEFT, g.y(whole.device_total_bytes)); context.lineTo(g.width - RIGHT, g.y(whole.device_total_bytes)); context.stroke();
+        context.setLineDash([]);
+        context.fillStyle = '#333';
+        context.fillText(`device ${humanBytes(whole.device_total_bytes)}`, g.width - RIGHT - 120, g.y(whole.device_total_bytes) - 4);
+      }
+    }
     // Axes: bytes on the left, trace entries (and seconds) below, each tick at a sample.
     context.strokeStyle = '#999'; context.fillStyle = '#444'; context.lineWidth = 1;
     context.beginPath(); context.moveTo(LEFT, TOP); context.lineTo(LEFT, HEIGHT - BOTTOM); context.lineTo(g.width - RIGHT, HEIGHT - BOTTOM); context.stroke();
@@ -301,13 +357,14 @@ export async function renderTimeline(container, { snapshot }) {
         context.restore();
       }
     }
-    // Peak marker.
-    if (data.peak_event >= begin && data.peak_event <= end) {
+    // Peak marker (the whole device's in that mode).
+    const [peakEvent, peakBytes] = whole ? [whole.peak_event, whole.peak_bytes] : [data.peak_event, data.peak_bytes];
+    if (peakEvent >= begin && peakEvent <= end) {
       context.strokeStyle = 'rgba(194,65,12,.8)'; context.setLineDash([4, 3]);
-      context.beginPath(); context.moveTo(LEFT, g.y(data.peak_bytes)); context.lineTo(g.width - RIGHT, g.y(data.peak_bytes)); context.stroke();
+      context.beginPath(); context.moveTo(LEFT, g.y(peakBytes)); context.lineTo(g.width - RIGHT, g.y(peakBytes)); context.stroke();
       context.setLineDash([]);
       context.fillStyle = 'rgb(194,65,12)';
-      context.fillText(`peak ${humanBytes(data.peak_bytes)}`, LEFT + 6, g.y(data.peak_bytes) - 8);
+      context.fillText(`${whole ? 'allocator + libraries peak' : 'peak'} ${humanBytes(peakBytes)}`, LEFT + 6, g.y(peakBytes) - 8);
     }
     if (brush) {
       context.fillStyle = 'rgba(37,99,235,.15)';
@@ -365,8 +422,11 @@ export async function renderTimeline(container, { snapshot }) {
         const g = geometry(), event = g.eventAt(px);
         if (px < LEFT || event < data.window[0] || event > data.window[1]) { hideTooltip(); return; }
         const i = Math.max(0, Math.min(lowerBound(data.samples, event + 1) - 1, data.samples.length - 1));
-        const rows = groups.names.map((name, r) => `<div><span class="k">${escapeHtml(name)}</span> ${humanBytes(groups.bytes[i][r])}</div>`).join('');
-        showTooltip(e, `<div class="title">After trace entry ${data.sample_entries[i]}</div>${rows}`);
+        // The whole device's libraries where they are not known: said, not drawn as nothing.
+        const unknown = r => groups.known && r >= 2 && !groups.known(i);
+        const rows = groups.names.map((name, r) => `<div><span class="k">${escapeHtml(name)}</span> ${unknown(r) ? 'not known' : humanBytes(groups.bytes[i][r])}</div>`).join('');
+        const total = groups.known ? `<div><span class="k">together</span> ${humanBytes(groups.bytes[i].reduce((a, b) => a + b, 0))}${groups.known(i) ? '' : ' (the allocator alone)'}</div>` : '';
+        showTooltip(e, `<div class="title">After trace entry ${data.sample_entries[i]}</div>${rows}${total}`);
         return;
       }
       const hit = hitTest(px, py);
