@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "snapshot/pickle_extras.h"
 #include "snapshot/printable.h"
 
 namespace memsnap {
@@ -74,7 +75,7 @@ PyTorchDocument::PyTorchDocument(pickle::ValueStore& store) : store_(store) {
   k_local_rank_ = key("local_rank"); k_world_size_ = key("world_size");
   k_time_unix_us_ = key("time_unix_us"); k_clock_offset_us_ = key("clock_offset_us");
   k_index_ = key("index"); k_total_memory_ = key("total_memory");
-  k_forward_frames_ = key("forward_frames");
+  k_forward_frames_ = key("forward_frames"); k_memsnap_ = key(kPickleExtrasKey);
 }
 
 std::optional<TraceAction> PyTorchDocument::action_named(Value name) {
@@ -634,6 +635,7 @@ Snapshot PyTorchDocument::convert(Value root) {
   Snapshot out;
   out.source = "pytorch";
   Value segments = root;
+  Value extras = kMissing;  // what memsnap wrote beside PyTorch's keys (pickle_extras.h)
   const Object* root_dict = nullptr;
   if (root.is(Tag::kObject) && store_.object(root).kind == ObjectKind::kDict) {
     root_dict = &store_.object(root);
@@ -642,6 +644,8 @@ Snapshot PyTorchDocument::convert(Value root) {
     pytorch_source_ = string_field(*root_dict, k_format_, "", "") != "memsnap-snapshot";
     segments = field(*root_dict, k_segments_);
     if (segments == kMissing) fail("snapshot", "not a memory snapshot (no 'segments')");
+    extras = field(*root_dict, k_memsnap_);
+    if (!(extras == kMissing) && !extras.is(Tag::kString)) fail(std::string(kPickleExtrasKey), "expected a string");
   } else if (!root.is(Tag::kEmptyList) &&
              !(root.is(Tag::kObject) && store_.object(root).kind == ObjectKind::kList)) {
     fail("snapshot", "not a memory snapshot (expected a dict or a list of segments)");
@@ -675,6 +679,8 @@ Snapshot PyTorchDocument::convert(Value root) {
     out.frames.push_back({std::string(store_.text(key.name)), std::string(store_.text(key.file)), key.line});
   }
   out.stacks = std::move(stacks_);
+  if (!(extras == kMissing))
+    if (const std::optional<std::string> error = merge_pickle_extras(store_.text(extras), out)) throw std::runtime_error(*error);
   if (out.devices.empty())
     for (int64_t d = 0; d < device_count; ++d) out.devices.push_back({d, "", 0});
   return out;

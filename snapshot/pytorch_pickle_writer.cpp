@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "snapshot/json_writer.h"
+#include "snapshot/pickle_extras.h"
 
 namespace memsnap {
 namespace {
@@ -224,6 +225,11 @@ class SnapshotPickler {
     settings();
     p_.literal("external_annotations");
     annotations();
+    // What PyTorch's layout has no key for (pickle_extras.h), where there is any.
+    if (const std::string extras = pickle_extras_text(s_); !extras.empty()) {
+      p_.literal(kPickleExtrasKey);
+      p_.text(extras);
+    }
     p_.op(kSetItems);
     p_.finish();
   }

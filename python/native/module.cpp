@@ -105,7 +105,6 @@ void dump(const std::string& path, bool always_pickle) {
     py::gil_scoped_release unlocked;
     SnapshotOptions options = torch.snapshot_options();
     options.mark_in_trace = !always_pickle;  // PyTorch's _dump_snapshot marks nothing
-    if (always_pickle) options.complete = nullptr;  // PyTorch's pickle has no place for memory outside the allocator
     error = always_pickle ? dump_pytorch_pickle(torch.allocator(), &torch.recorder(), path, options)
                           : dump_snapshot(torch.allocator(), &torch.recorder(), path, options);
   }
