@@ -4,8 +4,10 @@ asked, and the CUDA context as the remainder. Each test runs in a fresh process:
 subscriber per process."""
 import json
 import os
+import pickle
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -43,6 +45,7 @@ def test_another_librarys_cuda_malloc_is_recorded_with_its_library_and_python_fr
     cupy = pytest.importorskip("cupy")
     del cupy
     path = tmp_path / "cupy.msgpack"
+    pickle_path = tmp_path / "cupy.pickle"
     result = run_python(f"""
         import json, memsnap.torch
         memsnap.torch.install()
@@ -57,6 +60,7 @@ def test_another_librarys_cuda_malloc_is_recorded_with_its_library_and_python_fr
         mine = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")  # the allocator's own: not outside
         torch.cuda.synchronize()
         memsnap.torch.dump_snapshot({str(path)!r})
+        torch.cuda.memory._dump_snapshot({str(pickle_path)!r})
         print(json.dumps({{"status": status, "reserved": torch.cuda.memory_reserved()}}))
     """)
     assert result["status"] == {"recording": True, "unrecorded_reason": ""}, result
@@ -80,6 +84,16 @@ def test_another_librarys_cuda_malloc_is_recorded_with_its_library_and_python_fr
     assert len(array) == 1, live
     assert array[0]["api"] in ("cudaMalloc", "cuMemAlloc"), array[0]
     assert "make_outside_array" in frames_text(array[0]), frames_text(array[0])
+    # PyTorch's pickle (_dump_snapshot) carries it too, under a key PyTorch's readers leave alone.
+    with open(pickle_path, "rb") as f:
+        loaded = pickle.load(f)
+    assert isinstance(loaded.get("memsnap"), str), sorted(loaded)
+    done = subprocess.run([sys.executable, "-m", "torch.cuda._memory_viz", "stats", str(pickle_path)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    from_pickle = cli_json("stats", str(pickle_path))
+    assert from_pickle["outside_memory"]["device_libraries"] == outside["device_libraries"]
+    assert from_pickle["device_memory"][0]["libraries_bytes"] >= 256 * MiB, from_pickle["device_memory"]
 
 
 def test_turned_off_by_the_environment_and_when_history_stops(tmp_path):
