@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
-#include <unordered_map>
 #include <utility>
 
+#include "snapshot/outside_device_history.h"
 #include "viewer/device_memory_account.h"
 #include "viewer/memory_peaks.h"
 
@@ -15,76 +15,28 @@ namespace {
 // The x axis's events: the timeline's (timeline.cpp).
 bool axis_event(TraceAction action) { return action == TraceAction::kAlloc || action == TraceAction::kFreeCompleted; }
 
-// A wrapping sum read as signed, less than nothing read as nothing.
-uint64_t held_bytes(uint64_t sum) { return static_cast<uint64_t>(std::max<int64_t>(static_cast<int64_t>(sum), 0)); }
-
-bool device_memory_on(const OutsideAllocation& a, int64_t device) {
-  return a.device == device && a.kind == OutsideKind::kDevice;
-}
-
-// The recorded device allocations of one device outside the allocator, as changes in time
-// order, with what each library held before the first of them.
-struct LibraryChanges {
-  std::vector<std::string> names;  // by library index
-  std::vector<uint64_t> before;    // by library index, before the first change (wrapping sums)
-  struct Change {
-    int64_t time_us;
-    size_t library;
-    uint64_t bytes;  // added (wrapping: a free adds the negative)
-  };
-  std::vector<Change> changes;  // by time, then as recorded
-};
-
-LibraryChanges library_changes(const OutsideMemory& outside, int64_t device) {
-  LibraryChanges out;
-  std::unordered_map<std::string, size_t> index_of;
-  const auto library = [&](const std::string& name) {
-    const auto [it, added] = index_of.try_emplace(name, out.names.size());
-    if (added) {
-      out.names.push_back(name);
-      out.before.push_back(0);
-    }
-    return it->second;
-  };
-  // What is live at the snapshot, less what the kept events added since: what was held before
-  // the first of them.
-  for (const OutsideAllocation& a : outside.live)
-    if (device_memory_on(a, device)) out.before[library(a.library)] += a.size;
-  for (const OutsideEvent& event : outside.events) {
-    const OutsideAllocation& a = event.allocation;
-    if (event.action == OutsideAction::kOom || !device_memory_on(a, device)) continue;
-    const size_t at = library(a.library);
-    const uint64_t bytes = event.action == OutsideAction::kAlloc ? a.size : uint64_t{0} - a.size;
-    out.before[at] -= bytes;
-    out.changes.push_back({a.time_us, at, bytes});
-  }
-  std::stable_sort(out.changes.begin(), out.changes.end(),
-                   [](const LibraryChanges::Change& x, const LibraryChanges::Change& y) { return x.time_us < y.time_us; });
-  return out;
-}
-
 // Each library's column: the libraries that held the most at any one time keep their own, the
 // rest share the last. Fills `out.libraries`; returns the column of each library.
-std::vector<size_t> library_columns(const LibraryChanges& changes, WholeDeviceTimeline& out) {
-  std::vector<uint64_t> held(changes.before), most(changes.names.size(), 0);
+std::vector<size_t> library_columns(const OutsideDeviceHistory& changes, WholeDeviceTimeline& out) {
+  std::vector<uint64_t> held(changes.before), most(changes.libraries.size(), 0);
   for (size_t i = 0; i < held.size(); ++i) most[i] = held_bytes(held[i]);
-  for (const LibraryChanges::Change& change : changes.changes) {
+  for (const OutsideDeviceHistory::Change& change : changes.changes) {
     held[change.library] += change.bytes;
     most[change.library] = std::max(most[change.library], held_bytes(held[change.library]));
   }
-  std::vector<size_t> order(changes.names.size());
+  std::vector<size_t> order(changes.libraries.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
-    return most[x] != most[y] ? most[x] > most[y] : changes.names[x] < changes.names[y];
+    return most[x] != most[y] ? most[x] > most[y] : changes.libraries[x] < changes.libraries[y];
   });
   // Libraries that never held anything (a free without its allocation) have no column.
   while (!order.empty() && most[order.back()] == 0) order.pop_back();
   constexpr size_t kMax = WholeDeviceTimeline::kMaxLibraries;
   const size_t named = order.size() > kMax ? kMax - 1 : order.size();
-  std::vector<size_t> column(changes.names.size(), named);
+  std::vector<size_t> column(changes.libraries.size(), named);
   for (size_t k = 0; k < named; ++k) {
     column[order[k]] = k;
-    out.libraries.push_back(changes.names[order[k]]);
+    out.libraries.push_back(changes.libraries[order[k]]);
   }
   if (order.size() > named) {
     out.libraries_merged = true;
@@ -137,34 +89,13 @@ WholeDeviceTimeline whole_device_timeline(const Snapshot& snapshot, int64_t devi
   }
 
   // From when the libraries' memory is known.
-  LibraryChanges changes;
-  std::vector<size_t> column;
-  int64_t known_from_time = std::numeric_limits<int64_t>::max();
-  if (!snapshot.outside_memory) {
-    out.libraries_note =
-        "the snapshot holds no record of the CUDA calls made outside the allocator (PyTorch's snapshots do not record "
-        "them; memsnap.torch records them while history is recorded, memsnap record always)";
-  } else if (!snapshot.outside_memory->unrecorded_reason.empty()) {
-    out.libraries_note = "the CUDA calls outside the allocator were not recorded: " + snapshot.outside_memory->unrecorded_reason;
-  } else {
-    const OutsideMemory& outside = *snapshot.outside_memory;
-    changes = library_changes(outside, device);
-    column = library_columns(changes, out);
-    known_from_time = std::numeric_limits<int64_t>::min();
-    if (outside.dropped_events > 0) {
-      if (outside.events.empty()) {
-        known_from_time = std::numeric_limits<int64_t>::max();
-        out.libraries_note = "the recorded calls outside the allocator kept none of their events, only what was live at the snapshot";
-      } else {
-        known_from_time = outside.events.front().allocation.time_us;
-        out.libraries_note = "the recorded calls outside the allocator kept only their newest events; before the oldest kept, "
-                             "what other libraries held is not known";
-      }
-    }
-    if (!timed && !out.libraries.empty() && events > 1) {
-      known_from_time = std::numeric_limits<int64_t>::max();
-      out.libraries_note = "the trace's events carry no times, so the calls outside the allocator cannot be placed on it";
-    }
+  const OutsideDeviceHistory changes = outside_device_history(snapshot, device);
+  const std::vector<size_t> column = library_columns(changes, out);
+  int64_t known_from_time = changes.known_from_us;
+  out.libraries_note = changes.note;
+  if (!timed && !out.libraries.empty() && events > 1) {
+    known_from_time = std::numeric_limits<int64_t>::max();
+    out.libraries_note = "the trace's events carry no times, so the calls outside the allocator cannot be placed on it";
   }
 
   // One walk over the trace: the allocator's reserved bytes and the libraries' after each
@@ -178,7 +109,7 @@ WholeDeviceTimeline whole_device_timeline(const Snapshot& snapshot, int64_t devi
   std::vector<bool> known(samples.size(), false);
   const auto at_event = [&](uint64_t index, uint64_t entry, int64_t time_us) {
     for (; next_change < changes.changes.size() && changes.changes[next_change].time_us <= time_us; ++next_change) {
-      const LibraryChanges::Change& change = changes.changes[next_change];
+      const OutsideDeviceHistory::Change& change = changes.changes[next_change];
       if (column[change.library] < columns) held[column[change.library]] += change.bytes;
     }
     const bool libraries_known = time_us >= known_from_time;
