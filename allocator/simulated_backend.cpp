@@ -216,7 +216,7 @@ void SimulatedBackend::unmap_pages(int device, uintptr_t address, size_t bytes, 
 DeviceMemoryInfo SimulatedBackend::memory_info(int device) {
   std::lock_guard<std::mutex> lock(mutex_);
   const DeviceState& d = state(device);
-  return {options_.capacity_bytes - d.used, options_.capacity_bytes};
+  return {options_.capacity_bytes > d.used ? options_.capacity_bytes - d.used : 0, options_.capacity_bytes};
 }
 
 std::vector<DeviceProcess> SimulatedBackend::device_processes(int device) {
@@ -380,6 +380,11 @@ void SimulatedBackend::fail_next_reserves(int device, int count) {
 void SimulatedBackend::set_reserve_failure_hook(std::function<bool(int, size_t)> hook) {
   std::lock_guard<std::mutex> lock(mutex_);
   failure_hook_ = std::move(hook);
+}
+
+void SimulatedBackend::set_capacity_bytes(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  options_.capacity_bytes = bytes;
 }
 
 void SimulatedBackend::set_events_complete_immediately(bool immediately) {

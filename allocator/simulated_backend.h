@@ -84,6 +84,9 @@ class SimulatedBackend final : public DeviceBackend {
   // Called before each reservation; returning true makes it fail as out of memory.
   void set_reserve_failure_hook(std::function<bool(int device, size_t bytes)> hook);
   void set_events_complete_immediately(bool immediately);
+  // Each device's memory from now on (a replay's device whose other users' memory changes over
+  // time). Below what is in use, every reservation fails and no memory is free.
+  void set_capacity_bytes(size_t bytes);
   void complete_events(StreamId stream);  // every event recorded so far on `stream`
   void complete_all_events();
 

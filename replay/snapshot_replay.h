@@ -56,6 +56,13 @@ struct DeviceReplay {
   // the recorded OOM", "memory cap at the recorded OOM" (the device had room: a memory
   // fraction refused the request, so the cap was the reserved bytes then), "default".
   std::string capacity_source;
+  // With the capacity at a recorded OOM and the CUDA calls outside the allocator recorded
+  // (snapshot/outside_device_history.h): the capacity follows what the process's other
+  // libraries held, capacity_bytes at the error plus what they held then less what they held at
+  // each entry, and this says so (with the least and the most it was); "" when it stays
+  // capacity_bytes throughout.
+  std::string capacity_over_time;
+  uint64_t least_capacity_bytes = 0, most_capacity_bytes = 0;
   StartState start;  // reconstructed state at the first event
   size_t events = 0;
   size_t allocs = 0;

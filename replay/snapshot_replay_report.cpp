@@ -39,6 +39,9 @@ nlohmann::json device_json(const DeviceReplay& d) {
       {"device", d.device},
       {"capacity_bytes", d.capacity_bytes},
       {"capacity_source", d.capacity_source},
+      {"capacity_over_time", d.capacity_over_time},
+      {"least_capacity_bytes", d.least_capacity_bytes},
+      {"most_capacity_bytes", d.most_capacity_bytes},
       {"reconstructed",
        {{"segments", d.start.segments.size()},
         {"reserved_bytes", d.start.reserved_bytes},
@@ -100,6 +103,9 @@ void device_text(std::ostringstream& out, const DeviceReplay& d) {
   if (d.empty_cache_calls) out << ", " << d.empty_cache_calls << " empty_cache";
   out << "), simulated device of " << bytes(d.capacity_bytes) << " (" << d.capacity_source
       << ")\n";
+  if (!d.capacity_over_time.empty())
+    out << "  capacity over time: " << d.capacity_over_time << " (from " << bytes(d.least_capacity_bytes) << " to "
+        << bytes(d.most_capacity_bytes) << ")\n";
   const bool requests_only = records_requests_only(d);
   if (requests_only) {
     out << "  the trace records requests only, no segments (as memsnap.estimate captures a step): the replayed\n"

@@ -348,6 +348,9 @@ void replay_settings(const Snapshot& snapshot, const AllocatorConfig& recorded, 
       if (x.replay_capacity_source.empty()) {
         x.replay_capacity_bytes = d.capacity_bytes;
         x.replay_capacity_source = d.capacity_source;
+        x.replay_capacity_over_time = d.capacity_over_time;
+        x.replay_least_capacity_bytes = d.least_capacity_bytes;
+        x.replay_most_capacity_bytes = d.most_capacity_bytes;
       }
       OomSetting setting;
       setting.config = text;

@@ -109,6 +109,10 @@ struct OomExplanation {
   // (DeviceReplay::capacity_source).
   uint64_t replay_capacity_bytes = 0;
   std::string replay_capacity_source;
+  // Where the replays' capacity follows other libraries' memory over time (DeviceReplay's
+  // capacity_over_time, least and most); "" when it stays the same.
+  std::string replay_capacity_over_time;
+  uint64_t replay_least_capacity_bytes = 0, replay_most_capacity_bytes = 0;
   // When a memory cap refused (the device had room): the cap was at least what was reserved at
   // the error and less than that plus the new segment. The replays use the lower bound, so a
   // setting that avoids the error there avoids it under the real cap too, and one that does

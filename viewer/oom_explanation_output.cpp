@@ -101,6 +101,9 @@ nlohmann::json oom_explanation_to_json(const OomExplanation& x) {
       {"settings_conclusion", x.settings_conclusion},
       {"replay_capacity_bytes", x.replay_capacity_bytes},
       {"replay_capacity_source", x.replay_capacity_source},
+      {"replay_capacity_over_time", x.replay_capacity_over_time},
+      {"replay_least_capacity_bytes", x.replay_least_capacity_bytes},
+      {"replay_most_capacity_bytes", x.replay_most_capacity_bytes},
       {"cap_at_least_bytes", x.cap_range ? nlohmann::json(x.cap_range->first) : nlohmann::json()},
       {"cap_below_bytes", x.cap_range ? nlohmann::json(x.cap_range->second) : nlohmann::json()},
       {"shared_graph_pool", x.shared_graph_pool ? nlohmann::json{{"graphs", x.shared_graph_pool->graphs},
@@ -176,6 +179,9 @@ std::string oom_explanation_to_text(const OomExplanation& x) {
   if (!x.settings.empty()) {
     out << "\nWould other settings have avoided it? (the trace replayed on a simulated device of "
         << bytes(x.replay_capacity_bytes) << ", " << capacity_words(x) << ")\n";
+    if (!x.replay_capacity_over_time.empty())
+      out << "  Over the trace " << x.replay_capacity_over_time << " (from " << bytes(x.replay_least_capacity_bytes)
+          << " to " << bytes(x.replay_most_capacity_bytes) << ").\n";
     size_t width = 10;
     for (const OomSetting& s : x.settings) width = std::max(width, s.config.size() + 14);
     for (const OomSetting& s : x.settings) {

@@ -108,7 +108,9 @@ function settingsTable(x) {
   if (!x.settings.length) return note;
   const device = `<p class="hint">Each replay ran on a simulated device of ${humanBytes(x.replay_capacity_bytes)}${
     x.cap_at_least_bytes != null ? `: the lowest the memory cap can have been (it lay between ${humanBytes(x.cap_at_least_bytes)}
-    and ${humanBytes(x.cap_below_bytes)})` : ''}.</p>`;
+    and ${humanBytes(x.cap_below_bytes)})` : ''}${x.replay_capacity_over_time ? ` at the error; over the trace ${
+    escapeHtml(x.replay_capacity_over_time)} (from ${humanBytes(x.replay_least_capacity_bytes)} to ${
+    humanBytes(x.replay_most_capacity_bytes)})` : ''}.</p>`;
   return `${device}<table class="data oom-settings"><thead><tr><th>settings</th><th>outcome</th><th class="num">peak reserved</th>
       <th class="num">segment allocations</th></tr></thead>
     <tbody>${x.settings.map(s => `<tr class="${s.avoided ? 'avoided' : 'failed'}">
