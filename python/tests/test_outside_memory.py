@@ -267,3 +267,42 @@ def test_an_oom_caused_by_another_library_is_explained_as_such(tmp_path):
     done = subprocess.run([memsnap_cli(), "explain-oom", str(written[0])], capture_output=True, text=True)
     assert "because other libraries of this process held" in done.stdout, done.stdout
     assert "Nothing this program frees" not in done.stdout, done.stdout
+
+
+def test_a_replay_takes_other_libraries_memory_as_it_changed(tmp_path):
+    """Another library held most of the device early in the trace and gave it back before the
+    error: the replay of that error has that much less room where the library held it."""
+    pytest.importorskip("cupy")
+    pattern = tmp_path / "later-{n}.msgpack"
+    result = run_python(f"""
+        import json, memsnap.torch
+        memsnap.torch.install()
+        import torch, cupy
+        memsnap.torch.record_history("all", stacks="python")
+        memsnap.torch.dump_snapshot_on_oom({str(pattern)!r})
+        cupy.cuda.set_allocator(None)
+        early = [cupy.empty(1 << 30, dtype=cupy.uint8) for _ in range(80)]  # 80 GiB, then given back
+        x = torch.empty(10 << 30, dtype=torch.uint8, device="cuda")
+        del x  # its segment stays cached
+        del early
+        y = torch.empty(20 << 30, dtype=torch.uint8, device="cuda")
+        free, total = torch.cuda.mem_get_info()
+        try:
+            torch.empty(free + (16 << 30), dtype=torch.uint8, device="cuda")  # more than free + the cache
+            raised = False
+        except torch.OutOfMemoryError:
+            raised = True
+        print(json.dumps({{"raised": raised}}))
+    """)
+    assert result["raised"], result
+    written = sorted(tmp_path.glob("later-*.msgpack"))
+    assert written, result["_stderr"]
+    keep(written[0])
+    replay = cli_json("replay", str(written[0]))
+    device = replay["devices"][0]
+    assert device["capacity_source"] == "reserved + device free at the recorded OOM", device["capacity_source"]
+    assert "other libraries" in device["capacity_over_time"], device
+    # CuPy's 80 GiB, placed on the trace by time: the room then was 80 GiB less than at the error.
+    assert device["most_capacity_bytes"] == device["capacity_bytes"], device
+    assert device["most_capacity_bytes"] - device["least_capacity_bytes"] == 80 << 30, device
+    assert device["failed_allocs"] == 0 and device["reproduced_ooms"] == 1, device

@@ -10,6 +10,7 @@
 #include "allocator/allocator_config.h"
 #include "replay/recorded_config.h"
 #include "replay/snapshot_replay_report.h"
+#include "tests/test_snapshots.h"
 
 namespace memsnap {
 namespace {
@@ -107,6 +108,21 @@ TEST(CapacityOverTime, OnlyWhereTheRecordReachesAndTheCapacityCameFromTheError) 
   ASSERT_TRUE(given.ok()) << given.error();
   EXPECT_EQ(given.value().devices[0].capacity_over_time, "");
   EXPECT_EQ(given.value().devices[0].least_capacity_bytes, 12 * kGiB);
+}
+
+// A real H200 run (tests/data/memsnap-h200/README.md): CuPy held 80 GiB while the first tensor
+// lived and gave it back before the error; placed on the trace by the times of its calls, the
+// room then was exactly 80 GiB less.
+TEST(CapacityOverTime, ARealLibraryThatGaveItsMemoryBackBeforeTheError) {
+  const Snapshot s = testing::load_test_snapshot("memsnap-h200/library_gave_back.msgpack");
+  const DeviceReplay d = replay(s, "");
+  EXPECT_EQ(d.capacity_source, "reserved + device free at the recorded OOM");
+  EXPECT_EQ(d.capacity_bytes, 149'544'894'464u);  // 30 GiB reserved + 109.27 GiB free
+  EXPECT_EQ(d.most_capacity_bytes, d.capacity_bytes);
+  EXPECT_EQ(d.most_capacity_bytes - d.least_capacity_bytes, 80 * kGiB);
+  EXPECT_EQ(d.failed_allocs, 0u);
+  EXPECT_EQ(d.reproduced_ooms, 1u);
+  EXPECT_EQ(d.replayed_segment_allocs, d.recorded_segment_allocs);
 }
 
 }  // namespace
