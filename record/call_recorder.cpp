@@ -36,7 +36,8 @@ bool calls_recorded_on_this_thread() { return not_recorded_depth == 0; }
 CallRecorder::CallRecorder(AllocationLedger& ledger, CallRecorderHooks hooks, bool capture_stacks,
                            CallStackTrim trim, InterpreterFrames* interpreter)
     : ledger_(ledger), hooks_(std::move(hooks)), capture_stacks_(capture_stacks), trim_(std::move(trim)),
-      interpreter_(interpreter) {
+      interpreter_(interpreter),
+      interpreter_stop_(interpreter != nullptr ? interpreter->evaluation_loop_code() : StopCode{}) {
   if (capture_stacks_) prepare_stack_capture();
 }
 
@@ -91,8 +92,7 @@ void CallRecorder::record(int device, const RecordedApi& api, const DecodedCall&
     // The interpreter's tokens go behind the room for C++ frames, and move down to follow them.
     uintptr_t* const tokens = frames + kMaxStackDepth;
     const size_t token_count = interpreter_ != nullptr ? interpreter_->capture(tokens, kMaxInterpreterTokens) : 0;
-    const StopCode stop = interpreter_ != nullptr ? interpreter_->evaluation_loop_code() : StopCode{};
-    const size_t count = trim_.trim(frames, capture_stack(frames, kMaxStackDepth, 0, nullptr, stop));
+    const size_t count = trim_.trim(frames, capture_stack(frames, kMaxStackDepth, 0, nullptr, interpreter_stop_));
     std::memmove(frames + count, tokens, token_count * sizeof(uintptr_t));
     stack.count = count + token_count;
     stack.frames = frames;

@@ -78,6 +78,10 @@ class CallRecorder {
   const bool capture_stacks_;
   const CallStackTrim trim_;
   InterpreterFrames* const interpreter_;
+  // Where the interpreter's evaluation loop lies, for the C++ walk to end at: found once, here.
+  // Finding it goes through the dynamic loader (a symbol lookup and a scan of the executable's
+  // symbols, under the loader's lock): several µs, and a lock a callback must not take.
+  const StopCode interpreter_stop_;
   std::atomic<bool> stopped_{false};
   std::atomic<bool> failed_{false};
   std::array<std::atomic<bool>, AllocationLedger::kMaxDevices> described_{};

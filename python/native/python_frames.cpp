@@ -175,17 +175,21 @@ bool PythonFrames::is_evaluation_loop(std::string_view function) const {
 
 // The loop's entry and size from the dynamic symbol table (CPython exports it, from the
 // executable or from libpython). Code the compiler split off it (".cold" parts) lies
-// elsewhere: a walk passing through there goes on to the loop's next frame.
+// elsewhere: a walk passing through there goes on to the loop's next frame. Looked up once:
+// dlsym and dladdr1 scan symbols under the loader's lock (several µs a call).
 StopCode PythonFrames::evaluation_loop_code() const {
-  void* loop = dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault");
-  Dl_info info{};
-  void* entry = nullptr;
-  if (loop == nullptr || dladdr1(loop, &info, &entry, RTLD_DL_SYMENT) == 0 || entry == nullptr)
-    return {};
-  const auto* symbol = static_cast<const ElfW(Sym)*>(entry);
-  if (symbol->st_size == 0) return {};
-  const auto begin = reinterpret_cast<uintptr_t>(loop);
-  return {begin, begin + static_cast<uintptr_t>(symbol->st_size)};
+  static const StopCode code = [] {
+    void* loop = dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault");
+    Dl_info info{};
+    void* entry = nullptr;
+    if (loop == nullptr || dladdr1(loop, &info, &entry, RTLD_DL_SYMENT) == 0 || entry == nullptr)
+      return StopCode{};
+    const auto* symbol = static_cast<const ElfW(Sym)*>(entry);
+    if (symbol->st_size == 0) return StopCode{};
+    const auto begin = reinterpret_cast<uintptr_t>(loop);
+    return StopCode{begin, begin + static_cast<uintptr_t>(symbol->st_size)};
+  }();
+  return code;
 }
 
 #if MEMSNAP_PYTHON_FRAMES

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "history/interpreter_frames.h"
 #include "record/cuda_calls.h"
 
 namespace memsnap {
@@ -242,6 +243,33 @@ TEST(CallRecorderStacks, TheCallersFramesAreCaptured) {
   bool test_frame = false;
   for (uint32_t frame : frames) test_frame = test_frame || snapshot.frames[frame].function.find("TestBody") != std::string::npos;
   EXPECT_TRUE(test_frame);
+}
+
+// Where the interpreter's loop lies is asked once, when the recorder is made: the answer comes
+// from the dynamic loader (symbol scans under its lock, several µs: on an H200, 90% of what a
+// recorded call cost when it was asked on every call), which a CUDA call's callback must not
+// wait for.
+TEST(CallRecorderStacks, TheInterpretersLoopIsLookedUpOnceNotOnEveryCall) {
+  struct CountingInterpreter final : InterpreterFrames {
+    size_t capture(uintptr_t*, size_t) override { return 0; }
+    SourceFrame resolve(uintptr_t) override { return {}; }
+    bool is_evaluation_loop(std::string_view) const override { return false; }
+    StopCode evaluation_loop_code() const override {
+      ++lookups;
+      return {};
+    }
+    mutable int lookups = 0;
+  } interpreter;
+  AllocationLedger ledger;
+  CallRecorder recorder(ledger, CallRecorderHooks{}, /*capture_stacks=*/true, {}, &interpreter);
+  EXPECT_EQ(interpreter.lookups, 1);
+  for (uintptr_t i = 1; i <= 3; ++i) {
+    void* out = nullptr;
+    cudaMalloc_v3020_params params{&out, 64};
+    call(recorder, kRuntime, CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020, params, cudaSuccess, [&] { out = at(i << 20); });
+  }
+  EXPECT_EQ(ledger.counts().allocations, 3u);
+  EXPECT_EQ(interpreter.lookups, 1);
 }
 
 // Pinned host memory is no device's: a host allocation outside any allocator, not a segment, and
