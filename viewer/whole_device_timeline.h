@@ -31,8 +31,9 @@ struct WholeDeviceTimeline {
   // none); `libraries_note` says why it is not known before.
   size_t libraries_known_from = 0;
   std::string libraries_note;
-  // The most the allocator and the libraries held together at any event of the window where
-  // the libraries are known (not only at the samples), and at which event.
+  // The most the allocator and the libraries held together at any event of the window (not
+  // only at the samples; the allocator's bytes alone where the libraries are not known), and at
+  // which event.
   uint64_t peak_bytes = 0;
   uint64_t peak_event = 0;
   uint64_t peak_entry = 0;  // the same, as the trace numbers its entries
