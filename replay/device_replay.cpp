@@ -14,7 +14,7 @@
 #include "allocator/caching_allocator.h"
 #include "allocator/policy.h"
 #include "allocator/simulated_backend.h"
-#include "snapshot/outside_device_history.h"
+#include "replay/capacity_over_time.h"
 #include "snapshot/segment_pools.h"
 
 namespace memsnap {
@@ -164,8 +164,12 @@ class DeviceReplayer {
     }
     out_.capacity_bytes = capacity;
     out_.least_capacity_bytes = out_.most_capacity_bytes = capacity;
-    if (!options.capacity_bytes && reserve.capacity_at_oom && !reserve.capped)
-      follow_other_libraries(snapshot, device, reserve.oom_time_us);
+    if (!options.capacity_bytes && reserve.capacity_at_oom && !reserve.capped) {
+      capacity_over_time_ = std::make_unique<CapacityOverTime>(snapshot, device, trace_, capacity, reserve.oom_time_us);
+      out_.capacity_over_time = capacity_over_time_->description();
+      out_.least_capacity_bytes = capacity_over_time_->least_bytes();
+      out_.most_capacity_bytes = capacity_over_time_->most_bytes();
+    }
     // Each allocation in a private pool's segment replays in that pool (segment_pools.h).
     allocation_pools_ = SegmentPools(snapshot, device).allocation_pools(trace_);
     for (const TraceEntry& e : trace_) {
@@ -202,12 +206,12 @@ class DeviceReplayer {
     allocator.set_observer(&watcher_);
     size_t next_change = 0;
     size_t failed_before = 0;
-    std::optional<OutsideHeldCursor> outside;
-    if (!out_.capacity_over_time.empty()) outside.emplace(outside_);
+    std::optional<CapacityOverTime::Walk> capacity_walk;
+    if (capacity_over_time_ && capacity_over_time_->varies()) capacity_walk.emplace(*capacity_over_time_);
     for (index_ = 0; index_ < end; ++index_) {
       const TraceEntry& e = trace_[index_];
       ++out_.events;
-      if (outside) backend_->set_capacity_bytes(capacity_at(*outside, e.time_us));
+      if (capacity_walk) backend_->set_capacity_bytes(capacity_walk->at(e.time_us));
       while (next_change < settings_changes_.size() && settings_changes_[next_change].event_index <= index_)
         change_settings(settings_changes_[next_change++]);
       // The replay's own releases are matched with the recorded ones that follow the event
@@ -255,42 +259,6 @@ class DeviceReplayer {
   }
 
  private:
-  // The device's memory at `time_us` when other libraries' memory over time is known then: the
-  // capacity at the error plus what they held at the error, less what they hold now.
-  size_t capacity_at(OutsideHeldCursor& outside, int64_t time_us) {
-    const uint64_t held = outside.at(time_us);
-    if (!outside_.known_at(time_us)) return out_.capacity_bytes;
-    const uint64_t room = out_.capacity_bytes + outside_held_at_oom_;
-    return room > held ? room - held : 0;
-  }
-
-  // Sets capacity_over_time when the libraries' memory is known and changed during the trace.
-  void follow_other_libraries(const Snapshot& snapshot, int device, int64_t oom_time_us) {
-    outside_ = outside_device_history(snapshot, device);
-    if (outside_.changes.empty() || !outside_.known_at(oom_time_us) || trace_.empty() ||
-        trace_[0].time_us == trace_[trace_.size() - 1].time_us)
-      return;  // nothing moved, not known at the error, or no times to place it by
-    outside_held_at_oom_ = OutsideHeldCursor(outside_).at(oom_time_us);
-    OutsideHeldCursor walk(outside_);
-    uint64_t least = out_.capacity_bytes, most = out_.capacity_bytes;
-    bool before_known = false;
-    for (const TraceEntry& e : trace_) {
-      const size_t capacity = capacity_at(walk, e.time_us);
-      least = std::min<uint64_t>(least, capacity);
-      most = std::max<uint64_t>(most, capacity);
-      before_known = before_known || !outside_.known_at(e.time_us);
-    }
-    if (least == most) return;
-    out_.least_capacity_bytes = least;
-    out_.most_capacity_bytes = most;
-    out_.capacity_over_time =
-        "it follows what other libraries of the process held outside the allocator: at each entry, the capacity at the "
-        "error plus what they held then, less what they held at that entry";
-    if (before_known)
-      out_.capacity_over_time += "; before the oldest recorded call kept, what they held is not known and the capacity "
-                                 "at the error is taken";
-  }
-
   // Routes one request to a private pool as the recorded run did, keeping the pool's use
   // count at one (the graph or MemPool that holds it) until its memory is seen released.
   void* allocate_in_pool(uint64_t size, StreamId stream, MempoolId pool) {
@@ -601,8 +569,7 @@ class DeviceReplayer {
   std::unordered_map<size_t, MempoolId> allocation_pools_;  // trace index -> private pool
   std::set<MempoolId> pools_in_use_;  // pools the replay holds one use of
   DeviceReplay out_;
-  OutsideDeviceHistory outside_;   // with capacity_over_time: other libraries' memory
-  uint64_t outside_held_at_oom_ = 0;
+  std::unique_ptr<CapacityOverTime> capacity_over_time_;  // with a capacity from a recorded OOM
   std::shared_ptr<SimulatedBackend> backend_;
   CachingAllocator* allocator_ = nullptr;
   SegmentWatcher watcher_;

@@ -125,5 +125,25 @@ TEST(CapacityOverTime, ARealLibraryThatGaveItsMemoryBackBeforeTheError) {
   EXPECT_EQ(d.replayed_segment_allocs, d.recorded_segment_allocs);
 }
 
+// Where the data cannot say, on real files: PyTorch's pickles record no other library's calls
+// (and their real OOMs here were refused by a memory cap, whose capacity is not the device's);
+// the H200 run above without its record of CuPy's calls, or with them not recorded, keeps the
+// capacity at the error and claims nothing more.
+TEST(CapacityOverTime, WithoutTheRecordOfOtherLibrariesCallsTheCapacityStays) {
+  const DeviceReplay pickle = replay(testing::load_test_snapshot("pytorch-2.11-h100/frag_oom.pickle"), "");
+  EXPECT_EQ(pickle.capacity_source, "memory cap at the recorded OOM");
+  EXPECT_EQ(pickle.capacity_over_time, "");
+  EXPECT_EQ(pickle.least_capacity_bytes, pickle.capacity_bytes);
+  Snapshot without = testing::load_test_snapshot("memsnap-h200/library_gave_back.msgpack");
+  without.outside_memory.reset();
+  const DeviceReplay blind = replay(without, "");
+  EXPECT_EQ(blind.capacity_bytes, 149'544'894'464u);
+  EXPECT_EQ(blind.capacity_over_time, "");
+  EXPECT_EQ(blind.least_capacity_bytes, blind.capacity_bytes);
+  without.outside_memory = OutsideMemory{};
+  without.outside_memory->unrecorded_reason = "another tool holds CUPTI's callbacks";
+  EXPECT_EQ(replay(without, "").capacity_over_time, "");
+}
+
 }  // namespace
 }  // namespace memsnap

@@ -181,5 +181,28 @@ TEST(WholeDeviceTimeline, ARealNcclStepEndsWhereTheSnapshotsAccountIs) {
   }
 }
 
+// A real PyTorch pickle: no record of other libraries' calls and no driver figures. The allocator
+// is drawn, the libraries are said to be not known (not drawn as nothing), and so are the
+// context and the device's size.
+TEST(WholeDeviceTimeline, APyTorchPickleSaysWhatItCannotKnow) {
+  const Snapshot s = testing::load_test_snapshot("pytorch-2.11-h100/frag_oom.pickle");
+  TimelineOptions options;
+  options.whole_device = true;
+  const Timeline timeline = compute_timeline(s, options);
+  ASSERT_TRUE(timeline.whole_device);
+  const WholeDeviceTimeline& w = *timeline.whole_device;
+  EXPECT_TRUE(w.libraries.empty());
+  EXPECT_EQ(w.libraries_known_from, timeline.samples.size());
+  EXPECT_NE(w.libraries_note.find("no record"), std::string::npos) << w.libraries_note;
+  EXPECT_FALSE(w.device_total_bytes || w.context_bytes || w.other_processes_bytes);
+  EXPECT_NE(w.snapshot_note.find("no driver figures"), std::string::npos) << w.snapshot_note;
+  // The allocator's reserved bytes end at the snapshot's segments, and the peak is theirs.
+  uint64_t reserved = 0;
+  for (const SnapshotSegment& segment : s.segments)
+    if (segment.device == timeline.device) reserved += segment.total_size;
+  EXPECT_EQ(w.reserved_bytes.back(), reserved);
+  EXPECT_GE(w.peak_bytes, *std::max_element(w.reserved_bytes.begin(), w.reserved_bytes.end()));
+}
+
 }  // namespace
 }  // namespace memsnap
