@@ -1,13 +1,20 @@
 # Run THERE (the GPU machine), with the memsnap package installed (bench/gpu/python_package.sh):
 #   python3 bench/gpu/outside_memory_overhead.py [ROUNDS]
 # What recording memory outside the allocator (CUPTI's callbacks in process, outside_memory.h)
-# adds to a CUDA allocation, side by side in one run: processes with history recorded and
-# MEMSNAP_OUTSIDE_MEMORY=1 against =0, alternated, ROUNDS of each (default 3).
-#   own:     memsnap's own segment (torch.empty + empty_cache: one cudaMalloc and one cudaFree,
-#            made under CallsNotRecorded, so the callbacks return at once);
-#   library: another library's cudaMalloc + cudaFree (CuPy's runtime.malloc, no pool), which is
-#            recorded with its Python and C++ stack.
-# Prints microseconds per malloc+free pair (median of 5 repeats of 2000) and the difference.
+# adds, side by side in one run: processes with history recorded and MEMSNAP_OUTSIDE_MEMORY=1
+# against =0, alternated, ROUNDS of each (default 3).
+#   own:      memsnap's own segment (torch.empty + empty_cache: one cudaMalloc and one cudaFree,
+#             made under CallsNotRecorded, so the callbacks return at once);
+#   library:  another library's cudaMalloc + cudaFree (CuPy's runtime.malloc, no pool), which is
+#             recorded with its Python and C++ stack;
+#   pool:     another library's cudaMallocAsync + cudaFreeAsync served from the device's memory
+#             pool (no driver allocation: the call itself costs about a µs, so what recording
+#             adds shows above the spread that tens of µs of cudaMalloc hide it in); both calls
+#             are recorded with their stacks;
+#   snapshot: torch.cuda.memory._snapshot() with those libraries' memory in it (recorded: its
+#             dictionary carries memory outside the allocator; off: it has none to carry).
+# Prints the medians of each process's median (of 5 repeats; 2,000 pairs for own and library,
+# 20,000 for pool, 20 snapshots) and the difference.
 import json, os, statistics, subprocess, sys
 
 CHILD = r"""
@@ -31,9 +38,20 @@ def own():
 def library():
     p = cupy.cuda.runtime.malloc(1 << 20)
     cupy.cuda.runtime.free(p)
-own(); library()
-print(json.dumps({"own": per_pair(own), "library": per_pair(library),
-                  "recording": memsnap.torch.outside_memory_status()["recording"]}))
+runtime = cupy.cuda.runtime
+stream = cupy.cuda.Stream(non_blocking=True)
+# (Freed memory stays in the device's pool until a synchronization; the loop has none.)
+def from_pool():
+    p = runtime.mallocAsync(1 << 20, stream.ptr)
+    runtime.freeAsync(p, stream.ptr)
+held = [cupy.cuda.runtime.malloc(1 << 20) for _ in range(64)]  # live other-library memory for the snapshots
+def snapshot():
+    torch.cuda.memory._snapshot()
+own(); library(); from_pool(); snapshot()
+result = {"own": per_pair(own), "library": per_pair(library), "pool": per_pair(from_pool, 20000),
+          "snapshot": per_pair(snapshot, 20) / 1000}
+stream.synchronize()
+print(json.dumps(dict(result, recording=memsnap.torch.outside_memory_status()["recording"])))
 """
 
 
@@ -52,9 +70,12 @@ on, off = [], []
 for _ in range(rounds):
     off.append(run(False))
     on.append(run(True))
-print("| path | recording off (µs per malloc+free) | on | added |")
+print("| path | recording off | on | added |")
 print("|---|---|---|---|")
-for key, name in (("own", "memsnap's own segment (not recorded)"), ("library", "another library's cudaMalloc (recorded, with stacks)")):
+for key, name, unit in (("own", "memsnap's own segment (not recorded), µs per malloc+free", "µs"),
+                        ("library", "another library's cudaMalloc + cudaFree (recorded, with stacks), µs", "µs"),
+                        ("pool", "another library's cudaMallocAsync + cudaFreeAsync from a pool (both recorded), µs", "µs"),
+                        ("snapshot", "torch.cuda.memory._snapshot() with 64 of them live, ms", "ms")):
     a = statistics.median(r[key] for r in off)
     b = statistics.median(r[key] for r in on)
-    print(f"| {name} | {a:.2f} | {b:.2f} | {b - a:+.2f} µs ({(b / a - 1) * 100:+.1f}%) |")
+    print(f"| {name} | {a:.2f} | {b:.2f} | {b - a:+.2f} {unit} ({(b / a - 1) * 100:+.1f}%) |")

@@ -119,7 +119,8 @@ py::dict torch_layout_snapshot(bool include_traces) {
     SnapshotOptions options = torch.snapshot_options();
     options.include_traces = include_traces;
     options.mark_in_trace = false;  // as PyTorch's _snapshot()
-    options.complete = nullptr;     // (its dictionary has no place for memory outside the allocator)
+    // Memory outside the allocator rides in the dictionary's 'memsnap' string (pickle_extras.h),
+    // so a snapshot pickled by its caller (pickle.dump(_snapshot(), f)) keeps it too.
     snapshot = take_snapshot(torch.allocator(), &torch.recorder(), options);
   }
   return to_torch_snapshot(snapshot);

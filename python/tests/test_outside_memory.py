@@ -46,6 +46,7 @@ def test_another_librarys_cuda_malloc_is_recorded_with_its_library_and_python_fr
     del cupy
     path = tmp_path / "cupy.msgpack"
     pickle_path = tmp_path / "cupy.pickle"
+    dict_path = tmp_path / "cupy-dict.pickle"
     result = run_python(f"""
         import json, memsnap.torch
         memsnap.torch.install()
@@ -61,6 +62,9 @@ def test_another_librarys_cuda_malloc_is_recorded_with_its_library_and_python_fr
         torch.cuda.synchronize()
         memsnap.torch.dump_snapshot({str(path)!r})
         torch.cuda.memory._dump_snapshot({str(pickle_path)!r})
+        import pickle
+        with open({str(dict_path)!r}, "wb") as f:  # as training scripts save snapshots themselves
+            pickle.dump(torch.cuda.memory._snapshot(), f)
         print(json.dumps({{"status": status, "reserved": torch.cuda.memory_reserved()}}))
     """)
     assert result["status"] == {"recording": True, "unrecorded_reason": ""}, result
@@ -91,9 +95,11 @@ def test_another_librarys_cuda_malloc_is_recorded_with_its_library_and_python_fr
     done = subprocess.run([sys.executable, "-m", "torch.cuda._memory_viz", "stats", str(pickle_path)],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
-    from_pickle = cli_json("stats", str(pickle_path))
-    assert from_pickle["outside_memory"]["device_libraries"] == outside["device_libraries"]
-    assert from_pickle["device_memory"][0]["libraries_bytes"] >= 256 * MiB, from_pickle["device_memory"]
+    # So does _snapshot()'s dictionary, pickled by the caller.
+    for path_read in (pickle_path, dict_path):
+        from_pickle = cli_json("stats", str(path_read))
+        assert from_pickle["outside_memory"]["device_libraries"] == outside["device_libraries"], path_read
+        assert from_pickle["device_memory"][0]["libraries_bytes"] >= 256 * MiB, (path_read, from_pickle["device_memory"])
 
 
 def test_turned_off_by_the_environment_and_when_history_stops(tmp_path):
