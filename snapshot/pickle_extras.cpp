@@ -24,10 +24,22 @@ StackIndex copy_stack(const Snapshot& from, StackIndex stack, SnapshotStackTable
   return into.intern_stack(std::move(frames));
 }
 
-// Each allocation's stack, from `from`'s tables to `into`'s.
+// Each allocation's stack, from `from`'s tables to `into`'s: each of `from`'s stacks copied once
+// (events repeat a few stacks many times over).
 void copy_stacks(const Snapshot& from, OutsideMemory& outside, SnapshotStackTables& into) {
-  for (OutsideAllocation& a : outside.live) a.stack = copy_stack(from, a.stack, into);
-  for (OutsideEvent& e : outside.events) e.allocation.stack = copy_stack(from, e.allocation.stack, into);
+  constexpr StackIndex kNotCopied = -2;
+  std::vector<StackIndex> copied(from.stacks.size(), kNotCopied);
+  const auto copy = [&](StackIndex& stack) {
+    if (stack < 0 || static_cast<size_t>(stack) >= copied.size()) {
+      stack = kNoStackIndex;
+      return;
+    }
+    StackIndex& known = copied[static_cast<size_t>(stack)];
+    if (known == kNotCopied) known = copy_stack(from, stack, into);
+    stack = known;
+  };
+  for (OutsideAllocation& a : outside.live) copy(a.stack);
+  for (OutsideEvent& e : outside.events) copy(e.allocation.stack);
 }
 
 }  // namespace
