@@ -44,6 +44,13 @@ struct DeviceProcess {
   bool operator==(const DeviceProcess&) const = default;
 };
 
+// The driver's figures for a device at one moment: its memory and the processes using it.
+struct DeviceMemoryFigures {
+  DeviceMemoryInfo memory;
+  std::vector<DeviceProcess> processes;
+  int64_t time_us = 0;  // when: steady-clock µs, the clock of history's trace (steady_time_us())
+};
+
 // A device call failed for a reason other than running out of memory.
 class DeviceError : public std::runtime_error {
  public:

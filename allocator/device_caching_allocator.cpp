@@ -332,6 +332,11 @@ DeviceStats DeviceCachingAllocator::stats() const {
   return stats_.settled();
 }
 
+std::optional<DeviceMemoryFigures> DeviceCachingAllocator::figures_before_first_segment() const {
+  AllocatorLockGuard lock(mutex_);
+  return figures_before_first_segment_;
+}
+
 std::vector<SegmentRecord> DeviceCachingAllocator::segment_records() const {
   AllocatorLockGuard lock(mutex_);
   std::vector<SegmentRecord> records;

@@ -19,6 +19,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <unordered_set>
 #include <vector>
 
@@ -116,6 +117,11 @@ class DeviceCachingAllocator {
   void set_memory_fraction(double fraction);
 
   DeviceStats stats() const;
+  // The device's figures (DeviceBackend::memory_info and device_processes) taken once, just
+  // before this allocator first asked the device for a segment: what the process held there
+  // besides the allocator then, its CUDA context as created and whatever it had allocated
+  // before. Unset before that, or where the backend could not say.
+  std::optional<DeviceMemoryFigures> figures_before_first_segment() const;
   // Every segment and its blocks, in address order.
   std::vector<SegmentRecord> segment_records() const;
   void reset_peak_stats();
@@ -227,6 +233,8 @@ class DeviceCachingAllocator {
   Block* best_fit_by_expandable_size(BlockPool& pool, Block* first);
   void release_expandable_segments_at_exit();
 
+  void note_figures_before_first_segment();
+
   size_t reserved_bytes() const {
     return static_cast<size_t>(DeviceStats::total(stats_.reserved_bytes));
   }
@@ -264,6 +272,8 @@ class DeviceCachingAllocator {
   std::map<uint64_t, std::map<StreamId, std::unordered_set<uintptr_t>>> capture_reuse_;
   std::map<MempoolId, uint64_t> pool_capture_ids_;
   DeviceStats stats_;  // unsettled (device_stats.h): stats() settles a copy
+  bool segment_asked_ = false;  // ever: the figures before the first are taken once
+  std::optional<DeviceMemoryFigures> figures_before_first_segment_;
   bool memory_fraction_set_ = false;
   size_t allowed_bytes_ = 0;  // reserved-memory cap when memory_fraction_set_
 

@@ -2,6 +2,7 @@
 // device, deferred frees on events, and the out-of-memory report. The order of the recovery
 // steps is docs/DESIGN.md's "When no cached block fits", (a) to (f).
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <exception>
 
@@ -93,6 +94,7 @@ Block* DeviceCachingAllocator::reserve_segment(BlockPool& pool, StreamId stream,
   const size_t size = segment_size_for(rounded_size, config_);
   if (is_retry) stats_.num_alloc_retries += 1;
   if (memory_fraction_set_ && reserved_bytes() + size > allowed_bytes_) return nullptr;
+  if (!segment_asked_) note_figures_before_first_segment();
   // A pool with its own segment source takes fixed segments from it, expandable segments or not.
   const std::shared_ptr<SegmentSource> source =
       pool.owner() != nullptr ? pool.owner()->segment_source : nullptr;
@@ -119,6 +121,26 @@ Block* DeviceCachingAllocator::reserve_segment(BlockPool& pool, StreamId stream,
   stats_.num_device_alloc += 1;
   if (observer_) observer_->on_segment_alloc(device_, added);
   return block;
+}
+
+// Once, before the first segment: what the device and its processes held (one NVML query, under
+// the lock, in the life of the allocator). A backend that cannot answer leaves it unset, and so
+// does a first segment made for a CUDA graph being captured (no call beside the capture's own);
+// the allocation goes on either way.
+void DeviceCachingAllocator::note_figures_before_first_segment() {
+  segment_asked_ = true;
+  if (!allocating_to_.empty()) return;
+  try {
+    DeviceMemoryFigures figures;
+    figures.memory = backend_.memory_info(device_);
+    figures.processes = backend_.device_processes(device_);
+    figures.time_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+    figures_before_first_segment_ = std::move(figures);
+  } catch (const std::exception&) {
+    figures_before_first_segment_.reset();
+  }
 }
 
 // Records a segment the device just gave, covered by one block (not yet in any pool); a

@@ -30,7 +30,7 @@ void count(DeviceStats& stats, size_t size, bool added) {
 }  // namespace
 
 AllocationLedger::AllocationLedger(LedgerSettings settings)
-    : settings_(settings), stacks_(settings.max_stack_frames) {}
+    : settings_(settings), created_(now_ticks()), stacks_(settings.max_stack_frames) {}
 
 AllocationLedger::DeviceRecord* AllocationLedger::device_record(int device) {
   if (device < 0 || device >= kMaxDevices) return nullptr;
@@ -333,6 +333,7 @@ void AllocationLedger::fill_outside(Snapshot& snapshot, InterpreterFrames* inter
                                of(event.stack).first, to_us(event.ticks)}});
   }
   outside.dropped_events = dropped;
+  outside.recorded_since_us = to_us(created_);
   snapshot.outside_memory = std::move(outside);
 }
 

@@ -135,6 +135,7 @@ class AllocationLedger {
   void release(std::map<uintptr_t, Live>::iterator it, StreamId stream, StackId stack, Ticks ticks);
 
   const LedgerSettings settings_;
+  const Ticks created_;  // when recording began (OutsideMemory::recorded_since_us)
   mutable std::mutex mutex_;
   std::map<uintptr_t, Live> live_;  // by address
   std::vector<std::unique_ptr<DeviceRecord>> devices_;

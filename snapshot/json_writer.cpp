@@ -88,20 +88,25 @@ class JsonStream {
     nlohmann::json settings = nlohmann::json::object();
     for (const auto& [key, value] : snapshot_.allocator_settings) settings[key] = setting_value_json(value);
     put(text(settings));
-    if (!snapshot_.device_memory.empty()) {
-      // By device: the driver's figures when the snapshot was taken (FORMAT.md).
-      nlohmann::json samples = nlohmann::json::array();
-      for (const DeviceMemorySample& sample : snapshot_.device_memory) {
+    // By device: the driver's figures when the snapshot was taken, and before the allocator's
+    // first segment (FORMAT.md).
+    const auto device_memory = [&](const char* key, const std::vector<DeviceMemorySample>& samples, bool timed) {
+      if (samples.empty()) return;
+      nlohmann::json out = nlohmann::json::array();
+      for (const DeviceMemorySample& sample : samples) {
         nlohmann::json processes = nlohmann::json::array();
         for (const auto& [pid, bytes] : sample.processes) processes.push_back({{"bytes", bytes}, {"pid", pid}});
-        samples.push_back({{"device", sample.device},
-                           {"free_bytes", sample.free_bytes},
-                           {"processes", processes},
-                           {"total_bytes", sample.total_bytes}});
+        out.push_back({{"device", sample.device},
+                       {"free_bytes", sample.free_bytes},
+                       {"processes", processes},
+                       {"total_bytes", sample.total_bytes}});
+        if (timed) out.back()["time_us"] = sample.time_us;
       }
-      put(",\"device_memory\":");
-      put(text(samples));
-    }
+      put(std::string(",\"") + key + "\":");
+      put(text(out));
+    };
+    device_memory("device_memory", snapshot_.device_memory, false);
+    device_memory("device_memory_before_first_segment", snapshot_.device_memory_before_first_segment, true);
     put(",\"device_traces\":[");
     for (size_t d = 0; d < snapshot_.device_traces.size(); ++d) {
       put(d == 0 ? "[" : ",[");
@@ -212,7 +217,9 @@ class JsonStream {
       if (i > 0) put(",");
       fields(outside.live[i], {});
     }
-    put("],\"unrecorded_reason\":" + text(outside.unrecorded_reason) + "}");
+    put("]");
+    if (outside.recorded_since_us) put(",\"recorded_since_us\":" + std::to_string(*outside.recorded_since_us));
+    put(",\"unrecorded_reason\":" + text(outside.unrecorded_reason) + "}");
   }
 
   void put(std::string_view piece) { out_.write(piece); }

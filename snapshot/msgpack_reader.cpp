@@ -101,7 +101,9 @@ class Reader {
     else if (key == "external_annotations") read_annotations(value);
     else if (key == "trace_state_changes") read_trace_state_changes(value);
     else if (key == "statistics") read_statistics(value);
-    else if (key == "device_memory") read_device_memory(value);
+    else if (key == "device_memory") read_device_memory(value, "device_memory", snapshot_.device_memory, false);
+    else if (key == "device_memory_before_first_segment")
+      read_device_memory(value, "device_memory_before_first_segment", snapshot_.device_memory_before_first_segment, true);
     else if (key == "outside_memory") read_outside_memory(value);
     else value.skip(where);  // unknown keys: newer writers may add fields
   }
@@ -363,13 +365,15 @@ class Reader {
     }
   }
 
-  void read_device_memory(MsgpackCursor& in) {
-    const Where where{nullptr, "device_memory"};
-    const size_t count = device_count(in.array(where), snapshot_.device_memory.size(), where);
-    reserve(snapshot_.device_memory, count, 5, in);
+  // `name`: a literal (Where keeps a view of it). `timed`: each sample ends with its time.
+  void read_device_memory(MsgpackCursor& in, std::string_view name, std::vector<DeviceMemorySample>& samples,
+                          bool timed) {
+    const Where where{nullptr, name};
+    const size_t count = device_count(in.array(where), samples.size(), where);
+    reserve(samples, count, 5, in);
     for (size_t i = 0; i < count; ++i) {
       const Where item = where.element(i);
-      in.array(item, 4);
+      in.array(item, timed ? 5 : 4);
       DeviceMemorySample sample;
       sample.device = device_index(in.integer(item), item.field("device"));
       sample.total_bytes = in.uint(item.field("total"));
@@ -384,8 +388,9 @@ class Reader {
         const int64_t pid = in.integer(process);
         sample.processes.emplace_back(pid, in.uint(process));
       }
+      if (timed) sample.time_us = in.integer(item.field("time_us"));
       budget_.charge(sizeof(DeviceMemorySample) + sizeof(sample.processes[0]) * sample.processes.capacity());
-      snapshot_.device_memory.push_back(std::move(sample));
+      samples.push_back(std::move(sample));
     }
   }
 
@@ -436,6 +441,8 @@ class Reader {
           if (!action) fail(item.field("action"), "unknown action");
           outside.events.push_back({*action, read_outside_fields(in, item)});
         }
+      } else if (key == "recorded_since_us") {
+        outside.recorded_since_us = in.integer(at);
       } else if (key == "dropped_events") {
         outside.dropped_events = in.uint(at);
       } else {

@@ -120,7 +120,7 @@ void pack_outside_fields(Packer& out, const OutsideAllocation& a) {
 }
 
 void pack_outside_memory(Packer& out, const OutsideMemory& outside) {
-  out.pack_map(4);
+  out.pack_map(outside.recorded_since_us ? 5 : 4);
   pack_string(out, "unrecorded_reason");
   pack_string(out, outside.unrecorded_reason);
   pack_string(out, "live");
@@ -138,6 +138,28 @@ void pack_outside_memory(Packer& out, const OutsideMemory& outside) {
   }
   pack_string(out, "dropped_events");
   out.pack_uint64(outside.dropped_events);
+  if (outside.recorded_since_us) {
+    pack_string(out, "recorded_since_us");
+    out.pack_int64(*outside.recorded_since_us);
+  }
+}
+
+// Each sample, with the time it was taken (`timed`) or not.
+void pack_device_memory(Packer& out, const std::vector<DeviceMemorySample>& samples, bool timed) {
+  pack_array_header(out, samples);
+  for (const DeviceMemorySample& sample : samples) {
+    out.pack_array(timed ? 5 : 4);
+    out.pack_int64(sample.device);
+    out.pack_uint64(sample.total_bytes);
+    out.pack_uint64(sample.free_bytes);
+    pack_array_header(out, sample.processes);
+    for (const auto& [pid, bytes] : sample.processes) {
+      out.pack_array(2);
+      out.pack_int64(pid);
+      out.pack_uint64(bytes);
+    }
+    if (timed) out.pack_int64(sample.time_us);
+  }
 }
 
 }  // namespace
@@ -147,8 +169,10 @@ void write_msgpack(const Snapshot& snapshot, const ByteSink& sink) {
   Packer out(buffer);
   const bool has_state_changes = !snapshot.trace_state_changes.empty();
   const bool has_device_memory = !snapshot.device_memory.empty();
+  const bool has_first_segment = !snapshot.device_memory_before_first_segment.empty();
   const bool has_outside_memory = snapshot.outside_memory.has_value();
-  out.pack_map(12 + (has_state_changes ? 1 : 0) + (has_device_memory ? 1 : 0) + (has_outside_memory ? 1 : 0));
+  out.pack_map(12 + (has_state_changes ? 1 : 0) + (has_device_memory ? 1 : 0) + (has_first_segment ? 1 : 0) +
+               (has_outside_memory ? 1 : 0));
   pack_string(out, "format");
   pack_string(out, "memsnap-snapshot");
   pack_string(out, "version");
@@ -205,19 +229,11 @@ void write_msgpack(const Snapshot& snapshot, const ByteSink& sink) {
 
   if (has_device_memory) {
     pack_string(out, "device_memory");
-    pack_array_header(out, snapshot.device_memory);
-    for (const DeviceMemorySample& sample : snapshot.device_memory) {
-      out.pack_array(4);
-      out.pack_int64(sample.device);
-      out.pack_uint64(sample.total_bytes);
-      out.pack_uint64(sample.free_bytes);
-      pack_array_header(out, sample.processes);
-      for (const auto& [pid, bytes] : sample.processes) {
-        out.pack_array(2);
-        out.pack_int64(pid);
-        out.pack_uint64(bytes);
-      }
-    }
+    pack_device_memory(out, snapshot.device_memory, /*timed=*/false);
+  }
+  if (has_first_segment) {
+    pack_string(out, "device_memory_before_first_segment");
+    pack_device_memory(out, snapshot.device_memory_before_first_segment, /*timed=*/true);
   }
 
   if (has_outside_memory) {

@@ -61,6 +61,13 @@ OutsideDeviceHistory outside_device_history(const Snapshot& snapshot, int64_t de
                  "other libraries held is not known";
     }
   }
+  // Before the recording began, its calls say nothing (what was allocated then is in no record).
+  if (outside.recorded_since_us && *outside.recorded_since_us > out.known_from_us) {
+    out.known_from_us = *outside.recorded_since_us;
+    if (out.note.empty())
+      out.note = "the calls outside the allocator were recorded from a later moment on; before it, what other "
+                 "libraries held is not known";
+  }
   return out;
 }
 

@@ -16,9 +16,10 @@
 namespace memsnap {
 
 struct OutsideDeviceHistory {
-  // Known at and after this time (the oldest event kept, when older ones were dropped; the
-  // lowest time when none were); at no time when the calls were not recorded, the snapshot
-  // holds no record of them, or the record kept no event. `note` says why, when not always.
+  // Known at and after this time (the oldest event kept, when older ones were dropped; else when
+  // the recording began, where the snapshot says; else the lowest time); at no time when the
+  // calls were not recorded, the snapshot holds no record of them, or the record kept no event.
+  // `note` says why, when not always.
   int64_t known_from_us = std::numeric_limits<int64_t>::max();
   std::string note;
   std::vector<std::string> libraries;  // by library index ("" when not known)

@@ -50,15 +50,20 @@ std::string pickle_extras_text(const Snapshot& snapshot) {
   extras.devices = snapshot.devices;
   extras.statistics = snapshot.statistics;
   extras.device_memory = snapshot.device_memory;
+  extras.device_memory_before_first_segment = snapshot.device_memory_before_first_segment;
   const bool has_process = snapshot.process.pid != 0 || !snapshot.process.host.empty();
-  if (!has_process && extras.statistics.empty() && extras.device_memory.empty() && !snapshot.outside_memory) return "";
+  if (!has_process && extras.statistics.empty() && extras.device_memory.empty() &&
+      extras.device_memory_before_first_segment.empty() && !snapshot.outside_memory)
+    return "";
   // The pickle's times are Unix time (its trace's and annotations' are written so).
   const int64_t to_unix_us = snapshot.process.clock_offset_us;
   extras.process.clock_offset_us = 0;
+  for (DeviceMemorySample& first : extras.device_memory_before_first_segment) first.time_us += to_unix_us;
   if (snapshot.outside_memory) {
     OutsideMemory outside = *snapshot.outside_memory;
     for (OutsideAllocation& a : outside.live) a.time_us += to_unix_us;
     for (OutsideEvent& e : outside.events) e.allocation.time_us += to_unix_us;
+    if (outside.recorded_since_us) *outside.recorded_since_us += to_unix_us;
     SnapshotStackTables tables(extras);
     copy_stacks(snapshot, outside, tables);
     extras.outside_memory = std::move(outside);
@@ -77,6 +82,8 @@ std::optional<std::string> merge_pickle_extras(std::string_view text, Snapshot& 
   if (into.devices.empty()) into.devices = std::move(extras.devices);
   if (into.statistics.empty()) into.statistics = std::move(extras.statistics);
   if (into.device_memory.empty()) into.device_memory = std::move(extras.device_memory);
+  if (into.device_memory_before_first_segment.empty())
+    into.device_memory_before_first_segment = std::move(extras.device_memory_before_first_segment);
   if (!into.outside_memory && extras.outside_memory) {
     SnapshotStackTables tables(into);
     copy_stacks(extras, *extras.outside_memory, tables);

@@ -2,11 +2,11 @@
 // the PyTorch-layout pickles memsnap writes (torch.cuda.memory._dump_snapshot under
 // memsnap.torch, `memsnap convert` to .pickle) so that reading one back loses none of it: the
 // process (host, pid, rank), the devices, the allocator's statistics, the driver's figures for
-// each device and the memory the process held outside the allocator, with those allocations'
-// stacks. Stored under the key "memsnap" as one string, base64 of a memsnap msgpack snapshot
-// (FORMAT.md) holding only those: PyTorch's readers (pickle.load, _memory_viz.py, the
-// memory_viz page's own unpickler) take it as a string they do not look at, and memsnap reads
-// it with its bounded msgpack reader.
+// each device (at the snapshot and before the allocator's first segment) and the memory the
+// process held outside the allocator, with those allocations' stacks. Stored under the key
+// "memsnap" as one string, base64 of a memsnap msgpack snapshot (FORMAT.md) holding only those:
+// PyTorch's readers (pickle.load, _memory_viz.py, the memory_viz page's own unpickler) take it
+// as a string they do not look at, and memsnap reads it with its bounded msgpack reader.
 #pragma once
 
 #include <optional>

@@ -125,6 +125,9 @@ struct DeviceMemorySample {
   uint64_t total_bytes = 0;
   uint64_t free_bytes = 0;
   std::vector<std::pair<int64_t, uint64_t>> processes;  // pid, bytes
+  // When they were taken (the trace's clock), for the figures before the allocator's first
+  // segment; 0 for those of the snapshot's own moment.
+  int64_t time_us = 0;
   bool operator==(const DeviceMemorySample&) const = default;
 };
 
@@ -177,6 +180,9 @@ struct OutsideMemory {
   std::vector<OutsideAllocation> live;  // when the snapshot was taken; by device, then address
   std::vector<OutsideEvent> events;     // oldest first: the newest ones kept
   uint64_t dropped_events = 0;          // older events no longer kept
+  // When the recording began (the trace's clock): memory allocated before it is not among
+  // `live` or `events`. Unset in files written before it was kept.
+  std::optional<int64_t> recorded_since_us;
   bool operator==(const OutsideMemory&) const = default;
 };
 
@@ -198,6 +204,11 @@ struct Snapshot {
   std::vector<Statistics> statistics;  // by device
   std::vector<DeviceInfo> devices;
   std::vector<DeviceMemorySample> device_memory;  // by device; empty when not sampled
+  // The same figures taken once per device, just before the allocator first asked it for a
+  // segment (DeviceCachingAllocator::figures_before_first_segment): what the process held there
+  // then, its CUDA context as created and whatever it had allocated before. By device; empty
+  // where not taken.
+  std::vector<DeviceMemorySample> device_memory_before_first_segment;
   // Memory outside the allocator, where its calls were watched; unset where they were not.
   std::optional<OutsideMemory> outside_memory;
   ProcessInfo process;

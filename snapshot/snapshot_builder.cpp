@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -155,6 +156,14 @@ Snapshot take_snapshot(CachingAllocator& allocator, HistoryRecorder* recorder,
     sample.free_bytes = memory.free_bytes;
     for (const DeviceProcess& process : allocator.backend().device_processes(d))
       sample.processes.emplace_back(process.pid, process.bytes);
+    if (const std::optional<DeviceMemoryFigures> before = allocator.device(d).figures_before_first_segment()) {
+      DeviceMemorySample& first = snapshot.device_memory_before_first_segment.emplace_back();
+      first.device = d;
+      first.total_bytes = before->memory.total_bytes;
+      first.free_bytes = std::min(before->memory.free_bytes, before->memory.total_bytes);
+      first.time_us = before->time_us;
+      for (const DeviceProcess& process : before->processes) first.processes.emplace_back(process.pid, process.bytes);
+    }
     DeviceTrace& trace = snapshot.device_traces.emplace_back();
     if (recorder != nullptr && options.include_traces) {
       HistoryRecorder::TraceRead read = recorder->trace_read(d);

@@ -5,6 +5,7 @@
 
 #include "allocator/counted.h"
 #include "allocator/device_stats.h"
+#include "snapshot/outside_device_history.h"
 
 namespace memsnap {
 
@@ -89,6 +90,19 @@ std::vector<DeviceMemoryAccount> account_device_memory(const Snapshot& snapshot)
                    "at one moment, and the CUDA context's share cannot be told";
       }
     }
+    for (const DeviceMemorySample& first : snapshot.device_memory_before_first_segment) {
+      if (first.device != sample.device) continue;
+      for (const auto& [pid, process_bytes] : first.processes)
+        if (pid == snapshot.process.pid) a.before_first_segment_bytes = process_bytes;
+      if (a.before_first_segment_bytes && recorded) {
+        const OutsideDeviceHistory history = outside_device_history(snapshot, sample.device);
+        if (history.known_at(first.time_us)) {
+          const uint64_t held = OutsideHeldCursor(history).at(first.time_us);
+          if (held <= *a.before_first_segment_bytes) a.before_first_segment_libraries_bytes = held;
+        }
+      }
+      break;
+    }
     if (a.processes_listed && !a.this_process_bytes && a.note.empty())
       a.note = "NVML lists " + counted(sample.processes.size(), "process", "processes") + " on the device, but not pid " +
                std::to_string(snapshot.process.pid) +
@@ -142,6 +156,8 @@ nlohmann::json device_memory_json(const std::vector<DeviceMemoryAccount>& accoun
                    {"libraries_bytes", optional_bytes(a.libraries_bytes)},
                    {"libraries", libraries_json(a.libraries)},
                    {"context_bytes", optional_bytes(a.context_bytes)},
+                   {"before_first_segment_bytes", optional_bytes(a.before_first_segment_bytes)},
+                   {"before_first_segment_libraries_bytes", optional_bytes(a.before_first_segment_libraries_bytes)},
                    {"note", a.note}});
   }
   return out;
@@ -172,6 +188,15 @@ std::string device_memory_text(const std::vector<DeviceMemoryAccount>& accounts)
     } else if (a.outside_bytes) {
       row("outside the allocator", *a.outside_bytes,
           "this process's CUDA context and other libraries' memory, other processes");
+    }
+    if (a.before_first_segment_bytes) {
+      const std::optional<uint64_t>& libraries = a.before_first_segment_libraries_bytes;
+      row("before the allocator's first segment", *a.before_first_segment_bytes,
+          !libraries ? "this process then: its CUDA context as created, with whatever it had allocated before"
+          : *libraries == 0
+              ? "this process then: its CUDA context as created (no recorded call held memory yet)"
+              : "this process then: " + bytes_text(*libraries) +
+                    " of it other libraries' (recorded calls), the rest its CUDA context as created");
     }
     if (a.this_process_outside_bytes) {
       std::string listed;

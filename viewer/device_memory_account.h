@@ -43,6 +43,13 @@ struct DeviceMemoryAccount {
   // This process's memory outside the allocator that no recorded call made: its CUDA context,
   // module images, local memory. Set when NVML lists this process and the calls were recorded.
   std::optional<uint64_t> context_bytes;
+  // What NVML listed for this process on the device just before the allocator first asked it
+  // for a segment (Snapshot::device_memory_before_first_segment): its CUDA context as created,
+  // with whatever it had allocated before. Unset where not taken or this process was not listed.
+  std::optional<uint64_t> before_first_segment_bytes;
+  // Of it, the device memory other libraries held then by the calls recorded (unset where they
+  // were not recorded, or the record does not reach back to then).
+  std::optional<uint64_t> before_first_segment_libraries_bytes;
   std::string note;               // what the figures cannot say, and why
 };
 

@@ -146,7 +146,7 @@ void add_outside_memory(Snapshot& snapshot) {
     std::lock_guard lock(s.mutex);
     if (!s.started) return;
     if (!s.recording) {
-      if (!s.unrecorded_reason.empty()) snapshot.outside_memory = OutsideMemory{s.unrecorded_reason, {}, {}, 0};
+      if (!s.unrecorded_reason.empty()) snapshot.outside_memory = OutsideMemory{s.unrecorded_reason, {}, {}, 0, {}};
       return;  // (stopped: the snapshot says nothing of memory it no longer watches)
     }
     recording = s.current;

@@ -82,6 +82,10 @@ def test_another_librarys_cuda_malloc_is_recorded_with_its_library_and_python_fr
     assert any("torch" in l["library"] or "c10" in l["library"] for l in outside["host_libraries"]), outside
     account = stats["device_memory"][0]
     assert account["libraries_bytes"] >= 256 * MiB, account
+    # CuPy's array was made before the allocator's first segment (the 1 GiB tensor), with the
+    # calls recorded: the process's memory then splits into it and the context as created.
+    assert account["before_first_segment_libraries_bytes"] >= 256 * MiB, account
+    assert account["before_first_segment_bytes"] - account["before_first_segment_libraries_bytes"] <= account["context_bytes"] + 64 * MiB, account
     snapshot = snapshot_json(path, tmp_path)
     live = snapshot["outside_memory"]["live"]
     array = [a for a in live if a["size"] == 256 * MiB and a["kind"] == "device"]
@@ -158,16 +162,23 @@ def test_a_training_step_with_nccl_cudnn_and_a_pinned_dataloader_adds_up(tmp_pat
     """The categories add up to what the driver says the process holds, NCCL's buffers carry the
     all_reduce that made them, and the remainder is the CUDA context: what the same process holds
     once its tensors, NCCL's communicator and the cache are gone (its context, with the kernels
-    it loaded) is within 64 MiB of it. An empty CUDA process is measured beside, for the size of
-    a context that loaded no library's kernels."""
+    it loaded) is within 64 MiB of it. An empty CUDA process is measured beside (its context
+    alone, then with one tensor made), for the size of a context that loaded no library's
+    kernels: what the step's process held just before the allocator's first segment (its
+    context as created) is within 64 MiB of the empty process's context."""
     empty = run_python("""
         import json, os, subprocess, torch
-        torch.zeros(1, device="cuda")
+        def held_mib():
+            out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True).stdout
+            mine = [int(line.split(",")[1]) for line in out.splitlines() if line.split(",")[0].strip() == str(os.getpid())]
+            return mine[0] if mine else None
+        torch.cuda.set_device(0)
+        torch.cuda.synchronize()  # a CUDA context and nothing else
+        context = held_mib()
+        torch.zeros(1, device="cuda")  # one segment, one kernel
         torch.cuda.synchronize()
-        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True).stdout
-        mine = [int(line.split(",")[1]) for line in out.splitlines() if line.split(",")[0].strip() == str(os.getpid())]
-        print(json.dumps({"mib": mine[0] if mine else None}))
+        print(json.dumps({"context_mib": context, "mib": held_mib()}))
     """)
     path = tmp_path / "step.msgpack"
     after = tmp_path / "step-after-teardown.msgpack"
@@ -226,11 +237,16 @@ def test_a_training_step_with_nccl_cudnn_and_a_pinned_dataloader_adds_up(tmp_pat
     assert bare["context_bytes"] is not None, bare
     assert abs(account["context_bytes"] - bare["context_bytes"]) <= 64 * MiB, (account, bare)
     assert empty["mib"] is not None and account["context_bytes"] >= empty["mib"] * MiB - 64 * MiB, (account, empty)
+    # Before the allocator's first segment: the context as created, as in the empty process.
+    assert account["before_first_segment_bytes"] is not None, account
+    assert empty["context_mib"] is not None, empty
+    assert abs(account["before_first_segment_bytes"] - empty["context_mib"] * MiB) <= 64 * MiB, (account, empty)
+    assert account["before_first_segment_bytes"] <= account["context_bytes"], account
     snapshot = snapshot_json(path, tmp_path)
     nccl = [a for a in snapshot["outside_memory"]["live"] if "nccl" in a["library"] and a["kind"] == "device"]
     assert nccl, snapshot["outside_memory"]["live"]
     assert all("all_reduce" in frames_text(a) for a in nccl), [frames_text(a) for a in nccl]
-    print("whole step:", json.dumps({"account": account, "after_teardown": bare, "empty_process_mib": empty["mib"]}))
+    print("whole step:", json.dumps({"account": account, "after_teardown": bare, "empty_process_mib": empty}))
 
 
 def test_an_oom_caused_by_another_library_is_explained_as_such(tmp_path):

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "allocator_harness.h"
+#include "forwarding_backend.h"
 
 namespace memsnap::testing {
 namespace {
@@ -214,35 +215,9 @@ TEST(CachingPolicy, DevicesKeepSeparatePoolsAndStatistics) {
 
 // The simulated device, but unable to say on which streams events completed: the allocator
 // then asks every stream's oldest pending event on each allocation, as it does on CUDA.
-class AskingEveryStream final : public DeviceBackend {
+class AskingEveryStream final : public ForwardingBackend {
  public:
-  explicit AskingEveryStream(std::shared_ptr<SimulatedBackend> device) : d_(std::move(device)) {}
-  std::string name() const override { return d_->name(); }
-  int device_count() const override { return d_->device_count(); }
-  std::optional<uintptr_t> reserve(int device, size_t bytes) override { return d_->reserve(device, bytes); }
-  void release(int device, uintptr_t address, size_t bytes) override { d_->release(device, address, bytes); }
-  DeviceMemoryInfo memory_info(int device) override { return d_->memory_info(device); }
-  EventHandle record_event(int device, StreamId stream) override { return d_->record_event(device, stream); }
-  bool event_completed(EventHandle event) override { return d_->event_completed(event); }
-  void synchronize_event(EventHandle event) override { d_->synchronize_event(event); }
-  void release_event(EventHandle event) override { d_->release_event(event); }
-  bool supports_expandable_segments(int device) override { return d_->supports_expandable_segments(device); }
-  std::optional<uintptr_t> reserve_address_space(int device, size_t bytes) override {
-    return d_->reserve_address_space(device, bytes);
-  }
-  void release_address_space(int device, uintptr_t address, size_t bytes) override {
-    d_->release_address_space(device, address, bytes);
-  }
-  bool map_pages(int device, uintptr_t address, size_t bytes, size_t page_size) override {
-    return d_->map_pages(device, address, bytes, page_size);
-  }
-  void unmap_pages(int device, uintptr_t address, size_t bytes, size_t page_size, StreamId stream) override {
-    d_->unmap_pages(device, address, bytes, page_size, stream);
-  }
-  StreamId create_stream(int device) override { return d_->create_stream(device); }
-
- private:
-  std::shared_ptr<SimulatedBackend> d_;
+  using ForwardingBackend::ForwardingBackend;
 };
 
 // Looking only at the streams whose events completed frees the same blocks at the same moments

@@ -77,9 +77,21 @@ TEST(MsgpackFormat, DeviceMemorySamplesRoundTripAndImpossibleOnesAreRefused) {
   memsnap::Snapshot snapshot = memsnap::take_snapshot(program.allocator, &program.recorder);
   ASSERT_EQ(snapshot.device_memory.size(), 1u);  // the simulated device, sampled
   snapshot.device_memory[0].processes = {{4242, 3u << 30}, {17, 1u << 20}};
+  ASSERT_EQ(snapshot.device_memory_before_first_segment.size(), 1u);  // taken before its first segment
+  snapshot.device_memory_before_first_segment[0].processes = {{4242, 500u << 20}};
   const auto read = memsnap::snapshot_from_msgpack(memsnap::to_msgpack(snapshot));
   ASSERT_TRUE(read.ok()) << read.error();
   EXPECT_EQ(read.value().device_memory, snapshot.device_memory);
+  EXPECT_EQ(read.value().device_memory_before_first_segment, snapshot.device_memory_before_first_segment);
+  const nlohmann::json json = nlohmann::json::parse(memsnap::to_json_text(snapshot));
+  EXPECT_EQ(json["device_memory_before_first_segment"][0]["processes"][0]["bytes"], 500u << 20);
+  memsnap::Snapshot first_impossible = snapshot;
+  first_impossible.device_memory_before_first_segment[0].free_bytes =
+      first_impossible.device_memory_before_first_segment[0].total_bytes + 1;
+  EXPECT_NE(memsnap::snapshot_from_msgpack(memsnap::to_msgpack(first_impossible))
+                .error()
+                .find("device_memory_before_first_segment[0]: more bytes free than the device has"),
+            std::string::npos);
   EXPECT_TRUE(read.value() == snapshot);
   snapshot.device_memory[0].free_bytes = snapshot.device_memory[0].total_bytes + 1;
   const auto impossible = memsnap::snapshot_from_msgpack(memsnap::to_msgpack(snapshot));
@@ -112,6 +124,7 @@ TEST(MsgpackFormat, OutsideMemoryRoundTripsAndImpossibleRecordsAreRefused) {
                     {memsnap::OutsideAction::kFree, freed},
                     {memsnap::OutsideAction::kOom, {0, 0, 80ull << 30, memsnap::OutsideKind::kDevice, "cuMemAlloc", "libjax.so", 0, 1500}}};
   outside.dropped_events = 7;
+  outside.recorded_since_us = 1000;
   snapshot.outside_memory = outside;
   const auto read = memsnap::snapshot_from_msgpack(memsnap::to_msgpack(snapshot));
   ASSERT_TRUE(read.ok()) << read.error();
@@ -125,10 +138,11 @@ TEST(MsgpackFormat, OutsideMemoryRoundTripsAndImpossibleRecordsAreRefused) {
   EXPECT_EQ(json["outside_memory"]["events"][2]["action"], "free");
   EXPECT_EQ(json["outside_memory"]["events"][3]["action"], "oom");
   EXPECT_EQ(json["outside_memory"]["dropped_events"], 7);
+  EXPECT_EQ(json["outside_memory"]["recorded_since_us"], 1000);
   EXPECT_FALSE(json["outside_memory"]["live"][0]["frames"].empty());
 
   memsnap::Snapshot unrecorded = snapshot;
-  unrecorded.outside_memory = memsnap::OutsideMemory{"another tool holds CUPTI's callbacks", {}, {}, 0};
+  unrecorded.outside_memory = memsnap::OutsideMemory{"another tool holds CUPTI's callbacks", {}, {}, 0, {}};
   const auto read_unrecorded = memsnap::snapshot_from_msgpack(memsnap::to_msgpack(unrecorded));
   ASSERT_TRUE(read_unrecorded.ok()) << read_unrecorded.error();
   EXPECT_EQ(read_unrecorded.value().outside_memory->unrecorded_reason, "another tool holds CUPTI's callbacks");

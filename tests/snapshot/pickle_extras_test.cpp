@@ -65,6 +65,23 @@ TEST(PickleExtras, ARealStepKeepsWhatPyTorchsLayoutHasNoKeyFor) {
   EXPECT_EQ(to_pytorch_pickle(again.value().snapshot), second);
 }
 
+// The figures before the allocator's first segment and when the calls outside it were recorded
+// from: carried, on the pickle's Unix clock like every other time in it.
+TEST(PickleExtras, TheFiguresBeforeTheFirstSegmentAndTheRecordingsStartAreCarried) {
+  const Snapshot want = testing::load_test_snapshot("memsnap-h200/cupy_before_first_segment.msgpack");
+  ASSERT_EQ(want.device_memory_before_first_segment.size(), 1u);
+  ASSERT_TRUE(want.outside_memory && want.outside_memory->recorded_since_us);
+  const auto loaded = load_snapshot_from_memory(to_pytorch_pickle(want));
+  ASSERT_TRUE(loaded) << loaded.error();
+  const Snapshot& got = loaded.value().snapshot;
+  const int64_t shift = want.process.clock_offset_us;
+  ASSERT_EQ(got.device_memory_before_first_segment.size(), 1u);
+  DeviceMemorySample expected = want.device_memory_before_first_segment[0];
+  expected.time_us += shift;
+  EXPECT_EQ(got.device_memory_before_first_segment[0], expected);
+  EXPECT_EQ(got.outside_memory->recorded_since_us, *want.outside_memory->recorded_since_us + shift);
+}
+
 TEST(PickleExtras, NothingToCarryWritesNoKey) {
   Snapshot pytorch;
   pytorch.segments.push_back({});

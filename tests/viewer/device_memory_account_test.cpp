@@ -4,13 +4,17 @@
 #include "viewer/device_memory_account.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <memory>
 
 #include "allocator/caching_allocator.h"
 #include "allocator/simulated_backend.h"
+#include "snapshot/msgpack_writer.h"
+#include "snapshot/pytorch_pickle_writer.h"
 #include "snapshot/snapshot_builder.h"
+#include "snapshot/snapshot_loader.h"
 #include "viewer/snapshot_stats.h"
 #include "tests/test_snapshots.h"
 
@@ -118,7 +122,7 @@ TEST(DeviceMemoryAccount, RecordedCallsSplitThisProcesssOutsideMemoryIntoLibrari
   EXPECT_EQ(json["outside_memory"]["recorded"], true);
 
   // Calls not recorded: nothing is split, and the stats say why.
-  snapshot.outside_memory = OutsideMemory{"another tool holds CUPTI's callbacks (a profiler)", {}, {}, 0};
+  snapshot.outside_memory = OutsideMemory{"another tool holds CUPTI's callbacks (a profiler)", {}, {}, 0, {}};
   const DeviceMemoryAccount unrecorded = account_device_memory(snapshot).at(0);
   EXPECT_FALSE(unrecorded.libraries_bytes.has_value());
   EXPECT_FALSE(unrecorded.context_bytes.has_value());
@@ -135,6 +139,68 @@ TEST(DeviceMemoryAccount, RecordedCallsSplitThisProcesssOutsideMemoryIntoLibrari
   device.allocator->deallocate(live);
   device.backend->release(0, *nccl, 150 * kMiB);
   device.backend->release(0, *cublas, 30 * kMiB);
+}
+
+// What NVML listed for this process just before the allocator's first segment (its CUDA context
+// as created) is said beside the remainder, and goes through every file the snapshot is written to.
+TEST(DeviceMemoryAccount, WhatThisProcessHeldBeforeTheAllocatorsFirstSegmentIsSaid) {
+  Device device;
+  device.backend->set_device_processes(0, {{777, 100 * kMiB}, {getpid(), 500 * kMiB}});
+  void* live = device.allocator->allocate(100 * kMiB);
+  device.backend->set_device_processes(0, {{777, 100 * kMiB}, {getpid(), 800 * kMiB}});
+  Snapshot snapshot = take_snapshot(*device.allocator, nullptr);
+  ASSERT_EQ(snapshot.process.pid, getpid());
+  ASSERT_EQ(snapshot.device_memory_before_first_segment.size(), 1u);
+  snapshot.outside_memory = OutsideMemory{};  // the calls recorded: none outside the allocator
+  const DeviceMemoryAccount a = account_device_memory(snapshot).at(0);
+  ASSERT_TRUE(a.before_first_segment_bytes && a.context_bytes);
+  EXPECT_EQ(*a.before_first_segment_bytes, 500 * kMiB);
+  EXPECT_EQ(*a.context_bytes, 700 * kMiB);  // 800 MiB, 100 of them the allocator's
+  const std::string text = stats_to_text(compute_stats(snapshot), snapshot);
+  EXPECT_NE(text.find("    CUDA context and unaccounted           700.00 MiB"), std::string::npos) << text;
+  EXPECT_NE(text.find("    before the allocator's first segment   500.00 MiB  this process then: its CUDA context as created"),
+            std::string::npos) << text;
+  EXPECT_EQ(stats_to_json(compute_stats(snapshot), snapshot)["device_memory"][0]["before_first_segment_bytes"],
+            500 * kMiB);
+  // Through msgpack, and through PyTorch's layout (its 'memsnap' key).
+  for (const bool pickle : {false, true}) {
+    const auto read = load_snapshot_from_memory(pickle ? to_pytorch_pickle(snapshot) : to_msgpack(snapshot));
+    ASSERT_TRUE(read) << read.error();
+    std::vector<DeviceMemorySample> expected = snapshot.device_memory_before_first_segment;
+    if (pickle) expected[0].time_us += snapshot.process.clock_offset_us;  // the pickle's times are Unix time
+    EXPECT_EQ(read.value().snapshot.device_memory_before_first_segment, expected);
+    EXPECT_EQ(account_device_memory(read.value().snapshot).at(0).before_first_segment_bytes, 500 * kMiB);
+  }
+  // Other libraries' memory then, by the calls recorded: 256 MiB made before the first segment
+  // and still held, 64 MiB made after it.
+  const int64_t first = snapshot.device_memory_before_first_segment[0].time_us;
+  snapshot.outside_memory->live = {
+      {0, 0x7f0000000000, 256 * kMiB, OutsideKind::kDevice, "cudaMalloc", "cupy", kNoStackIndex, first - 10},
+      {0, 0x7f1000000000, 64 * kMiB, OutsideKind::kDevice, "cudaMalloc", "cupy", kNoStackIndex, first + 10}};
+  for (const OutsideAllocation& made : snapshot.outside_memory->live)
+    snapshot.outside_memory->events.push_back({OutsideAction::kAlloc, made});
+  snapshot.outside_memory->recorded_since_us = first - 100;
+  snapshot.device_memory[0].processes = {{777, 100 * kMiB}, {getpid(), 1120 * kMiB}};
+  const DeviceMemoryAccount split = account_device_memory(snapshot).at(0);
+  ASSERT_TRUE(split.before_first_segment_libraries_bytes);
+  EXPECT_EQ(*split.before_first_segment_libraries_bytes, 256 * kMiB);
+  EXPECT_NE(stats_to_text(compute_stats(snapshot), snapshot)
+                .find("before the allocator's first segment   500.00 MiB  this process then: 256.00 MiB of it other "
+                      "libraries' (recorded calls), the rest its CUDA context as created"),
+            std::string::npos) << stats_to_text(compute_stats(snapshot), snapshot);
+  // Recorded only from after the first segment: what the libraries held then is not known.
+  snapshot.outside_memory->recorded_since_us = first + 5;
+  snapshot.outside_memory->live[0].time_us = first + 6;
+  snapshot.outside_memory->events[0].allocation.time_us = first + 6;
+  EXPECT_FALSE(account_device_memory(snapshot).at(0).before_first_segment_libraries_bytes);
+  EXPECT_NE(stats_to_text(compute_stats(snapshot), snapshot)
+                .find("this process then: its CUDA context as created, with whatever it had allocated before"),
+            std::string::npos);
+  // This process not in NVML's list then: nothing said.
+  snapshot.device_memory_before_first_segment[0].processes = {{777, 100 * kMiB}};
+  EXPECT_FALSE(account_device_memory(snapshot).at(0).before_first_segment_bytes);
+  EXPECT_EQ(stats_to_text(compute_stats(snapshot), snapshot).find("before the allocator's first segment"), std::string::npos);
+  device.allocator->deallocate(live);
 }
 
 TEST(DeviceMemoryAccount, FiguresThatContradictEachOtherGiveNoOutsideFigure) {
@@ -199,6 +265,37 @@ TEST(DeviceMemoryAccount, ARealStepWithNcclCudnnAndAPinnedDataLoaderAddsUpToTheP
   const OutsideMemoryAccount outside = account_outside_memory(step);
   EXPECT_GE(outside.pinned_host_bytes, 2u << 20);  // the DataLoader's pinned batches
   EXPECT_EQ(outside.host_libraries.at(0).library, "libtorch_cuda.so");
+}
+
+// The same step's process after its teardown, in a later run that took the figures before the
+// allocator's first segment: the context as created, 285.7 MiB less than the remainder now.
+TEST(DeviceMemoryAccount, ARealProcessSaysWhatItHeldBeforeTheAllocatorsFirstSegment) {
+  const Snapshot after = testing::load_test_snapshot("memsnap-h200/nccl_cudnn_teardown_first_segment.msgpack");
+  const DeviceMemoryAccount a = account_device_memory(after).at(0);
+  ASSERT_TRUE(a.before_first_segment_bytes && a.context_bytes);
+  EXPECT_EQ(*a.before_first_segment_bytes, 555'745'280u);
+  EXPECT_EQ(*a.context_bytes, 855'323'128u);
+  EXPECT_EQ(a.before_first_segment_libraries_bytes, 0u);  // recorded from before it: none held memory
+  EXPECT_NE(stats_to_text(compute_stats(after), after)
+                .find("    before the allocator's first segment   530.00 MiB  this process then: its CUDA context as created"),
+            std::string::npos);
+}
+
+// CuPy's 256 MiB array made before the allocator's first segment (test_outside_memory.py's CuPy
+// test, on an H200): the process then held it and its context as created, the same 555,745,280 B
+// as the context of the step's process above, and as this process's remainder at its snapshot.
+TEST(DeviceMemoryAccount, ALibrarysMemoryMadeBeforeTheFirstSegmentIsToldApartFromTheContext) {
+  const Snapshot cupy = testing::load_test_snapshot("memsnap-h200/cupy_before_first_segment.msgpack");
+  const DeviceMemoryAccount a = account_device_memory(cupy).at(0);
+  ASSERT_TRUE(a.before_first_segment_bytes && a.before_first_segment_libraries_bytes && a.context_bytes);
+  EXPECT_EQ(*a.before_first_segment_bytes, 824'180'736u);
+  EXPECT_EQ(*a.before_first_segment_libraries_bytes, 268'435'456u);
+  EXPECT_EQ(*a.before_first_segment_bytes - *a.before_first_segment_libraries_bytes, 555'745'280u);
+  EXPECT_EQ(*a.context_bytes, 555'745'280u);
+  EXPECT_NE(stats_to_text(compute_stats(cupy), cupy)
+                .find("786.00 MiB  this process then: 256.00 MiB of it other libraries' (recorded calls), the rest its "
+                      "CUDA context as created"),
+            std::string::npos);
 }
 
 // `memsnap record` around a JAX program (XLA_PYTHON_CLIENT_PREALLOCATE=false) on an H200: its

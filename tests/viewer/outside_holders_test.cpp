@@ -58,7 +58,7 @@ TEST(OutsideHolders, ARecordThatCannotSayGivesNothingAndSaysWhy) {
   EXPECT_TRUE(reason.empty());  // no record of such calls: nothing to say
 
   Snapshot unrecorded;
-  unrecorded.outside_memory = OutsideMemory{"another tool holds CUPTI's callbacks", {}, {}, 0};
+  unrecorded.outside_memory = OutsideMemory{"another tool holds CUPTI's callbacks", {}, {}, 0, {}};
   EXPECT_FALSE(outside_holders_at(unrecorded, 0, 5, reason).has_value());
   EXPECT_NE(reason.find("not recorded: another tool holds CUPTI's callbacks"), std::string::npos);
 

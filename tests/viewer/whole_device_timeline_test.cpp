@@ -93,6 +93,20 @@ TEST(WholeDeviceTimeline, BeforeTheOldestKeptEventTheLibrariesAreNotKnown) {
   EXPECT_EQ(w.peak_bytes, 650 * kMiB);
 }
 
+// A recording that began after the trace did (history turned on first, the calls outside the
+// allocator recorded from later): before it began, nothing is claimed of the libraries.
+TEST(WholeDeviceTimeline, BeforeTheRecordingBeganTheLibrariesAreNotKnown) {
+  Snapshot s = step();
+  s.outside_memory->recorded_since_us = 35;
+  const WholeDeviceTimeline w = whole_device_timeline(s, 0, kEverySample, 0, 6);
+  EXPECT_EQ(w.libraries_known_from, 2u);  // event 2 (t=50) is the first after t=35
+  EXPECT_NE(w.libraries_note.find("recorded from a later moment on"), std::string::npos) << w.libraries_note;
+  EXPECT_EQ(w.library_bytes[2], (std::vector<uint64_t>{300 * kMiB, 0}));
+  // Recorded from before the trace: as if it had always been.
+  s.outside_memory->recorded_since_us = 5;
+  EXPECT_EQ(whole_device_timeline(s, 0, kEverySample, 0, 6).libraries_known_from, 0u);
+}
+
 TEST(WholeDeviceTimeline, WhatCannotBePlacedIsSaidAndNotDrawn) {
   Snapshot unrecorded = step();
   unrecorded.outside_memory = OutsideMemory{};

@@ -330,6 +330,19 @@ await runChecked({ browser, server, problems, current }, async () => {
     await tab('stats');
   });
 
+  await step('the process before the allocator\'s first segment: its CUDA context as created', async () => {
+    const chip = page.locator('.chip', { hasText: 'nccl_cudnn_teardown_first_segment' });
+    if (await chip.count() === 0) return;  // not among the snapshots given
+    await chip.click();
+    await tab('stats');
+    await page.waitForSelector('table.device-memory');
+    // The same step's process after its teardown, on an H200 (tests/data/memsnap-h200/README.md).
+    const said = await page.locator('.device-memory ~ p.hint').first().innerText();
+    assert.match(said, /Before the allocator first asked the device for memory, this process held 530\.0 MiB there: its CUDA context as created/);
+    assert.match(said, /The CUDA context and unaccounted memory is 815\.7 MiB now/);
+    await shot('stats-before-first-segment');
+  });
+
   await step('private pools: named in stats, segments by pool, the OOM they caused', async () => {
     const withPools = page.locator('.chip', { hasText: 'pool_oom' });
     if (await withPools.count() === 0) return;  // not among the snapshots given

@@ -88,6 +88,10 @@ function deviceMemoryHtml(accounts) {
         <table class="data device-memory"><tbody>${rows.map(([name, bytes, colour]) => `<tr><td><span class="swatch" style="background:${colour}"></span>${escapeHtml(name)}</td>
           <td class="num">${humanBytes(bytes)}</td><td class="num">${percent(bytes, a.total_bytes)}</td>
           <td class="hint">${name === 'other processes' ? escapeHtml(others) : ''}</td></tr>`).join('')}</tbody></table>
+        ${a.before_first_segment_bytes != null ? `<p class="hint">Before the allocator first asked the device for memory, this process held ${humanBytes(a.before_first_segment_bytes)} there: ${
+          a.before_first_segment_libraries_bytes == null ? 'its CUDA context as created, with whatever it had allocated before'
+          : a.before_first_segment_libraries_bytes === 0 ? 'its CUDA context as created (no recorded call held memory yet)'
+          : `${humanBytes(a.before_first_segment_libraries_bytes)} of it other libraries' (recorded calls), the rest its CUDA context as created`}.${a.context_bytes != null ? ` The CUDA context and unaccounted memory is ${humanBytes(a.context_bytes)} now; beyond the context as created it can hold the code of kernels loaded as they first ran, local memory, and memory allocated before the calls were recorded.` : ''}</p>` : ''}
         ${a.note ? `<p class="hint">${escapeHtml(a.note)}.</p>` : ''}`;
     }).join('')}`;
 }
