@@ -60,6 +60,7 @@ TEST(FirstSegmentFigures, NotTakenForAFirstSegmentMadeForAPrivatePool) {
   device.begin_allocate_to_pool(kPool, [](StreamId) { return true; });
   const uintptr_t pooled = h.alloc(1 * kMiB);
   device.end_allocate_to_pool(kPool);
+  device.release_pool(kPool);  // (the scope's use of it)
   EXPECT_FALSE(device.figures_before_first_segment());
   const uintptr_t global = h.alloc(1 * kMiB);  // the device's own pools: a second segment
   EXPECT_FALSE(device.figures_before_first_segment());
