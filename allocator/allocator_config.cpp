@@ -275,6 +275,7 @@ Result<AllocatorConfig> allocator_config_from_environment() {
     Result<AllocatorConfig> parsed = parse_allocator_config(value);
     if (!parsed) return Result<AllocatorConfig>::failure(std::string(name) + ": " + parsed.error());
     config = parsed.value();
+    config.origin = name;
     break;
   }
   Result<bool> caching = caching_from_environment();

@@ -47,6 +47,9 @@ struct AllocatorConfig {
   bool caching = true;
 
   std::string source;                // the string these settings were parsed from
+  // Where that string came from: "" when the program gave it, else the environment variable
+  // (allocator_config_from_environment); says where a per_process_memory_fraction cap came from.
+  std::string origin;
   std::vector<std::string> notices;  // accepted keys that have no effect in memsnap
 
   bool operator==(const AllocatorConfig& other) const {

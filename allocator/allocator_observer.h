@@ -6,6 +6,7 @@
 
 #include "allocator/allocator_config.h"
 #include "allocator/block.h"
+#include "allocator/memory_cap.h"
 #include "allocator/out_of_memory.h"
 
 namespace memsnap {
@@ -33,6 +34,8 @@ class AllocatorObserver {
   // `config`).
   virtual void on_settings_changed(int /*device*/, const AllocatorConfig& /*config*/,
                                    const std::string& /*request*/) {}
+  // The cap on reserved memory was set or removed (memory_cap.h); it holds from the next event.
+  virtual void on_memory_cap_changed(int /*device*/, const std::optional<MemoryCap>& /*cap*/) {}
 };
 
 }  // namespace memsnap

@@ -39,7 +39,8 @@ CachingAllocator::CachingAllocator(std::shared_ptr<DeviceBackend> backend, Alloc
     devices_.push_back(std::make_unique<DeviceCachingAllocator>(d, *backend_, config_));
     // As PyTorch 2.11 applies per_process_memory_fraction: once, to each device as it is made.
     if (config_.per_process_memory_fraction < 1.0)
-      devices_.back()->set_memory_fraction(config_.per_process_memory_fraction);
+      devices_.back()->set_memory_fraction(config_.per_process_memory_fraction,
+                                           cap_source_of_settings(config_.origin));
   }
 }
 
@@ -167,8 +168,8 @@ void CachingAllocator::empty_cache() {
   for (auto& d : devices_) d->empty_cache();
 }
 
-void CachingAllocator::set_memory_fraction(double fraction, int device_index) {
-  device(device_index).set_memory_fraction(fraction);
+void CachingAllocator::set_memory_fraction(double fraction, int device_index, std::string source) {
+  device(device_index).set_memory_fraction(fraction, std::move(source));
 }
 
 DeviceStats CachingAllocator::device_stats(int device_index) const {

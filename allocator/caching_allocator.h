@@ -55,7 +55,8 @@ class CachingAllocator {
   // DeviceCachingAllocator::release_cached_segment on `device`.
   bool release_cached_segment(int device, void* address);
   void empty_cache();  // every device
-  void set_memory_fraction(double fraction, int device);
+  // `source`: who set it, for snapshots (memory_cap.h).
+  void set_memory_fraction(double fraction, int device, std::string source = std::string(kCapFromCode));
   DeviceStats device_stats(int device) const;
   void reset_peak_stats(int device);
   void reset_accumulated_stats(int device);

@@ -31,6 +31,7 @@
 #include "allocator/block_pool.h"
 #include "allocator/device_backend.h"
 #include "allocator/device_stats.h"
+#include "allocator/memory_cap.h"
 #include "allocator/out_of_memory.h"
 #include "allocator/pointer_map.h"
 #include "allocator/policy.h"
@@ -113,8 +114,14 @@ class DeviceCachingAllocator {
   // Returns the blocks whose pending frees' events have completed to the pools now, rather
   // than at the next allocation (replay: a recorded free_completed happened at this point).
   void collect_completed_frees();
-  // Caps reserved memory at `fraction` of the device's total (0 <= fraction <= 1).
-  void set_memory_fraction(double fraction);
+  // Caps reserved memory at `fraction` of the device's total (0 <= fraction <= 1; 1 removes
+  // the cap); `source` says who set it (memory_cap.h).
+  void set_memory_fraction(double fraction, std::string source = std::string(kCapFromCode));
+  // Sets the cap in bytes as it was (a replay of a recorded run), or removes it.
+  void set_memory_cap(std::optional<MemoryCap> cap);
+  std::optional<MemoryCap> memory_cap() const;
+  // The cap, for a caller that holds this device's lock (inside with_lock).
+  const std::optional<MemoryCap>& memory_cap_while_locked() const { return memory_cap_; }
 
   DeviceStats stats() const;
   // The device's figures (DeviceBackend::memory_info and device_processes) taken once, just
@@ -191,7 +198,7 @@ class DeviceCachingAllocator {
   Block* new_block();
   void recycle_block(Block* block);
   bool gc_enabled() const {
-    return memory_fraction_set_ && config_.garbage_collection_threshold > 0.0;
+    return memory_cap_ && config_.garbage_collection_threshold > 0.0;
   }
 
   // --- slow path (device_slow_path.cpp) ---
@@ -274,8 +281,7 @@ class DeviceCachingAllocator {
   DeviceStats stats_;  // unsettled (device_stats.h): stats() settles a copy
   bool segment_asked_ = false;  // ever: the figures before the first are taken once
   std::optional<DeviceMemoryFigures> figures_before_first_segment_;
-  bool memory_fraction_set_ = false;
-  size_t allowed_bytes_ = 0;  // reserved-memory cap when memory_fraction_set_
+  std::optional<MemoryCap> memory_cap_;  // reserved memory never exceeds its bytes
 
   std::vector<std::unique_ptr<Block>> block_storage_;  // owns every Block object
   std::vector<Block*> spare_blocks_;                   // recycled, ready for reuse

@@ -44,7 +44,7 @@ void check_layout(const SegmentRecord& layout) {
 std::vector<uintptr_t> DeviceCachingAllocator::restore_segment(const SegmentRecord& layout) {
   check_layout(layout);
   AllocatorLockGuard lock(mutex_);
-  if (memory_fraction_set_ && reserved_bytes() + layout.size > allowed_bytes_)
+  if (memory_cap_ && reserved_bytes() + layout.size > memory_cap_->bytes)
     throw std::invalid_argument("restore_segment: over the memory fraction");
   const std::optional<uintptr_t> address = backend_.reserve(device_, layout.size);
   if (!address) throw std::invalid_argument("restore_segment: the device has no room for it");

@@ -93,7 +93,7 @@ Block* DeviceCachingAllocator::reserve_segment(BlockPool& pool, StreamId stream,
                                                AllocatorLock& lock) {
   const size_t size = segment_size_for(rounded_size, config_);
   if (is_retry) stats_.num_alloc_retries += 1;
-  if (memory_fraction_set_ && reserved_bytes() + size > allowed_bytes_) return nullptr;
+  if (memory_cap_ && reserved_bytes() + size > memory_cap_->bytes) return nullptr;
   if (!segment_asked_) note_figures_before_first_segment();
   // A pool with its own segment source takes fixed segments from it, expandable segments or not.
   const std::shared_ptr<SegmentSource> source =
@@ -283,7 +283,7 @@ void DeviceCachingAllocator::erase_segment(
 // candidates, repeatedly), until reserved memory is back under the threshold.
 void DeviceCachingAllocator::garbage_collect_cached_blocks() {
   const auto threshold = static_cast<size_t>(config_.garbage_collection_threshold *
-                                             static_cast<double>(allowed_bytes_));
+                                             static_cast<double>(memory_cap_->bytes));
   if (reserved_bytes() <= threshold) return;
   const size_t target = reserved_bytes() - threshold;
   uint64_t total_age = 0;
@@ -395,7 +395,7 @@ void DeviceCachingAllocator::report_out_of_memory(size_t requested_size, size_t 
   info.reserved_bytes = reserved_bytes();
   info.private_pool_free_bytes = private_pool_free_bytes();
   if (pool != nullptr && pool->owner() != nullptr) info.pool = pool->owner()->id;
-  if (memory_fraction_set_) info.allowed_bytes = allowed_bytes_;
+  if (memory_cap_) info.allowed_bytes = memory_cap_->bytes;
   if (observer_) observer_->on_oom(device_, info);
   const std::vector<OomObserver> observers = oom_observers_;
   lock.unlock();  // observers may snapshot or free memory through the allocator
@@ -410,14 +410,27 @@ void DeviceCachingAllocator::empty_cache() {
 
 // As PyTorch 2.11: a fraction below 1 caps reserved memory (and lets garbage collection run,
 // garbage_collection_threshold being a fraction of that cap); 1 removes the cap.
-void DeviceCachingAllocator::set_memory_fraction(double fraction) {
+// The observer hears of the cap, so snapshots and replays know it (memory_cap.h).
+void DeviceCachingAllocator::set_memory_fraction(double fraction, std::string source) {
   if (!(fraction >= 0.0 && fraction <= 1.0))
     throw std::invalid_argument("memory fraction must be between 0 and 1, got " +
                                 std::to_string(fraction));
   const DeviceMemoryInfo memory = backend_.memory_info(device_);
+  std::optional<MemoryCap> cap;
+  if (fraction < 1.0)
+    cap = MemoryCap{static_cast<uint64_t>(fraction * static_cast<double>(memory.total_bytes)), fraction, std::move(source)};
+  set_memory_cap(std::move(cap));
+}
+
+void DeviceCachingAllocator::set_memory_cap(std::optional<MemoryCap> cap) {
   AllocatorLockGuard lock(mutex_);
-  memory_fraction_set_ = fraction < 1.0;
-  allowed_bytes_ = memory_fraction_set_ ? static_cast<size_t>(fraction * static_cast<double>(memory.total_bytes)) : 0;
+  memory_cap_ = std::move(cap);
+  if (observer_) observer_->on_memory_cap_changed(device_, memory_cap_);
+}
+
+std::optional<MemoryCap> DeviceCachingAllocator::memory_cap() const {
+  AllocatorLockGuard lock(mutex_);
+  return memory_cap_;
 }
 
 }  // namespace memsnap

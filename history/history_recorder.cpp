@@ -84,6 +84,8 @@ void HistoryRecorder::configure(const HistorySettings& settings, std::optional<i
           if (record.state.current(TraceStateKind::kSettings)) record.settings_changed = true;
           set_state(record, TraceStateKind::kSettings, config);
         }
+        // The cap now (set before recording began, or none): a trace always says its cap.
+        set_state(record, TraceStateKind::kMemoryCap, memory_cap_text(watched.memory_cap_while_locked()));
       }
     });
     if (!records) watched.set_observer(nullptr);
@@ -280,6 +282,12 @@ void HistoryRecorder::on_settings_changed(int device, const AllocatorConfig& con
   if (record == nullptr) return;
   record->settings_changed = true;
   set_state(*record, TraceStateKind::kSettings, to_config_string(config), request);
+}
+
+void HistoryRecorder::on_memory_cap_changed(int device, const std::optional<MemoryCap>& cap) {
+  DeviceRecord* record = record_at(device, HistoryLevel::kState);
+  if (record == nullptr) return;
+  set_state(*record, TraceStateKind::kMemoryCap, memory_cap_text(cap));
 }
 
 void HistoryRecorder::annotate(std::string name, bool start, std::optional<int> device) {

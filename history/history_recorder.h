@@ -153,6 +153,7 @@ class HistoryRecorder final : public AllocatorObserver {
                         size_t bytes) override;
   void on_oom(int device, const OomInfo& info) override;
   void on_settings_changed(int device, const AllocatorConfig& config, const std::string& request) override;
+  void on_memory_cap_changed(int device, const std::optional<MemoryCap>& cap) override;
 
   // For hooks that may outlive the recorder (the out-of-memory snapshot hook lives as long as
   // the allocator): a user takes `mutex` shared and uses the recorder only while `alive`; the

@@ -8,7 +8,7 @@ namespace memsnap {
 namespace {
 
 constexpr std::array<std::string_view, kTraceStateKindCount> kKindNames = {"settings", "user_metadata",
-                                                                           "compile_context"};
+                                                                           "compile_context", "memory_cap"};
 // Changes kept before older ones are folded into the base state (a fold is a linear pass).
 constexpr size_t kFoldAbove = 256;
 

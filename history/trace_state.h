@@ -13,15 +13,17 @@
 
 namespace memsnap {
 
-enum class TraceStateKind : uint8_t { kSettings, kUserMetadata, kCompileContext };
-inline constexpr int kTraceStateKindCount = 3;
+enum class TraceStateKind : uint8_t { kSettings, kUserMetadata, kCompileContext, kMemoryCap };
+inline constexpr int kTraceStateKindCount = 4;
 
 std::string_view trace_state_kind_name(TraceStateKind kind);  // "settings", "user_metadata", ...
 std::optional<TraceStateKind> trace_state_kind_from_name(std::string_view name);
 
 // From event `event_index` of its device's trace on (until the next change of the same kind),
 // events were recorded under `value`: for kSettings a configuration string
-// (allocator_config.h's grammar) of all the settings, else the text ("" for none).
+// (allocator_config.h's grammar) of all the settings, for kMemoryCap the cap on reserved memory
+// as memory_cap.h writes it ("none", or bytes, fraction and where it came from), else the text
+// ("" for none).
 struct TraceStateChange {
   uint64_t event_index = 0;
   TraceStateKind kind = TraceStateKind::kSettings;

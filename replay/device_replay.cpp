@@ -15,6 +15,7 @@
 #include "allocator/policy.h"
 #include "allocator/simulated_backend.h"
 #include "replay/capacity_over_time.h"
+#include "replay/recorded_caps.h"
 #include "snapshot/segment_pools.h"
 
 namespace memsnap {
@@ -82,25 +83,33 @@ struct RecordedReserve {
 };
 
 RecordedReserve recorded_reserve(const DeviceTrace& trace, const StartState& start,
-                                 const AllocatorConfig& recorded) {
+                                 const AllocatorConfig& recorded, const RecordedCaps& caps) {
   RecordedReserve out;
   int64_t reserved = static_cast<int64_t>(start.reserved_bytes);
   out.peak = start.reserved_bytes;
-  for (const TraceEntry& e : trace) {
+  for (size_t i = 0; i < trace.size(); ++i) {
+    const TraceEntry& e = trace[i];
     if (is_segment_growth(e.action)) reserved += static_cast<int64_t>(e.size);
     if (is_segment_shrink(e.action)) reserved -= static_cast<int64_t>(e.size);
     const auto now = static_cast<uint64_t>(std::max<int64_t>(reserved, 0));
     out.peak = std::max(out.peak, now);
-    // An oom entry's address is the device's free bytes then (PyTorch's and memsnap's).
-    if (e.action == TraceAction::kOom && e.address > 0 && !out.capacity_at_oom) {
+    // An oom entry's address is the device's free bytes then (PyTorch's and memsnap's; 0 when
+    // the device was full).
+    if (e.action == TraceAction::kOom && !out.capacity_at_oom) {
       const size_t needed = segment_size_for(round_size(std::max<uint64_t>(e.size, 1), recorded),
                                              recorded);
-      out.capped = e.address >= needed;
-      // Under a cap, all that is known is that it was at least the peak so far and below
-      // what the request needed on top of the reserved bytes; the replay takes the lower
-      // bound, so other settings are not credited with room the recording may not have had.
-      out.capacity_at_oom = out.capped ? std::max(out.peak, now) : now + e.address;
       out.oom_time_us = e.time_us;
+      if (caps.known()) {
+        // The cap is known: the device's room is what it was, and the replay runs under the cap.
+        out.capped = caps.at(i) && now + needed > caps.at(i)->bytes && e.address >= needed;
+        out.capacity_at_oom = now + e.address;
+        continue;
+      }
+      out.capped = e.address >= needed;
+      // Under a cap not recorded, all that is known is that it was at least the peak so far
+      // and below what the request needed on top of the reserved bytes; the replay takes the
+      // lower bound, so other settings are not credited with room the recording may not have had.
+      out.capacity_at_oom = out.capped ? std::max(out.peak, now) : now + e.address;
     }
   }
   return out;
@@ -125,6 +134,13 @@ AllocatorConfig settings_at_start(const std::vector<TraceStateChange>& changes, 
   return start.value();
 }
 
+// The settings a replay's allocator is made with: a memory cap comes from the recording's caps
+// (RecordedCaps), never from the settings' fraction of the simulated device.
+AllocatorConfig without_fraction(AllocatorConfig config) {
+  config.per_process_memory_fraction = 1.0;
+  return config;
+}
+
 class DeviceReplayer {
  public:
   DeviceReplayer(const Snapshot& snapshot, int device, const SnapshotReplayOptions& options,
@@ -133,17 +149,24 @@ class DeviceReplayer {
         options_(options),
         recorded_caching_(recorded.caching),
         settings_changes_(settings_changes(snapshot, device)),
-        follows_recording_(options.config == recorded),
-        start_config_(follows_recording_ ? settings_at_start(settings_changes_, recorded) : options.config) {
+        follows_recording_(without_fraction(options.config) == without_fraction(recorded)),
+        start_config_(without_fraction(follows_recording_ ? settings_at_start(settings_changes_, recorded)
+                                                          : options.config)),
+        caps_(snapshot, device, recorded) {
     const AllocatorConfig recorded_start = settings_at_start(settings_changes_, recorded);
     out_.device = device;
     out_.start = reconstruct_start_state(snapshot, device, recorded_start);
+    // A capacity given is the limit asked about: the recording's cap does not apply then.
+    if (!options.capacity_bytes && caps_.known()) {
+      out_.memory_cap = caps_.at(0);
+      out_.memory_cap_changes = caps_.changes();
+    }
     for (const SnapshotSegment& s : snapshot.segments) {
       if (s.device != device) continue;
       out_.recorded_final_reserved += s.total_size;
       final_segments_.push_back(&s);
     }
-    const RecordedReserve reserve = recorded_reserve(trace_, out_.start, recorded_start);
+    const RecordedReserve reserve = recorded_reserve(trace_, out_.start, recorded_start, caps_);
     out_.recorded_peak_reserved = reserve.peak;
     size_t capacity = kDefaultCapacity;
     out_.capacity_source = "default";
@@ -152,8 +175,9 @@ class DeviceReplayer {
       out_.capacity_source = "given";
     } else if (reserve.capacity_at_oom) {
       capacity = *reserve.capacity_at_oom;
-      out_.capacity_source = reserve.capped ? "memory cap at the recorded OOM"
-                                            : "reserved + device free at the recorded OOM";
+      out_.capacity_source = caps_.known()   ? "reserved + device free at the recorded OOM"
+                             : reserve.capped ? "memory cap at the recorded OOM"
+                                              : "reserved + device free at the recorded OOM";
     } else {
       for (const DeviceInfo& info : snapshot.devices)
         if (info.index == device && info.total_memory > 0) {
@@ -203,6 +227,10 @@ class DeviceReplayer {
     CachingAllocator allocator(backend_, start_config_);
     allocator_ = &allocator;
     restore_start_state();
+    // After the start state: the cap is checked when memory is reserved, and what the trace
+    // began with was reserved before.
+    const bool capped = !options_.capacity_bytes && caps_.known();
+    size_t next_cap = 0;
     allocator.set_observer(&watcher_);
     size_t next_change = 0;
     size_t failed_before = 0;
@@ -214,6 +242,8 @@ class DeviceReplayer {
       if (capacity_walk) backend_->set_capacity_bytes(capacity_walk->at(e.time_us));
       while (next_change < settings_changes_.size() && settings_changes_[next_change].event_index <= index_)
         change_settings(settings_changes_[next_change++]);
+      for (; capped && next_cap < caps_.list().size() && caps_.list()[next_cap].first <= index_; ++next_cap)
+        allocator.device(0).set_memory_cap(caps_.list()[next_cap].second);
       // The replay's own releases are matched with the recorded ones that follow the event
       // which made them (a free with caching off, an allocation's recovery).
       if (!is_segment_shrink(e.action)) watcher_.forget_released();
@@ -565,6 +595,7 @@ class DeviceReplayer {
   const std::vector<TraceStateChange> settings_changes_;  // the program's, in event order
   const bool follows_recording_;  // replaying under the recorded settings
   const AllocatorConfig start_config_;  // the replay's settings at the first event
+  const RecordedCaps caps_;
   std::vector<const SnapshotSegment*> final_segments_;
   std::unordered_map<size_t, MempoolId> allocation_pools_;  // trace index -> private pool
   std::set<MempoolId> pools_in_use_;  // pools the replay holds one use of

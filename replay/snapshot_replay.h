@@ -62,6 +62,11 @@ struct DeviceReplay {
   // each entry, and this says so (with the least and the most it was); "" when it stays
   // capacity_bytes throughout.
   std::string capacity_over_time;
+  // The recording's memory cap, which the replay runs under (recorded_caps.h): the cap at the
+  // trace's start and how many times it was set in all; unset and 0 where the file does not
+  // say, or a capacity was given (it is then the limit asked about).
+  std::optional<MemoryCap> memory_cap;
+  size_t memory_cap_changes = 0;
   uint64_t least_capacity_bytes = 0, most_capacity_bytes = 0;
   StartState start;  // reconstructed state at the first event
   size_t events = 0;

@@ -131,8 +131,10 @@ class JsonStream {
     }
     put("],\"devices\":");
     nlohmann::json devices = nlohmann::json::array();
-    for (const DeviceInfo& d : snapshot_.devices)
+    for (const DeviceInfo& d : snapshot_.devices) {
       devices.push_back({{"index", d.index}, {"name", d.name}, {"total_memory", d.total_memory}});
+      if (d.memory_cap) devices.back()["memory_cap"] = memory_cap_text(d.memory_cap);
+    }
     put(text(devices));
     put(",\"external_annotations\":[");
     for (size_t i = 0; i < snapshot_.external_annotations.size(); ++i) {

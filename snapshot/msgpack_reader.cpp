@@ -227,11 +227,20 @@ class Reader {
     const size_t count = device_count(in.array(where), snapshot_.devices.size(), where);
     for (size_t i = 0; i < count; ++i) {
       const Where item = where.element(i);
-      in.array(item, 3);
+      // [index, name, total_memory] and, under a cap, the cap as memory_cap.h writes it.
+      const size_t fields = in.array(item);
+      if (fields != 3 && fields != 4) fail(item, "expected 3 or 4 fields, got " + std::to_string(fields));
       const int64_t index = device_index(in.integer(item), item.field("index"));
       std::string name(in.str(item));
       budget_.charge(2 * sizeof(DeviceInfo) + string_cost(name));
-      snapshot_.devices.push_back({index, std::move(name), in.uint(item)});
+      DeviceInfo& device = snapshot_.devices.emplace_back(DeviceInfo{index, std::move(name), in.uint(item), {}});
+      if (fields == 4) {
+        const std::string_view text = in.str(item.field("memory_cap"));
+        budget_.charge(string_cost(text));
+        std::string error;
+        device.memory_cap = parse_memory_cap_text(text, &error);
+        if (!error.empty()) fail(item.field("memory_cap"), error);
+      }
     }
   }
 

@@ -185,10 +185,11 @@ void write_msgpack(const Snapshot& snapshot, const ByteSink& sink) {
   pack_string(out, "devices");
   pack_array_header(out, snapshot.devices);
   for (const DeviceInfo& device : snapshot.devices) {
-    out.pack_array(3);
+    out.pack_array(device.memory_cap ? 4 : 3);
     out.pack_int64(device.index);
     pack_string(out, device.name);
     out.pack_uint64(device.total_memory);
+    if (device.memory_cap) pack_string(out, memory_cap_text(device.memory_cap));
   }
 
   pack_string(out, "allocator_settings");

@@ -1,5 +1,6 @@
 #include "snapshot/pickle_extras.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -42,6 +43,25 @@ void copy_stacks(const Snapshot& from, OutsideMemory& outside, SnapshotStackTabl
   for (OutsideEvent& e : outside.events) copy(e.allocation.stack);
 }
 
+// The state changes PyTorch's trace entries have no key for: the settings and the memory cap
+// (user metadata and the compile context are written on every entry).
+bool kept_in_extras(const TraceStateChange& change) {
+  return change.kind == TraceStateKind::kSettings || change.kind == TraceStateKind::kMemoryCap;
+}
+
+std::vector<std::vector<TraceStateChange>> extra_state_changes(const std::vector<std::vector<TraceStateChange>>& all) {
+  std::vector<std::vector<TraceStateChange>> out(all.size());
+  bool any = false;
+  for (size_t d = 0; d < all.size(); ++d)
+    for (const TraceStateChange& change : all[d])
+      if (kept_in_extras(change)) {
+        out[d].push_back(change);
+        any = true;
+      }
+  if (!any) out.clear();
+  return out;
+}
+
 }  // namespace
 
 std::string pickle_extras_text(const Snapshot& snapshot) {
@@ -51,9 +71,13 @@ std::string pickle_extras_text(const Snapshot& snapshot) {
   extras.statistics = snapshot.statistics;
   extras.device_memory = snapshot.device_memory;
   extras.device_memory_before_first_segment = snapshot.device_memory_before_first_segment;
+  extras.trace_state_changes = extra_state_changes(snapshot.trace_state_changes);
   const bool has_process = snapshot.process.pid != 0 || !snapshot.process.host.empty();
+  const bool has_cap = std::any_of(extras.devices.begin(), extras.devices.end(),
+                                   [](const DeviceInfo& d) { return d.memory_cap.has_value(); });
   if (!has_process && extras.statistics.empty() && extras.device_memory.empty() &&
-      extras.device_memory_before_first_segment.empty() && !snapshot.outside_memory)
+      extras.device_memory_before_first_segment.empty() && !snapshot.outside_memory &&
+      extras.trace_state_changes.empty() && !has_cap)
     return "";
   // The pickle's times are Unix time (its trace's and annotations' are written so).
   const int64_t to_unix_us = snapshot.process.clock_offset_us;
@@ -80,6 +104,17 @@ std::optional<std::string> merge_pickle_extras(std::string_view text, Snapshot& 
   Snapshot& extras = read.value();
   if (into.process == ProcessInfo{}) into.process = extras.process;
   if (into.devices.empty()) into.devices = std::move(extras.devices);
+  // Settings and cap changes, by device, beside those the pickle's entries carried.
+  for (size_t d = 0; d < extras.trace_state_changes.size(); ++d) {
+    if (extras.trace_state_changes[d].empty()) continue;
+    if (into.trace_state_changes.size() <= d) into.trace_state_changes.resize(d + 1);
+    std::vector<TraceStateChange>& changes = into.trace_state_changes[d];
+    if (std::any_of(changes.begin(), changes.end(), kept_in_extras)) continue;
+    changes.insert(changes.end(), extras.trace_state_changes[d].begin(), extras.trace_state_changes[d].end());
+    std::stable_sort(changes.begin(), changes.end(), [](const TraceStateChange& a, const TraceStateChange& b) {
+      return a.event_index < b.event_index;
+    });
+  }
   if (into.statistics.empty()) into.statistics = std::move(extras.statistics);
   if (into.device_memory.empty()) into.device_memory = std::move(extras.device_memory);
   if (into.device_memory_before_first_segment.empty())

@@ -74,7 +74,9 @@ PyTorchDocument::PyTorchDocument(pickle::ValueStore& store) : store_(store) {
   k_host_ = key("host"); k_pid_ = key("pid"); k_rank_ = key("rank");
   k_local_rank_ = key("local_rank"); k_world_size_ = key("world_size");
   k_time_unix_us_ = key("time_unix_us"); k_clock_offset_us_ = key("clock_offset_us");
-  k_index_ = key("index"); k_total_memory_ = key("total_memory");
+  k_index_ = key("index"); k_total_memory_ = key("total_memory"); k_memory_cap_ = key("memory_cap");
+  k_trace_state_changes_ = key("trace_state_changes"); k_event_index_ = key("event_index"); k_kind_ = key("kind");
+  k_value_ = key("value"); k_request_ = key("request");
   k_forward_frames_ = key("forward_frames"); k_memsnap_ = key(kPickleExtrasKey);
 }
 
@@ -608,7 +610,33 @@ void PyTorchDocument::convert_extras(const Object& root, Snapshot& out) {
       if (index < 0 || index >= static_cast<int64_t>(kMaxDevices))
         fail(dot(where, "index"), "device " + std::to_string(index) + " is out of range (0 to " +
                                       std::to_string(kMaxDevices - 1) + ")");
-      out.devices.push_back({index, string_field(d, k_name_, where, ""), uint_field(d, k_total_memory_, where, 0)});
+      DeviceInfo& device =
+          out.devices.emplace_back(DeviceInfo{index, string_field(d, k_name_, where, ""), uint_field(d, k_total_memory_, where, 0), {}});
+      const std::string cap = string_field(d, k_memory_cap_, where, "none");
+      std::string error;
+      device.memory_cap = parse_memory_cap_text(cap, &error);
+      if (!error.empty()) fail(dot(where, "memory_cap"), error);
+    }
+  }
+  // memsnap's JSON export: where what the trace's events were recorded under changed.
+  const Value changes = field(root, k_trace_state_changes_);
+  if (!(changes == kMissing)) {
+    const Object& by_device = list_at(changes, "trace_state_changes");
+    if (by_device.items.size() > kMaxDevices)
+      fail("trace_state_changes", "more than " + std::to_string(kMaxDevices) + " devices");
+    for (size_t d = 0; d < by_device.items.size(); ++d) {
+      const Object& list = list_at(by_device.items[d], at("trace_state_changes", d));
+      auto& device_changes = out.trace_state_changes.emplace_back();
+      for (size_t i = 0; i < list.items.size(); ++i) {
+        const std::string where = at(at("trace_state_changes", d), i);
+        const Object& c = dict_at(list.items[i], where);
+        const std::optional<TraceStateKind> kind = trace_state_kind_from_name(string_field(c, k_kind_, where, ""));
+        if (!kind) fail(dot(where, "kind"), "unknown kind of trace state change");
+        TraceStateChange change{uint_field(c, k_event_index_, where, 0, true), *kind, string_field(c, k_value_, where, ""),
+                                string_field(c, k_request_, where, "")};
+        store_.charge(sizeof(TraceStateChange) + string_cost(change.value) + string_cost(change.request));
+        device_changes.push_back(std::move(change));
+      }
     }
   }
   const Value statistics = field(root, k_statistics_);
@@ -682,7 +710,7 @@ Snapshot PyTorchDocument::convert(Value root) {
   if (!(extras == kMissing))
     if (const std::optional<std::string> error = merge_pickle_extras(store_.text(extras), out)) throw std::runtime_error(*error);
   if (out.devices.empty())
-    for (int64_t d = 0; d < device_count; ++d) out.devices.push_back({d, "", 0});
+    for (int64_t d = 0; d < device_count; ++d) out.devices.push_back({d, "", 0, {}});
   return out;
 }
 

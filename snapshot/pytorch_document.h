@@ -109,7 +109,8 @@ class PyTorchDocument final : public pickle::Lowering {
       k_active_size_, k_requested_size_, k_segment_type_, k_segment_pool_id_, k_is_expandable_,
       k_blocks_, k_state_, k_history_, k_real_size_, k_stage_, k_source_, k_format_, k_process_, k_devices_,
       k_statistics_, k_host_, k_pid_, k_rank_, k_local_rank_, k_world_size_, k_time_unix_us_, k_clock_offset_us_, k_index_,
-      k_total_memory_, k_forward_frames_, k_memsnap_;
+      k_total_memory_, k_forward_frames_, k_memsnap_, k_memory_cap_, k_trace_state_changes_, k_event_index_, k_kind_,
+      k_value_, k_request_;
   std::vector<FrameKey> frames_;
   std::unordered_map<FrameKey, uint32_t, FrameKeyHash> frame_ids_;
   std::vector<std::vector<uint32_t>> stacks_;

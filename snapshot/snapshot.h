@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "allocator/allocator_state.h"
+#include "allocator/memory_cap.h"
 #include "history/trace_action.h"
 #include "history/trace_state.h"
 #include "snapshot/annotation_list.h"
@@ -101,6 +102,9 @@ struct DeviceInfo {
   int64_t index = 0;
   std::string name;
   uint64_t total_memory = 0;
+  // The cap on what the allocator may reserve there when the snapshot was taken, and where it
+  // came from; unset where none was set (or the file does not say: PyTorch's pickles).
+  std::optional<MemoryCap> memory_cap = std::nullopt;
   bool operator==(const DeviceInfo&) const = default;
 };
 

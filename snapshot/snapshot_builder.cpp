@@ -149,7 +149,7 @@ Snapshot take_snapshot(CachingAllocator& allocator, HistoryRecorder* recorder,
       snapshot.segments.push_back(segment_of(record, recorder, stacks));
     snapshot.statistics.push_back(to_memory_stats(allocator.device_stats(d)));
     const DeviceMemoryInfo memory = allocator.backend().memory_info(d);
-    snapshot.devices.push_back({d, allocator.backend().device_name(d), memory.total_bytes});
+    snapshot.devices.push_back({d, allocator.backend().device_name(d), memory.total_bytes, allocator.device(d).memory_cap()});
     DeviceMemorySample& sample = snapshot.device_memory.emplace_back();
     sample.device = d;
     sample.total_bytes = memory.total_bytes;

@@ -10,6 +10,8 @@
 #include "viewer/byte_text.h"
 #include "viewer/frame_labels.h"
 #include "viewer/growth_steps.h"
+#include "viewer/oom_state.h"
+#include "viewer/replay_fidelity.h"
 
 namespace memsnap {
 namespace {
@@ -91,7 +93,9 @@ Result<DevicePreset> find_device_preset(const std::string& name) {
 }
 
 Result<FitEstimate> estimate_fit(const Snapshot& snapshot, const FitOptions& options) {
-  if (options.capacity_bytes == 0) return Result<FitEstimate>::failure("estimate: the device's memory must be given");
+  // Without a capacity: the recording's own device and cap, where the recording ran out of
+  // memory or not (what a replay of it on that device does).
+  const bool as_recorded = options.capacity_bytes == 0;
   FitEstimate out;
   out.device = options.device.value_or(busiest_device(snapshot));
   if (out.device < 0 || static_cast<size_t>(out.device) >= snapshot.device_traces.size() ||
@@ -109,10 +113,11 @@ Result<FitEstimate> estimate_fit(const Snapshot& snapshot, const FitOptions& opt
 
   SnapshotReplayOptions replay_options;
   replay_options.config = config.value();
-  replay_options.capacity_bytes = options.capacity_bytes;
+  if (!as_recorded) replay_options.capacity_bytes = options.capacity_bytes;
+  std::optional<ReplayFailure> raw_failure;
   size_t window = 0;
   uint64_t allocated_before = 0;
-  uint64_t allocated_at_reserved_peak = 0;
+  uint64_t most_allocated_at_reserved_peak = 0;
   replay_options.after_entry = [&](int device, size_t entry, const DeviceStats& stats, bool failed) {
     if (device != out.device) return true;
     const auto allocated = static_cast<uint64_t>(stats.allocated_bytes[kAggregate].current);
@@ -132,11 +137,16 @@ Result<FitEstimate> estimate_fit(const Snapshot& snapshot, const FitOptions& opt
     out.peak_allocated_bytes = std::max(out.peak_allocated_bytes, allocated);
     if (reserved > out.peak_reserved_bytes) {
       out.peak_reserved_bytes = reserved;
-      allocated_at_reserved_peak = allocated;
+      most_allocated_at_reserved_peak = allocated;
+    } else if (reserved == out.peak_reserved_bytes) {
+      most_allocated_at_reserved_peak = std::max(most_allocated_at_reserved_peak, allocated);
     }
     if (!failed) return true;
     const TraceEntry e = trace[entry];
     FitFailure failure;
+    raw_failure = ReplayFailure{entry, e.size, allocated, static_cast<uint64_t>(stats.requested_bytes[kAggregate].current),
+                                static_cast<uint64_t>(stats.allocation[kAggregate].current), reserved,
+                                static_cast<uint64_t>(stats.active_bytes[kAggregate].current)};
     failure.entry = entry;
     failure.step = window < out.steps.size() && entry >= out.steps[window].first_entry ? out.steps[window].name : "";
     failure.requested_bytes = e.size;
@@ -156,11 +166,48 @@ Result<FitEstimate> estimate_fit(const Snapshot& snapshot, const FitOptions& opt
       return Result<FitEstimate>::failure("estimate: the allocator's invariants were violated during the replay");
     out.device_mallocs = d.stats.num_device_alloc;
     out.alloc_retries = d.stats.num_alloc_retries;
+    if (as_recorded) {
+      out.capacity_bytes = d.capacity_bytes;
+      out.capacity_source = "the recording's own device (" + d.capacity_source + ")" +
+                            (d.memory_cap ? ", under its " + memory_cap_words(*d.memory_cap).substr(2) : "");
+    }
+    // What the trace began with (a trace that wrapped, or recording that started late) was
+    // live at the first step's start.
+    if (!out.steps.empty() && out.steps.front().first_entry == 0) out.steps.front().allocated_at_start_bytes = d.start.live_bytes;
+    out.reproduced = true;
+    if (options.check_replay && records_segments(d)) {
+      // A recording: the replays speak for it only if one under its own settings reproduces it.
+      SnapshotReplayOptions recorded_run;
+      const Result<AllocatorConfig> recorded = recorded_allocator_config(snapshot);
+      if (recorded) recorded_run.config = recorded.value();
+      const Result<SnapshotReplay> check = recorded ? replay_snapshot(snapshot, recorded_run) : Result<SnapshotReplay>::failure(recorded.error());
+      out.reproduced = false;
+      out.fidelity = check ? "the recording's own settings could not be replayed on its device" : check.error();
+      if (check)
+        for (const DeviceReplay& r : check->devices)
+          if (r.device == out.device) {
+            const ReplayFidelity fidelity = replay_fidelity(r);
+            out.reproduced = fidelity.reproduced;
+            out.fidelity = fidelity.reproduced ? fidelity.words : fidelity.shortfall;
+          }
+    }
   }
-  if (out.failure && options.capacity_bytes < kUnlimitedBytes) {
+  if (out.failure && raw_failure) {
+    // Why it failed: where the recording failed there too (its own device), the recorded
+    // error's cause, word for word what explain-oom says; elsewhere, from the replay's figures.
+    const Result<OomState> recorded_error = as_recorded && trace[raw_failure->entry].action == TraceAction::kOom
+                                                ? oom_state(snapshot, out.device)
+                                                : Result<OomState>::failure("");
+    if (recorded_error && recorded_error->entry == raw_failure->entry)
+      out.failure->cause = recorded_error->diagnosis;
+    else
+      out.failure->cause = decide_replay_failure(*raw_failure, out.capacity_bytes);
+  }
+  if (out.failure && out.capacity_bytes < kUnlimitedBytes) {
     FitOptions unlimited = options;
     unlimited.capacity_bytes = kUnlimitedBytes;
     unlimited.tune = false;
+    unlimited.check_replay = false;
     Result<FitEstimate> needed = estimate_fit(snapshot, unlimited);
     if (needed && !needed->failure) {
       out.failure->unlimited_peak_requested_bytes = needed->peak_requested_bytes;
@@ -174,23 +221,33 @@ Result<FitEstimate> estimate_fit(const Snapshot& snapshot, const FitOptions& opt
                     out.steps.end());
   }
   if (out.peak_reserved_bytes > 0)
-    out.free_at_reserved_peak = static_cast<double>(out.peak_reserved_bytes - allocated_at_reserved_peak) /
-                                static_cast<double>(out.peak_reserved_bytes);
+    out.free_at_reserved_peak =
+        static_cast<double>(out.peak_reserved_bytes - std::min(out.peak_reserved_bytes, most_allocated_at_reserved_peak)) /
+        static_cast<double>(out.peak_reserved_bytes);
   if (options.tune) {
+    // On the recording's own device with its own settings, the advice is memsnap tune's.
     TuneOptions tune;
     tune.device = out.device;
-    tune.capacity_bytes = options.capacity_bytes;
-    tune.baseline = config.value();
+    if (!as_recorded) tune.capacity_bytes = options.capacity_bytes;
+    if (!as_recorded || options.settings) tune.baseline = config.value();
     Result<SettingsAdvice> advice = tune_settings(snapshot, tune);
     if (advice)
       out.advice = std::move(advice).value();
     else
       out.advice_error = advice.error();
   }
+  decide_fit(out);
   return out;
 }
 
-std::string fit_estimate_verdict(const FitEstimate& estimate) {
+std::string fit_estimate_verdict(const FitEstimate& estimate) { return estimate.verdict.sentence; }
+
+namespace {
+
+std::string fit_sentence(const FitEstimate& estimate) {
+  if (!estimate.reproduced)
+    return "Cannot judge whether it fits, because the replay under the recorded settings does not reproduce the "
+           "recording: " + estimate.fidelity + ".";
   if (estimate.failure) {
     const FitFailure& f = *estimate.failure;
     std::string where = f.step.empty() ? "" : " in " + f.step;
@@ -198,19 +255,35 @@ std::string fit_estimate_verdict(const FitEstimate& estimate) {
     std::string out = "Does not fit: it runs out of memory" + where + site + ", asking for " + bytes(f.requested_bytes) +
                       " with " + bytes(f.allocated_bytes) + " allocated and " + bytes(f.reserved_bytes) +
                       " reserved of " + bytes(estimate.capacity_bytes) + ".";
-    if (f.unlimited_peak_reserved_bytes > 0) {
+    out += " " + f.cause.verdict.sentence;
+    if (f.unlimited_peak_reserved_bytes > 0)
       out += " Without a limit it would peak at " + bytes(f.unlimited_peak_allocated_bytes) + " allocated and " +
-             bytes(f.unlimited_peak_reserved_bytes) + " reserved";
-      out += f.unlimited_peak_requested_bytes > estimate.capacity_bytes
-                 ? "; its live tensors alone ask for " + bytes(f.unlimited_peak_requested_bytes) +
-                       " at once, more than the device has, whatever the settings."
-                 : ".";
-    }
+             bytes(f.unlimited_peak_reserved_bytes) + " reserved.";
     return out;
   }
   return "Fits: peak reserved " + bytes(estimate.peak_reserved_bytes) + " of " + bytes(estimate.capacity_bytes) +
          " (" + bytes(estimate.capacity_bytes - estimate.peak_reserved_bytes) + " to spare), peak allocated " +
          bytes(estimate.peak_allocated_bytes) + ".";
+}
+
+}  // namespace
+
+void decide_fit(FitEstimate& estimate) {
+  Verdict& v = estimate.verdict;
+  v = Verdict{};
+  v.kind = VerdictKind::kFit;
+  v.answer = !estimate.reproduced ? std::string(kCannotJudgeAnswer) : estimate.failure ? "does_not_fit" : "fits";
+  if (!estimate.reproduced) v.reason = "the replay under the recorded settings does not reproduce the recording: " + estimate.fidelity;
+  v.sentence = fit_sentence(estimate);
+  v.basis = "a replay of the trace on a device of " + bytes(estimate.capacity_bytes) +
+            (estimate.fidelity.empty() ? "" : " (" + estimate.fidelity + ")");
+  v.add("capacity_bytes", estimate.capacity_bytes);
+  v.add("peak_reserved_bytes", estimate.peak_reserved_bytes);
+  v.add("peak_allocated_bytes", estimate.peak_allocated_bytes);
+  if (estimate.failure) {
+    v.add("failed_request_bytes", estimate.failure->requested_bytes);
+    v.add("allocated_at_failure_bytes", estimate.failure->allocated_bytes);
+  }
 }
 
 nlohmann::json fit_estimate_to_json(const FitEstimate& estimate) {
@@ -234,6 +307,8 @@ nlohmann::json fit_estimate_to_json(const FitEstimate& estimate) {
                {"reserved_bytes", f.reserved_bytes},
                {"site", f.site},
                {"frames", f.frames},
+               {"cause", oom_cause_name(f.cause.cause)},
+               {"cause_verdict", verdict_to_json(f.cause.verdict)},
                {"unlimited_peak_requested_bytes", f.unlimited_peak_requested_bytes},
                {"unlimited_peak_allocated_bytes", f.unlimited_peak_allocated_bytes},
                {"unlimited_peak_reserved_bytes", f.unlimited_peak_reserved_bytes}};
@@ -244,6 +319,9 @@ nlohmann::json fit_estimate_to_json(const FitEstimate& estimate) {
           {"settings", estimate.settings},
           {"fits", estimate.fits()},
           {"verdict", fit_estimate_verdict(estimate)},
+          {"judgement", verdict_to_json(estimate.verdict)},
+          {"reproduced", estimate.reproduced},
+          {"fidelity", estimate.fidelity},
           {"entries", estimate.entries},
           {"peak_requested_bytes", estimate.peak_requested_bytes},
           {"peak_allocated_bytes", estimate.peak_allocated_bytes},
@@ -271,8 +349,8 @@ std::string fit_estimate_to_text(const FitEstimate& estimate) {
                   bytes(s.peak_reserved_bytes).c_str(), s.completed ? "" : "  out of memory");
     out += line;
   }
-  out += "\nAt the reserved peak " + percent(estimate.free_at_reserved_peak) +
-         " of reserved memory held no allocation (cached free blocks).\n";
+  out += "\nWhile reserved memory stood at its peak, at least " + percent(estimate.free_at_reserved_peak) +
+         " of it held no allocation (cached free blocks).\n";
   if (estimate.failure) {
     out += "\nThe allocation that fails (" + bytes(estimate.failure->requested_bytes) + ", stream " +
            std::to_string(estimate.failure->stream) + "):\n";

@@ -22,7 +22,9 @@
 
 #include "allocator/result.h"
 #include "snapshot/snapshot.h"
+#include "viewer/oom_cause.h"
 #include "viewer/settings_advisor.h"
+#include "viewer/verdict.h"
 
 namespace memsnap {
 
@@ -40,11 +42,17 @@ const std::vector<DevicePreset>& device_presets();
 Result<DevicePreset> find_device_preset(const std::string& name);
 
 struct FitOptions {
-  uint64_t capacity_bytes = 0;         // what the allocator may reserve on the device (required)
+  // What the allocator may reserve on the device; 0: the recording's own device and cap (then
+  // a recorded out-of-memory error recurs where it happened, with explain-oom's cause, and the
+  // advice is memsnap tune's).
+  uint64_t capacity_bytes = 0;
   std::string capacity_source;         // how the capacity was chosen, for the report
   std::optional<std::string> settings;  // PYTORCH_CUDA_ALLOC_CONF; unset: the snapshot's own
   std::optional<int64_t> device;       // default: the device with the longest trace
   bool tune = true;                    // also rank other settings on this device
+  // Check that a replay of a recording under its own settings reproduces it (replay_fidelity.h)
+  // before answering; the estimate's own inner replays skip it.
+  bool check_replay = true;
 };
 
 struct StepFit {
@@ -66,6 +74,7 @@ struct FitFailure {
   uint64_t reserved_bytes = 0;
   std::string site;                 // the user's line (frame_labels.h's headline)
   std::vector<std::string> frames;  // innermost first
+  OomDiagnosis cause;               // why it failed there (oom_cause.h)
   // The whole trace replayed under the same settings on a device with no limit: what the
   // program needs. The allocated peak above the capacity means no setting can make it fit.
   uint64_t unlimited_peak_requested_bytes = 0;  // the requests' own bytes: the same under any settings
@@ -82,7 +91,8 @@ struct FitEstimate {
   uint64_t peak_requested_bytes = 0;  // bytes the live allocations asked for, before rounding
   uint64_t peak_allocated_bytes = 0;
   uint64_t peak_reserved_bytes = 0;
-  // At the reserved peak: the share of reserved bytes no allocation held.
+  // While reserved memory stood at its peak: the least share of it no allocation held (at every
+  // moment of the peak at least this much was cached free).
   double free_at_reserved_peak = 0;
   int64_t device_mallocs = 0;
   int64_t alloc_retries = 0;
@@ -90,12 +100,21 @@ struct FitEstimate {
   std::optional<FitFailure> failure;
   std::optional<SettingsAdvice> advice;
   std::string advice_error;  // why there is no advice, when tune could not run
+  // Whether a replay of a recorded run under its own settings reproduced it (replay_fidelity.h);
+  // a trace of requests (memsnap.estimate's capture) has nothing to reproduce.
+  bool reproduced = true;
+  std::string fidelity;
+  // "fits", "does_not_fit", or cannot_judge (a recording the replays do not reproduce).
+  Verdict verdict;
   bool fits() const { return !failure.has_value(); }
 };
 
 Result<FitEstimate> estimate_fit(const Snapshot& snapshot, const FitOptions& options);
 
-// One sentence: fits with how much to spare, or where it runs out.
+// The verdict (estimate_fit ends with it): fits with how much to spare, where it runs out and
+// why, or that it cannot judge.
+void decide_fit(FitEstimate& estimate);
+// Its sentence.
 std::string fit_estimate_verdict(const FitEstimate& estimate);
 nlohmann::json fit_estimate_to_json(const FitEstimate& estimate);
 std::string fit_estimate_to_text(const FitEstimate& estimate);

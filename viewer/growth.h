@@ -1,17 +1,26 @@
 // Memory that grows from step to step, by the call site that allocates it: what leaks.
 //
-// Steps come from growth_steps.h. At each step's start, the memory live then is summed by the
-// stack that allocated it, memory allocated before the trace's first event included (a trace
-// that wrapped, or recording that started late, begins mid-run: that memory is live and
-// counted, under no call site, until the trace frees it). A call site grows when its live
-// bytes rise steadily over the steps compared: up over the whole stretch and over each half of
-// it, no single step making most of the rise. The steps compared leave out the first (it warms
-// up) and every step before memory from before the trace stopped being freed (until then a
-// site that reallocates it looks as if it grew). The rate is a least-squares slope over them.
+// Steps come from growth_steps.h (the outermost repeating unit the annotations name). At each
+// step's start, the memory live then is summed by the stack that allocated it, memory allocated
+// before the trace's first event included (a trace that wrapped, or recording that started late,
+// begins mid-run: that memory is live and counted, under no call site, until the trace frees
+// it). The steps compared leave out the first (it warms up) and every step before memory from
+// before the trace stopped being freed (until then a site that reallocates it looks as if it
+// grew).
 //
-// Each conclusion is one of: growing sites, nothing grows, or cannot judge — too few steps
-// to compare, a trace without frees, or step starts the trace's microsecond clock cannot
-// place among its events in a way that leaves the answer the same either way.
+// A call site grows when its live bytes trend up over every step compared (Kendall's tau at
+// least 0.6, still rising in the second half), or never fall over a run of the last steps in
+// which nearly every step rises (a leak that began late; at least 8 steps and a quarter of
+// those compared); and in either, no single step makes most of the rise (a buffer that grew
+// once, a cache filled). No one sample decides. The rate is the Theil–Sen slope over the steps
+// it grows in. Memory the program freed that waits for other streams' work (record_stream)
+// counts as held, and is said apart.
+//
+// Each conclusion is one of: growing sites, nothing grows, or cannot judge — too few steps to
+// compare, a trace of allocations alone (no free, no segment event: it cannot tell a program
+// that frees nothing from history kept at level 'alloc'), or step starts the trace's
+// microsecond clock cannot place among its events in a way that leaves the answer the same
+// either way.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +32,7 @@
 
 #include "allocator/result.h"
 #include "snapshot/snapshot.h"
+#include "viewer/verdict.h"
 
 namespace memsnap {
 
@@ -32,8 +42,13 @@ inline constexpr size_t kMinComparedSteps = 5;
 struct GrowthSite {
   StackIndex stack = kNoStackIndex;
   std::vector<uint64_t> bytes;  // live at each step's start
-  double bytes_per_step = 0;    // least-squares slope over the steps compared
-  int64_t growth_bytes = 0;     // the last step's start minus the first compared step's
+  size_t from_step = 0;         // index into Growth::step_events of the step it grows from
+  double bytes_per_step = 0;    // the Theil–Sen slope from there
+  int64_t growth_bytes = 0;     // the last step's start minus from_step's
+  // Of its bytes at the last step's start, freed by the program but waiting for other streams'
+  // work (record_stream): memory that piles up because those streams fall behind, not a leak
+  // of references.
+  uint64_t pending_bytes = 0;
 };
 
 enum class GrowthVerdict { kGrowing, kNothingGrows, kCannotJudge };
@@ -46,9 +61,10 @@ struct Growth {
   std::vector<uint64_t> live_bytes;     // all live memory at each step's start
   std::vector<uint64_t> before_trace_bytes;  // of it, allocated before the trace's first event
   size_t first_compared_step = 1;       // index into step_events of the first step compared
-  GrowthVerdict verdict = GrowthVerdict::kCannotJudge;
-  std::string reason;                   // with kCannotJudge: why, as a sentence
+  GrowthVerdict answer = GrowthVerdict::kCannotJudge;
+  std::string reason;                   // with kCannotJudge: why, as a clause
   std::vector<GrowthSite> sites;        // growing sites, fastest first (kGrowing only)
+  Verdict verdict;                      // the conclusion every front end shows
 };
 
 struct GrowthOptions {
@@ -61,7 +77,9 @@ struct GrowthOptions {
 // else is a Growth with its verdict (fewer than 3 steps found: it cannot judge).
 Result<Growth> compute_growth(const Snapshot& snapshot, const GrowthOptions& options = {});
 
-// The verdict as the sentence the CLI, JSON ("conclusion") and web view all show.
+// The verdict (compute_growth ends with it), and its sentence: what the CLI, JSON
+// ("conclusion") and web view all show.
+void decide_growth(const Snapshot& snapshot, Growth& growth);
 std::string growth_conclusion(const Snapshot& snapshot, const Growth& growth);
 nlohmann::json growth_to_json(const Snapshot& snapshot, const Growth& growth);
 std::string growth_to_text(const Snapshot& snapshot, const Growth& growth);

@@ -1,9 +1,15 @@
 // Where a recorded run's steps start in one device's trace, for the growth analysis (growth.h).
 //
-// Steps come from the trace's annotations (a name that repeats with a changing number, like
-// PyTorch's "ProfilerStep#12" or memsnap's annotate("step 12"), or one that repeats as it is,
-// like "Optimizer.step#Adam.step"), or, without them, from the allocation site that recurs
-// most evenly across the trace (a training loop's batch).
+// Steps are the outermost repeating unit the trace's annotations name: a name that repeats with
+// a changing number (PyTorch's "ProfilerStep#12", memsnap's annotate("step 12")) or as it is
+// ("Optimizer.step#Adam.step"). A name whose starts lie mostly inside another repeating name's
+// spans is never it: NCCL's collectives, the optimizer's step and DDP's forward inside the
+// user's step are parts of a step, not steps. Of the names left that cover at least half as many
+// of the trace's events as the most covering one, the coarsest (fewest starts) wins. A numbered
+// name whose numbers come round again ("layer 0" to "layer 11" in every step) is a part too: its
+// unit starts where its first number does. Without
+// annotations, steps come from the allocation site that recurs most evenly across the trace (a
+// training loop's batch).
 //
 // An annotation is placed among the trace's events by its time, and both clocks tick in
 // microseconds: events in the same microsecond as a step's start may have come before it or

@@ -13,6 +13,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "allocator/counted.h"
 #include "allocator/device_stats.h"
 #include "viewer/byte_text.h"
 
@@ -25,6 +26,9 @@ std::string base_name(const std::string& path) {
 }
 
 using text::bytes;
+
+// Peak live memory within this share of the typical rank's counts as the same.
+constexpr double kSameLiveShare = 0.02;
 
 std::string whole_percent(double value) {
   char text[32];
@@ -76,11 +80,113 @@ std::vector<SiteDifference> site_differences(const RankSummary& rank, const Rank
   return out;
 }
 
+// Why an outlier's peak differs from the typical rank's: its live memory, or (the same live
+// memory) its allocator settings or how its cache lay.
+std::string outlier_reason(const RankSummary& rank, const RankSummary& typical) {
+  const double live = static_cast<double>(rank.peak_allocated_bytes);
+  const double typical_live = static_cast<double>(typical.peak_allocated_bytes);
+  const std::string figures = " (" + bytes(rank.peak_allocated_bytes) + " against " + bytes(typical.peak_allocated_bytes) + ")";
+  if (typical_live > 0 && std::fabs(live / typical_live - 1.0) < kSameLiveShare) {
+    if (rank.settings && typical.settings && *rank.settings != *typical.settings) {
+      const auto name = [](const std::string& config) { return config.empty() ? std::string("PyTorch's defaults") : "'" + config + "'"; };
+      return "the same live memory at its peak" + figures + " under other allocator settings (" + name(*rank.settings) +
+             " against " + name(*typical.settings) + "): the settings, not the program, make the difference";
+    }
+    return "the same live memory at its peak" + figures + ", cached otherwise: the allocator's cache, not the program's "
+           "tensors, makes the difference (fragmentation; memsnap tune on its snapshot)";
+  }
+  return std::string(live > typical_live ? "more" : "less") + " live memory at its peak" + figures;
+}
+
 std::string ranks_list(const std::vector<int64_t>& ranks) {
   std::string out;
   for (size_t i = 0; i < ranks.size() && i < 20; ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
   if (ranks.size() > 20) out += ", … (" + std::to_string(ranks.size()) + " in all)";
   return out;
+}
+
+std::string row_names(const JobRanks& job, const std::vector<size_t>& rows) {
+  std::string out;
+  for (size_t i = 0; i < rows.size() && i < 12; ++i) {
+    const RankSummary& r = job.ranks[rows[i]];
+    out += (i ? ", " : "") + (r.rank ? rank_text(r) : base_name(r.file));
+  }
+  if (rows.size() > 12) out += ", … (" + std::to_string(rows.size()) + " in all)";
+  return out;
+}
+
+// Ranks grouped by peak (sorted), each group within outlier_percent of its first: for saying how
+// ranks split when no group is a majority.
+std::string groups_words(const JobRanks& job, const std::vector<size_t>& by_peak) {
+  std::vector<std::vector<size_t>> groups;
+  for (size_t row : by_peak) {
+    const double peak = static_cast<double>(job.ranks[row].peak_reserved_bytes);
+    if (!groups.empty()) {
+      const double first = static_cast<double>(job.ranks[groups.back().front()].peak_reserved_bytes);
+      if (first > 0 ? (peak / first - 1.0) * 100.0 < job.outlier_percent : peak == first) {
+        groups.back().push_back(row);
+        continue;
+      }
+    }
+    groups.push_back({row});
+  }
+  std::string out;
+  for (size_t g = 0; g < groups.size() && g < 4; ++g)
+    out += std::string(g ? (g + 1 == groups.size() ? " and " : ", ") : "") + (groups[g].size() == 1 ? "rank " : "ranks ") +
+           row_names(job, groups[g]) + " near " + bytes(job.ranks[groups[g].front()].peak_reserved_bytes);
+  if (groups.size() > 4) out += ", and " + std::to_string(groups.size() - 4) + " groups more";
+  return out;
+}
+
+void decide_ranks(JobRanks& job, const std::vector<size_t>& by_peak) {
+  Verdict& v = job.verdict;
+  v = Verdict{};
+  v.kind = VerdictKind::kRanks;
+  const size_t ranks = by_peak.size();
+  const RankSummary& typical = job.ranks[job.median_row];
+  v.basis = "peak reserved memory of " + counted(ranks, "rank") + ", within " + whole_percent(job.outlier_percent) + " counted alike";
+  v.add("ranks", static_cast<int64_t>(ranks));
+  v.add("typical_ranks", static_cast<int64_t>(job.typical_rows.size()));
+  v.add("typical_peak_reserved_bytes", typical.peak_reserved_bytes);
+  v.add("outliers", static_cast<int64_t>(job.outliers.size()));
+  if (ranks < 2) {
+    v.reason = "there is one rank, with nothing to compare it with";
+  } else if (!job.majority) {
+    v.reason = ranks == 2 ? "there are two ranks and they peak " +
+                                whole_percent(std::fabs(static_cast<double>(job.ranks[by_peak.back()].peak_reserved_bytes) /
+                                                            std::max(1.0, static_cast<double>(job.ranks[by_peak.front()].peak_reserved_bytes)) -
+                                                        1.0) *
+                                              100.0) +
+                                " apart: which of two is typical, they cannot tell (" + groups_words(job, by_peak) + ")"
+                          : "no group of ranks that peak within " + whole_percent(job.outlier_percent) +
+                                " of each other outnumbers the others: " + groups_words(job, by_peak) +
+                                "; which ranks are typical, the peaks cannot tell";
+  }
+  if (!v.reason.empty()) {
+    v.sentence = "Cannot judge which ranks are outliers, because " + v.reason + ".";
+    return;
+  }
+  if (job.outliers.empty()) {
+    v.answer = "alike";
+    v.sentence = "The " + counted(ranks, "rank") + " peak alike: all within " + whole_percent(job.outlier_percent) +
+                 " of rank " + rank_text(typical) + "'s " + bytes(typical.peak_reserved_bytes) + " reserved.";
+    return;
+  }
+  v.answer = "outliers";
+  const RankOutlier& top = job.outliers.front();
+  const RankSummary& far = job.ranks[top.row];
+  std::vector<size_t> outlier_rows;
+  for (const RankOutlier& o : job.outliers) outlier_rows.push_back(o.row);
+  std::sort(outlier_rows.begin(), outlier_rows.end());
+  std::string out = job.outliers.size() == 1 ? "Rank " + rank_text(far) + " stands out"
+                                             : counted(job.outliers.size(), "rank") + " stand out (" + row_names(job, outlier_rows) + ")";
+  out += " against the " + counted(job.typical_rows.size(), "typical rank") + " (" + row_names(job, job.typical_rows) +
+         ", within " + whole_percent(job.outlier_percent) + " of rank " + rank_text(typical) + "'s " +
+         bytes(typical.peak_reserved_bytes) + " reserved at its peak): ";
+  out += job.outliers.size() > 1 ? "the furthest, rank " + rank_text(far) + ", reserves " : std::string("it reserves ");
+  out += whole_percent(std::fabs(top.percent)) + (top.percent > 0 ? " more" : " less") +
+         " at its peak (" + bytes(far.peak_reserved_bytes) + "), with " + top.why + ".";
+  v.sentence = out;
 }
 
 }  // namespace
@@ -108,33 +214,49 @@ void compare_ranks(JobRanks& job, const JobRanksOptions& options) {
   std::stable_sort(by_peak.begin(), by_peak.end(), [&](size_t a, size_t b) {
     return job.ranks[a].peak_reserved_bytes < job.ranks[b].peak_reserved_bytes;
   });
-  // An even count has two middle ranks, and either is a median; the typical one is the one
-  // more ranks are within outlier_percent of (the lower on a tie). Taking one side blindly made
-  // a rank 41% above its two alike peers "the median" of four, hiding it.
-  const auto agreeing = [&](size_t candidate) {
-    const double peak = static_cast<double>(job.ranks[candidate].peak_reserved_bytes);
-    return static_cast<size_t>(std::count_if(by_peak.begin(), by_peak.end(), [&](size_t row) {
-      const double other = static_cast<double>(job.ranks[row].peak_reserved_bytes);
-      return peak > 0 ? std::fabs(other / peak - 1.0) * 100.0 < options.outlier_percent : other == peak;
-    }));
+  // The typical ranks are those within outlier_percent of one rank's peak: of every rank, the
+  // one most others peak close to (on a tie, the one nearest the middle). They are typical only
+  // as at least two and more than any group the other ranks form; otherwise (two ranks that
+  // differ, four split two and two, every rank apart) which ranks are typical is a coin toss,
+  // and no rank is called an outlier.
+  const auto close = [&](size_t center, size_t row) {
+    const double peak = static_cast<double>(job.ranks[center].peak_reserved_bytes);
+    const double other = static_cast<double>(job.ranks[row].peak_reserved_bytes);
+    return peak > 0 ? std::fabs(other / peak - 1.0) * 100.0 < options.outlier_percent : other == peak;
   };
-  const size_t lower_middle = (by_peak.size() - 1) / 2;
-  size_t middle = lower_middle;
-  if (by_peak.size() % 2 == 0 && agreeing(by_peak[lower_middle + 1]) > agreeing(by_peak[lower_middle]))
-    middle = lower_middle + 1;
-  job.median_row = by_peak[middle];
+  const auto agreeing = [&](size_t center) {
+    return static_cast<size_t>(std::count_if(by_peak.begin(), by_peak.end(), [&](size_t row) { return close(center, row); }));
+  };
+  const double middle_position = static_cast<double>(by_peak.size() - 1) / 2.0;
+  size_t center = 0, most = 0;
+  for (size_t i = 0; i < by_peak.size(); ++i) {
+    const size_t alike = agreeing(by_peak[i]);
+    if (alike > most || (alike == most && std::fabs(static_cast<double>(i) - middle_position) <
+                                              std::fabs(static_cast<double>(center) - middle_position))) {
+      most = alike;
+      center = i;
+    }
+  }
+  job.median_row = by_peak[center];
+  job.typical_rows.clear();
+  for (size_t row : by_peak)
+    if (close(job.median_row, row)) job.typical_rows.push_back(row);
+  size_t second = 0;  // the largest group among the others
+  for (size_t a : by_peak) {
+    if (close(job.median_row, a)) continue;
+    size_t group = 0;
+    for (size_t b : by_peak) group += !close(job.median_row, b) && close(a, b);
+    second = std::max(second, group);
+  }
+  job.majority = job.typical_rows.size() >= 2 && job.typical_rows.size() > second;
   const RankSummary& median = job.ranks[job.median_row];
   const double median_peak = static_cast<double>(median.peak_reserved_bytes);
-  if (const size_t alike = agreeing(job.median_row); by_peak.size() > 2 && alike * 2 < by_peak.size())
-    job.notes.push_back("only " + std::to_string(alike) + " of the " + std::to_string(by_peak.size()) +
-                        " ranks peak within " + whole_percent(options.outlier_percent) +
-                        " of the median rank's: the ranks share no typical peak, so an outlier says little");
-
   for (size_t row : by_peak) {
-    if (median_peak <= 0) break;
+    if (!job.majority || median_peak <= 0 || close(job.median_row, row)) continue;
     const double percent = (static_cast<double>(job.ranks[row].peak_reserved_bytes) / median_peak - 1.0) * 100.0;
-    if (std::fabs(percent) < options.outlier_percent) continue;
-    job.outliers.push_back({row, percent, site_differences(job.ranks[row], median, options.max_site_differences)});
+    RankOutlier outlier{row, percent, site_differences(job.ranks[row], median, options.max_site_differences), ""};
+    outlier.why = outlier_reason(job.ranks[row], median);
+    job.outliers.push_back(std::move(outlier));
   }
   std::stable_sort(job.outliers.begin(), job.outliers.end(),
                    [](const RankOutlier& a, const RankOutlier& b) { return std::fabs(a.percent) > std::fabs(b.percent); });
@@ -170,6 +292,7 @@ void compare_ranks(JobRanks& job, const JobRanksOptions& options) {
   if (unknown > 0)
     job.notes.push_back(std::to_string(unknown) +
                         " snapshot(s) name no rank, in the file or its name (--rank-pattern takes it from the name)");
+  decide_ranks(job, by_peak);
 }
 
 size_t files_read_at_once(size_t files, const JobRanksOptions& options) {
@@ -321,13 +444,16 @@ nlohmann::json job_ranks_to_json(const JobRanks& job) {
       sites.push_back({{"site", s.site}, {"rank_bytes", s.rank_bytes}, {"median_bytes", s.median_bytes},
                        {"difference_bytes", s.difference()}});
     outliers.push_back({{"row", o.row}, {"rank", job.ranks[o.row].rank ? nlohmann::json(*job.ranks[o.row].rank) : nlohmann::json(nullptr)},
-                        {"file", job.ranks[o.row].file}, {"percent_vs_median", o.percent}, {"sites", std::move(sites)}});
+                        {"file", job.ranks[o.row].file}, {"percent_vs_median", o.percent}, {"why", o.why},
+                        {"sites", std::move(sites)}});
   }
   nlohmann::json skipped = nlohmann::json::array();
   for (const SkippedFile& s : job.skipped) skipped.push_back({{"file", s.file}, {"error", s.error}});
   nlohmann::json oom_rows = nlohmann::json::array();
   for (size_t row : job.oom_rows) oom_rows.push_back(row);
   return {{"ranks", std::move(ranks)},       {"median_row", job.median_row},
+          {"typical_rows", job.typical_rows},  {"verdict", verdict_to_json(job.verdict)},
+          {"conclusion", job.verdict.sentence},
           {"outlier_percent", job.outlier_percent}, {"outliers", std::move(outliers)},
           {"oom_rows", std::move(oom_rows)}, {"notes", job.notes},
           {"skipped", std::move(skipped)}};
@@ -337,10 +463,10 @@ std::string job_ranks_to_text(const JobRanks& job) {
   std::string out;
   char line[512];
   const RankSummary& median = job.ranks[job.median_row];
-  std::snprintf(line, sizeof line, "%zu rank snapshot(s); median rank %s peaks at %s reserved, %s allocated\n\n",
+  std::snprintf(line, sizeof line, "%zu rank snapshot(s); typical rank %s peaks at %s reserved, %s allocated\n",
                 job.ranks.size(), rank_text(median).c_str(), bytes(median.peak_reserved_bytes).c_str(),
                 bytes(median.peak_allocated_bytes).c_str());
-  out += line;
+  out += line + job.verdict.sentence + "\n\n";
   std::snprintf(line, sizeof line, "%6s  %-16s %13s %13s %13s %13s %6s %8s %7s %5s %8s  %s\n", "rank", "host",
                 "peak reserved", "peak alloc", "reserved", "allocated", "frag", "segments", "retries", "OOMs",
                 "vs median", "file");
@@ -390,16 +516,15 @@ std::string job_ranks_to_text(const JobRanks& job) {
     }
   }
   if (!job.outliers.empty()) {
-    std::snprintf(line, sizeof line, "\nOutliers (peak reserved %.0f%% or more from the median rank %s):\n",
+    std::snprintf(line, sizeof line, "\nOutliers (peak reserved %.0f%% or more from the typical rank %s):\n",
                   job.outlier_percent, rank_text(median).c_str());
     out += line;
     for (const RankOutlier& o : job.outliers) {
       const RankSummary& r = job.ranks[o.row];
-      std::snprintf(line, sizeof line, "  rank %s reserves %.0f%% %s than the median rank (%s against %s)%s\n",
+      std::snprintf(line, sizeof line, "  rank %s reserves %.0f%% %s than the typical rank (%s against %s), with ",
                     rank_text(r).c_str(), std::fabs(o.percent), o.percent > 0 ? "more" : "less",
-                    bytes(r.peak_reserved_bytes).c_str(), bytes(median.peak_reserved_bytes).c_str(),
-                    o.sites.empty() ? "" : "; live at its peak, against the median rank's:");
-      out += line;
+                    bytes(r.peak_reserved_bytes).c_str(), bytes(median.peak_reserved_bytes).c_str());
+      out += line + o.why + (o.sites.empty() ? "\n" : "; live at its peak, against the typical rank's:\n");
       for (const SiteDifference& s : o.sites) {
         const int64_t d = s.difference();
         std::snprintf(line, sizeof line, "    %s%-10s %s\n", d > 0 ? "+" : "-", bytes(static_cast<uint64_t>(std::llabs(d))).c_str(),

@@ -19,6 +19,7 @@
 #include "snapshot/pytorch_snapshot_reader.h"
 #include "snapshot/snapshot.h"
 #include "viewer/rank_summary.h"
+#include "viewer/verdict.h"
 
 namespace memsnap {
 
@@ -45,6 +46,9 @@ struct RankOutlier {
   size_t row = 0;            // into JobRanks::ranks
   double percent = 0;        // peak reserved against the median rank's, +25 = 25% more
   std::vector<SiteDifference> sites;  // largest difference first
+  // Why: more (or less) live memory at its peak, or the same live memory under other allocator
+  // settings, or cached otherwise.
+  std::string why;
 };
 
 struct SkippedFile {
@@ -55,11 +59,18 @@ struct SkippedFile {
 struct JobRanks {
   std::vector<RankSummary> ranks;  // by rank (unknown ranks last), then file
   std::vector<SkippedFile> skipped;
+  // The typical rank: of the rows that speak for a rank, the one most others peak within
+  // outlier_percent of. Its group is typical_rows; only when that group holds two ranks or more
+  // and outnumbers any group the others form (`majority`) are the others outliers.
   size_t median_row = 0;
+  std::vector<size_t> typical_rows;
+  bool majority = false;
   std::vector<RankOutlier> outliers;  // largest first
   std::vector<size_t> oom_rows;       // ranks that ran out of memory, earliest first
   std::vector<std::string> notes;     // duplicate ranks, ranks of the world with no snapshot
   double outlier_percent = 20;
+  // "outliers", "alike", or cannot_judge (no majority of ranks peaks alike; a single rank).
+  Verdict verdict;
 };
 
 // Gives a file's snapshot; shared so a caller that already holds it (memsnap serve's store)
@@ -76,9 +87,11 @@ PickleReadOptions job_read_options(size_t files, const JobRanksOptions& options)
 Result<JobRanks> summarize_job(const std::vector<std::string>& files, const SnapshotLoader& load,
                                const JobRanksOptions& options = {});
 
-// Outliers and OOM rows from summaries already made (summarize_job ends with it). The median
-// rank is the middle one by peak reserved (each rank's latest snapshot once); of an even
-// count's two middle ranks, the one more ranks peak within outlier_percent of.
+// Outliers, OOM rows and the verdict from summaries already made (summarize_job ends with it),
+// each rank's latest snapshot speaking for it once. The typical ranks are the largest group that
+// peaks within outlier_percent of one rank, and only where it holds two ranks or more and
+// outnumbers any group of the others are those others outliers: two ranks that differ, or ranks
+// split into halves, cannot say which side is typical.
 void compare_ranks(JobRanks& job, const JobRanksOptions& options);
 
 // Snapshots named one by one, unlike a folder, are not a job by default: they are the ranks of

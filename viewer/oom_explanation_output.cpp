@@ -18,15 +18,56 @@ constexpr size_t kOutsideLibrariesShown = 5;
 using text::bytes;
 
 // Where the replays' device memory came from, for people.
-std::string capacity_words(const OomExplanation& x) {
+std::string capacity_words(const SettingsAdvice& a) {
   // DeviceReplay::capacity_source's phrases.
-  if (x.replay_capacity_source == "memory cap at the recorded OOM")
-    return "the bytes reserved at the error: the lowest the memory cap can have been";
-  if (x.replay_capacity_source == "reserved + device free at the recorded OOM")
-    return "what the process could have had: reserved plus the device's free bytes at the error";
-  if (x.replay_capacity_source == "recorded device") return "the device's memory";
-  if (x.replay_capacity_source == "default") return "a default: the recording says nothing of the device";
-  return x.replay_capacity_source;
+  std::string out;
+  if (a.capacity_source == "memory cap at the recorded OOM")
+    out = "the bytes reserved at the error: the lowest the memory cap can have been";
+  else if (a.capacity_source == "reserved + device free at the recorded OOM")
+    out = "what the process could have had: reserved plus the device's free bytes at the error";
+  else if (a.capacity_source == "recorded device")
+    out = "the device's memory";
+  else if (a.capacity_source == "default")
+    out = "a default: the recording says nothing of the device";
+  else
+    out = a.capacity_source;
+  if (a.memory_cap) out += ", under the recorded " + memory_cap_words(*a.memory_cap).substr(2);
+  return out;
+}
+
+// What replaying the graphs with one pool shows, against the limit at the error.
+std::string shared_pool_words(const OomExplanation& x) {
+  const SharedGraphPool& shared = *x.shared_graph_pool;
+  const uint64_t needed = shared.shared_reserved_bytes + x.segment_bytes;
+  std::string out = "Replayed with one pool shared by the " + std::to_string(shared.graphs) +
+                    " graphs (torch.cuda.graph(g2, pool=g1.pool())), " + bytes(shared.shared_reserved_bytes) +
+                    " is reserved before the request instead of " + bytes(shared.apart_reserved_bytes) +
+                    "; with the request's segment that is " + bytes(needed);
+  const OomLimit& limit = x.limit;
+  if (limit.kind == OomLimit::Kind::kExact && needed <= limit.bytes)
+    out += ", within " + limit.words + ": sharing avoids the error.";
+  else if (limit.kind == OomLimit::Kind::kRange && needed <= limit.bytes)
+    out += ", within the least the memory cap can have been (" + bytes(limit.bytes) + "): sharing avoids the error.";
+  else if (limit.kind == OomLimit::Kind::kRange && needed < limit.below)
+    out += ": sharing avoids the error if the cap was at least that (the recording says only that it lay between " +
+           bytes(limit.bytes) + " and " + bytes(limit.below) + ").";
+  else if (limit.kind == OomLimit::Kind::kUnknown)
+    out += ": whether that fits, the recording cannot say.";
+  else
+    out += ", more than " + (limit.kind == OomLimit::Kind::kExact ? limit.words : "the memory cap can have been") +
+           ": sharing alone does not avoid the error.";
+  return out + " Share a pool only between graphs that replay in the order they were captured and never at once.";
+}
+
+// The advice's rows shown: the recorded settings, then the best few others.
+constexpr size_t kSettingsShown = 6;
+std::vector<const TunedSetting*> shown_settings(const SettingsAdvice& a) {
+  std::vector<const TunedSetting*> rows;
+  for (const TunedSetting& s : a.ranked)
+    if (s.recorded) rows.push_back(&s);
+  for (const TunedSetting& s : a.ranked)
+    if (!s.recorded && rows.size() < kSettingsShown) rows.push_back(&s);
+  return rows;
 }
 
 nlohmann::json private_pools_json(const std::vector<std::pair<MempoolId, uint64_t>>& pools) {
@@ -55,12 +96,16 @@ nlohmann::json oom_explanation_to_json(const OomExplanation& x) {
   for (const OomHolder& h : x.holders)
     holders.push_back({{"stack", h.stack}, {"bytes", h.bytes}, {"blocks", h.blocks}, {"frames", h.frames}});
   nlohmann::json settings = nlohmann::json::array();
-  for (const OomSetting& s : x.settings)
-    settings.push_back({{"config", s.config},
-                        {"recorded", s.recorded},
-                        {"avoided", s.avoided},
-                        {"peak_reserved_bytes", s.peak_reserved_bytes},
-                        {"segment_allocs", s.segment_allocs}});
+  if (x.advice)
+    for (const TunedSetting* row : shown_settings(*x.advice)) {
+      const TunedSetting& s = *row;
+      settings.push_back({{"config", s.config},
+                          {"recorded", s.recorded},
+                          {"avoided", s.ok},
+                          {"peak_reserved_bytes", s.peak_reserved_bytes},
+                          {"segment_allocs", s.device_mallocs}});
+    }
+  const OomLimit& limit = x.limit;
   return {
       {"device", x.device},
       {"time_us", x.time_us},
@@ -93,19 +138,24 @@ nlohmann::json oom_explanation_to_json(const OomExplanation& x) {
       {"blocked_by_split_rules_bytes", x.blocked_by_split_rules},
       {"events_after_oom", x.events_after_oom},
       {"state_rebuilt", x.state_rebuilt},
-      {"cause", oom_cause_name(x.cause)},
-      {"reasons", x.reasons},
+      {"cause", oom_cause_name(x.diagnosis.cause)},
+      {"reasons", x.diagnosis.reasons},
+      {"verdict", verdict_to_json(x.diagnosis.verdict)},
       {"holders", holders},
       {"settings", settings},
-      {"settings_note", x.settings_note},
-      {"settings_conclusion", x.settings_conclusion},
-      {"replay_capacity_bytes", x.replay_capacity_bytes},
-      {"replay_capacity_source", x.replay_capacity_source},
-      {"replay_capacity_over_time", x.replay_capacity_over_time},
-      {"replay_least_capacity_bytes", x.replay_least_capacity_bytes},
-      {"replay_most_capacity_bytes", x.replay_most_capacity_bytes},
+      {"settings_note", x.advice ? x.advice->note : x.advice_error},
+      {"settings_conclusion", x.advice ? x.advice->verdict.sentence : std::string()},
+      {"settings_verdict", x.advice ? verdict_to_json(x.advice->verdict) : nlohmann::json()},
+      {"replay_capacity_bytes", x.advice ? x.advice->capacity_bytes : 0},
+      {"replay_capacity_source", x.advice ? x.advice->capacity_source : std::string()},
+      {"limit_bytes", limit.kind == OomLimit::Kind::kExact ? nlohmann::json(limit.bytes) : nlohmann::json()},
+      {"limit_words", limit.words},
+      {"cap", x.cap ? nlohmann::json{{"bytes", x.cap->bytes}, {"fraction", x.cap->fraction}, {"source", x.cap->source}}
+                    : nlohmann::json()},
+      {"cap_known", x.cap_known},
       {"cap_at_least_bytes", x.cap_range ? nlohmann::json(x.cap_range->first) : nlohmann::json()},
       {"cap_below_bytes", x.cap_range ? nlohmann::json(x.cap_range->second) : nlohmann::json()},
+      {"shared_graph_pool_conclusion", x.shared_graph_pool ? shared_pool_words(x) : std::string()},
       {"shared_graph_pool", x.shared_graph_pool ? nlohmann::json{{"graphs", x.shared_graph_pool->graphs},
                                                                  {"apart_reserved_bytes", x.shared_graph_pool->apart_reserved_bytes},
                                                                  {"shared_reserved_bytes", x.shared_graph_pool->shared_reserved_bytes}}
@@ -126,8 +176,8 @@ std::string oom_explanation_to_text(const OomExplanation& x) {
     out << "  requested at  " << x.request_frames[0] << "\n";
     for (size_t i = 1; i < x.request_frames.size(); ++i) out << "                " << x.request_frames[i] << "\n";
   }
-  out << "\nWhy (" << oom_cause_name(x.cause) << "):\n";
-  for (const std::string& reason : x.reasons) out << "  - " << reason << "\n";
+  out << "\nWhy (" << oom_cause_name(x.diagnosis.cause) << "):\n";
+  for (const std::string& reason : x.diagnosis.reasons) out << "  - " << reason << "\n";
 
   out << "\nMemory at the error:\n";
   auto line = [&](const std::string& name, uint64_t value, const std::string& note = "") {
@@ -137,6 +187,7 @@ std::string oom_explanation_to_text(const OomExplanation& x) {
   };
   if (x.device_total_bytes) line("device total", *x.device_total_bytes);
   if (x.device_free_bytes) line("device free", *x.device_free_bytes);
+  if (x.cap) line("memory cap", x.cap->bytes, "set by " + x.cap->source);
   if (x.outside_allocator_bytes)
     line("in use outside the allocator", *x.outside_allocator_bytes, "CUDA context, other libraries, other processes");
   if (x.outside_libraries) {
@@ -176,24 +227,27 @@ std::string oom_explanation_to_text(const OomExplanation& x) {
     }
   }
 
-  if (!x.settings.empty()) {
-    out << "\nWould other settings have avoided it? (the trace replayed on a simulated device of "
-        << bytes(x.replay_capacity_bytes) << ", " << capacity_words(x) << ")\n";
-    if (!x.replay_capacity_over_time.empty())
-      out << "  Over the trace " << x.replay_capacity_over_time << " (from " << bytes(x.replay_least_capacity_bytes)
-          << " to " << bytes(x.replay_most_capacity_bytes) << ").\n";
+  if (x.advice) {
+    const SettingsAdvice& a = *x.advice;
+    out << "\nWould other settings have avoided it? (memsnap tune: " << counted(a.ranked.size(), "setting")
+        << " replayed on a simulated device of "
+        << bytes(a.capacity_bytes) << ", " << capacity_words(a) << ")\n";
+    const std::vector<const TunedSetting*> rows = shown_settings(a);
     size_t width = 10;
-    for (const OomSetting& s : x.settings) width = std::max(width, s.config.size() + 14);
-    for (const OomSetting& s : x.settings) {
+    for (const TunedSetting* s : rows) width = std::max(width, (s->config.empty() ? 8 : s->config.size()) + 14);
+    for (const TunedSetting* row : rows) {
+      const TunedSetting& s = *row;
       std::string label = s.config.empty() ? "defaults" : s.config;
       if (s.recorded) label += " (recorded)";
       out << "  " << label << std::string(width - std::min(width, label.size()), ' ')
-          << (s.avoided ? "avoids it" : "out of memory again") << "   peak reserved "
-          << format_bytes(s.peak_reserved_bytes) << "\n";
+          << (s.ok ? "avoids it" : "out of memory again") << "   peak reserved " << format_bytes(s.peak_reserved_bytes) << "\n";
     }
-    out << "  " << x.settings_conclusion << "\n";
+    out << "  " << a.verdict.sentence << "\n";
+    if (!a.note.empty()) out << "\n(" << a.note << ")\n";
+  } else if (!x.advice_error.empty()) {
+    out << "\n(settings not replayed: " << x.advice_error << ")\n";
   }
-  if (!x.settings_note.empty()) out << "\n(" << x.settings_note << ")\n";
+  if (x.shared_graph_pool) out << "\n" << shared_pool_words(x) << "\n";
   return out.str();
 }
 

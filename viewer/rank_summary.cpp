@@ -5,6 +5,7 @@
 #include <charconv>
 #include <unordered_map>
 
+#include "replay/recorded_config.h"
 #include "viewer/frame_labels.h"
 #include "viewer/memory_peaks.h"
 #include "viewer/snapshot_stats.h"
@@ -92,6 +93,7 @@ RankSummary summarize_rank(const Snapshot& snapshot, std::string file) {
   out.world_size = snapshot.process.world_size;
   out.source = snapshot.source;
   out.taken_unix_us = snapshot.process.time_unix_us;
+  if (const Result<AllocatorConfig> settings = recorded_allocator_config(snapshot)) out.settings = to_config_string(settings.value());
 
   const std::vector<int64_t> devices = devices_of(snapshot);
   out.devices = devices.size();

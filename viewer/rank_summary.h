@@ -37,6 +37,9 @@ struct RankSummary {
   int64_t pid = 0;
   std::optional<int64_t> world_size;
   std::string source;  // "memsnap" or "pytorch"
+  // The allocator settings recorded, as a configuration string ("" = PyTorch's defaults);
+  // unset when the snapshot's settings cannot be read.
+  std::optional<std::string> settings;
   int64_t taken_unix_us = 0;  // when the snapshot was taken, when it says (memsnap's do)
   uint64_t devices = 0;
   uint64_t trace_events = 0;

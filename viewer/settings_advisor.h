@@ -10,7 +10,11 @@
 //
 // A replay starts from the segments the trace began with, laid out as recorded; when no
 // replay needed a segment beyond them, the settings changed nothing the replays can show,
-// and the verdict is that it cannot judge.
+// and the verdict is that it cannot judge. Nothing is recommended unless the replay under the
+// recorded settings reproduced the recording (replay_fidelity.h), and a recorded
+// out-of-memory error whose cause no setting can change (oom_cause.h: the request alone too
+// large, too much live memory, other libraries' memory) is answered from that cause, the same
+// sentence explain-oom gives.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +27,8 @@
 #include "allocator/allocator_config.h"
 #include "allocator/result.h"
 #include "snapshot/snapshot.h"
+#include "viewer/oom_cause.h"
+#include "viewer/verdict.h"
 
 namespace memsnap {
 
@@ -40,7 +46,7 @@ struct TunedSetting {
 enum class TuneVerdict {
   kChange,          // a setting tried reserves less (or avoids the recorded OOM)
   kKeep,            // none tried reserves less than the recorded settings
-  kNoSettingWorks,  // none tried avoids the recorded out-of-memory error
+  kNoSettingWorks,  // none tried avoids the out-of-memory error (or none can: the cause says why)
   kCannotJudge,     // the replays cannot show what the settings change (SettingsAdvice::reason)
 };
 std::string_view tune_verdict_name(TuneVerdict verdict);  // "change", "keep", "no_setting_works", "cannot_judge"
@@ -56,14 +62,23 @@ struct SettingsAdvice {
   // started late). Every replay starts from them as recorded, whatever its settings: the
   // settings are compared on what the trace allocated beyond them.
   uint64_t reserved_before_trace_bytes = 0;
-  TuneVerdict verdict = TuneVerdict::kCannotJudge;
-  // With kNoSettingWorks: the bytes the live allocations ask for at once, replayed with no limit
-  // (the same under any setting).
-  int64_t unlimited_peak_requested_bytes = 0;
+  TuneVerdict answer = TuneVerdict::kCannotJudge;
+  // The conclusion every front end shows (kind kSettings; answer tune_verdict_name(answer)).
+  Verdict verdict;
+  // With a recorded out-of-memory error (and no capacity given): its cause (oom_cause.h). A
+  // cause no setting can change is the answer without replaying other settings.
+  std::optional<OomDiagnosis> oom;
+  // With a capacity given and no setting working: why the baseline's first failure failed.
+  std::optional<ReplayFailure> baseline_failure;
   uint64_t capacity_bytes = 0;  // the simulated device's memory in the replays
   std::string capacity_source;  // where it came from (DeviceReplay::capacity_source)
-  std::string reason;                 // with kCannotJudge: why, as a sentence
-  std::string note;                   // caveats (inexact replay of the recorded settings)
+  std::optional<MemoryCap> memory_cap;  // the recorded cap the replays ran under, if any
+  // Whether the replay under the recorded settings reproduced the recording (replay_fidelity.h):
+  // without it, nothing is recommended.
+  bool reproduced = false;
+  std::string fidelity;               // what reproduced, or what did not
+  std::string reason;                 // with kCannotJudge: why, as a clause
+  std::string note;                   // caveats
   double seconds = 0;
 };
 

@@ -350,7 +350,7 @@ void TorchAllocator::setMemoryFraction(double fraction, c10::DeviceIndex device)
   check_device(device);
   TORCH_CHECK(fraction >= 0 && fraction <= 1, "memsnap: invalid fraction ", fraction,
               ", it must be between 0 and 1");
-  allocator_->set_memory_fraction(fraction, device);
+  allocator_->set_memory_fraction(fraction, device, "torch.cuda.set_per_process_memory_fraction");
   fractions_[static_cast<size_t>(device)] = fraction;
 }
 

@@ -76,17 +76,21 @@ TEST(HistoryRecorderState, ASettingsChangeIsRecordedAtTheEventItPrecedes) {
   s.allocator.deallocate(s.allocator.allocate(4096));
   const memsnap::HistoryRecorder::TraceRead read = s.recorder.trace_read(0);
   ASSERT_EQ(read.events.size(), 7u);
-  ASSERT_EQ(read.changes.size(), 2u);
+  ASSERT_EQ(read.changes.size(), 3u);
   EXPECT_EQ(read.changes[0], (TraceStateChange{0, TraceStateKind::kSettings, "", ""}));
-  EXPECT_EQ(read.changes[1],
+  EXPECT_EQ(read.changes[1], (TraceStateChange{0, TraceStateKind::kMemoryCap, "none", ""}));
+  EXPECT_EQ(read.changes[2],
             (TraceStateChange{4, TraceStateKind::kSettings, "max_split_size_mb:64", "max_split_size_mb:64"}));
 }
 
+// Settings unchanged while recording are the snapshot's own: the trace carries no copy. The memory
+// cap it always carries (none here), so a replay knows it ran under none.
 TEST(HistoryRecorderState, WithoutAChangeTheTraceCarriesNoSettings) {
   Recording s;
   s.recorder.configure({memsnap::HistoryLevel::kAll, 1000, false});
   s.allocator.deallocate(s.allocator.allocate(4096));
-  EXPECT_TRUE(s.recorder.trace_read(0).changes.empty());
+  EXPECT_EQ(s.recorder.trace_read(0).changes,
+            (std::vector<TraceStateChange>{{0, TraceStateKind::kMemoryCap, "none", ""}}));
 }
 
 TEST(HistoryRecorderState, EventsCarryTheRecordingThreadsLabel) {

@@ -43,7 +43,7 @@ Snapshot run_with_changes() {
 
 TEST(SettingsChangeReplay, UnderTheRecordedSettingsEverySegmentIsReproduced) {
   const Snapshot snapshot = run_with_changes();
-  ASSERT_EQ(snapshot.trace_state_changes.at(0).size(), 3u);  // the start, and two changes
+  ASSERT_EQ(snapshot.trace_state_changes.at(0).size(), 4u);  // the settings at the start, the cap (none), two changes
   SnapshotReplayOptions options;
   options.config = recorded_allocator_config(snapshot).value();
   const Result<SnapshotReplay> replay = replay_snapshot(snapshot, options);

@@ -46,6 +46,7 @@ TEST(TraceStateSnapshot, TakenFromLabelsAndSettingsChanges) {
   ASSERT_EQ(s.trace_state_changes.size(), 1u);
   const std::vector<TraceStateChange> want = {
       {0, TraceStateKind::kSettings, "", ""},
+      {0, TraceStateKind::kMemoryCap, "none", ""},
       {0, TraceStateKind::kUserMetadata, "warm-up", ""},
       {2, TraceStateKind::kCompileContext, "Torch-Compiled Region: 0/0", ""},
       {3, TraceStateKind::kSettings, "max_split_size_mb:64", "max_split_size_mb:64"},
@@ -69,7 +70,7 @@ TEST(TraceStateSnapshot, ChangesNamingNoEventOrOutOfOrderAreRefused) {
   s.trace_state_changes[0].push_back({99, TraceStateKind::kUserMetadata, "late", ""});
   EXPECT_NE(memsnap::check_snapshot(s).value_or("").find("names event 99 of 5"), std::string::npos);
   s = recorded_with_changes();
-  std::swap(s.trace_state_changes[0][1], s.trace_state_changes[0][2]);
+  std::swap(s.trace_state_changes[0][2], s.trace_state_changes[0][3]);
   EXPECT_NE(memsnap::check_snapshot(s).value_or("").find("out of event order"), std::string::npos);
   s = recorded_with_changes();
   s.trace_state_changes.resize(3);

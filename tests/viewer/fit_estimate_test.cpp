@@ -87,7 +87,7 @@ TEST(FitEstimate, EachStepsPeaksComeFromItsOwnEntries) {
   EXPECT_EQ(estimate->peak_reserved_bytes, 768 * kMiB);
   EXPECT_DOUBLE_EQ(estimate->free_at_reserved_peak, 0.0);
   ASSERT_TRUE(estimate->advice);
-  EXPECT_EQ(estimate->advice->verdict, TuneVerdict::kKeep);
+  EXPECT_EQ(estimate->advice->answer, TuneVerdict::kKeep);
   EXPECT_TRUE(estimate->advice->baseline_given);
   EXPECT_NE(settings_advice_conclusion(*estimate->advice).find("Keep these settings"), std::string::npos);
   const std::string text = fit_estimate_to_text(estimate.value());
@@ -120,9 +120,15 @@ TEST(FitEstimate, ATooSmallDeviceFailsAtTheUsersLineAndSaysWhatItNeeds) {
   const std::string verdict = fit_estimate_verdict(estimate.value());
   EXPECT_NE(verdict.find("Does not fit: it runs out of memory in estimate step 1 at forward (model.py:12)"),
             std::string::npos) << verdict;
-  EXPECT_NE(verdict.find("whatever the settings"), std::string::npos) << verdict;
+  EXPECT_EQ(failure.cause.cause, OomCause::kExhaustion);
+  EXPECT_NE(verdict.find("The live allocations (512.00 MiB) and the request (128.00 MiB) come to 640.00 MiB, more than "
+                         "the 600.00 MiB the device gives the allocator: the program needs less live memory"),
+            std::string::npos)
+      << verdict;
+  EXPECT_NE(verdict.find("no allocator setting can make it fit"), std::string::npos) << verdict;
+  EXPECT_EQ(estimate->verdict.answer, "does_not_fit");
   ASSERT_TRUE(estimate->advice);
-  EXPECT_EQ(estimate->advice->verdict, TuneVerdict::kNoSettingWorks);
+  EXPECT_EQ(estimate->advice->answer, TuneVerdict::kNoSettingWorks);
 }
 
 // Blocks of 6 MiB fill 20 MiB segments three at a time; two of each three are freed, so every
@@ -154,14 +160,17 @@ TEST(FitEstimate, FragmentationIsNotCalledTooLittleMemory) {
     EXPECT_EQ(estimate->failure->unlimited_peak_requested_bytes, 360 * kMiB) << settings;
     const std::string verdict = fit_estimate_verdict(estimate.value());
     EXPECT_NE(verdict.find("Without a limit it would peak at 360.00 MiB allocated"), std::string::npos) << verdict;
-    EXPECT_EQ(verdict.find("whatever the settings"), std::string::npos) << verdict;
+    EXPECT_EQ(estimate->failure->cause.cause, OomCause::kFragmentation) << verdict;
+    EXPECT_EQ(verdict.find("needs less live memory"), std::string::npos) << verdict;
     ASSERT_TRUE(estimate->advice);
-    EXPECT_EQ(estimate->advice->verdict, TuneVerdict::kNoSettingWorks);
+    EXPECT_EQ(estimate->advice->answer, TuneVerdict::kNoSettingWorks);
     const std::string conclusion = settings_advice_conclusion(*estimate->advice);
-    EXPECT_EQ(conclusion.find("needs less memory"), std::string::npos) << conclusion;
-    EXPECT_NE(conclusion.find("ask for 360.00 MiB at once, less than the 400.00 MiB the device has, but the "
-                              "memory cached and free then could not serve the request"),
+    EXPECT_EQ(conclusion.find("needs less"), std::string::npos) << conclusion;
+    // The same cause, from the same failure, in both sentences.
+    EXPECT_NE(conclusion.find("The live allocations (120.00 MiB) and the request (100.00 MiB) come to 220.00 MiB, "
+                              "which fits in the 400.00 MiB the device gives the allocator: not too much live memory"),
               std::string::npos) << conclusion;
+    EXPECT_NE(verdict.find(estimate->failure->cause.verdict.sentence), std::string::npos) << verdict;
   }
 }
 

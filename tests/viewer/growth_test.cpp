@@ -71,7 +71,7 @@ void run(Program& program, bool annotate, int steps = 10) {
 }
 
 void expect_the_leak(const Snapshot& s, const Growth& g) {
-  EXPECT_EQ(g.verdict, GrowthVerdict::kGrowing) << g.reason;
+  EXPECT_EQ(g.answer, GrowthVerdict::kGrowing) << g.reason;
   ASSERT_FALSE(g.sites.empty());
   const GrowthSite& site = g.sites.front();
   EXPECT_NEAR(site.bytes_per_step, static_cast<double>(kMiB), 1.0);
@@ -108,7 +108,7 @@ TEST(Growth, NoStepsCannotBeJudgedAndAnAnnotationNotThereIsAClearError) {
   const Snapshot s = take_snapshot(program.allocator, &program.recorder);
   const auto g = compute_growth(s);
   ASSERT_TRUE(g) << g.error();
-  EXPECT_EQ(g->verdict, GrowthVerdict::kCannotJudge);
+  EXPECT_EQ(g->answer, GrowthVerdict::kCannotJudge);
   EXPECT_NE(growth_to_text(s, g.value()).find("Cannot judge whether memory grows, because fewer than 3 steps were found"),
             std::string::npos)
       << growth_to_text(s, g.value());
@@ -124,7 +124,7 @@ TEST(Growth, TooFewStepsToCompareCannotBeJudged) {
   const Snapshot s = take_snapshot(program.allocator, &program.recorder);
   const auto g = compute_growth(s);
   ASSERT_TRUE(g) << g.error();
-  EXPECT_EQ(g->verdict, GrowthVerdict::kCannotJudge);
+  EXPECT_EQ(g->answer, GrowthVerdict::kCannotJudge);
   EXPECT_TRUE(g->sites.empty());
   const std::string text = growth_to_text(s, g.value());
   EXPECT_NE(text.find("Cannot judge whether memory grows, because only 3 steps can be compared"), std::string::npos)
@@ -160,7 +160,7 @@ TEST(Growth, AWrappedTraceCountsMemoryFromBeforeItAndFindsNoLeakWhereNoneIs) {
   ASSERT_TRUE(g) << g.error();
   EXPECT_GE(g->step_events.size(), 15u);
   EXPECT_LT(g->step_events.size(), 30u) << "the ring must have dropped the first steps";
-  EXPECT_EQ(g->verdict, GrowthVerdict::kNothingGrows) << growth_to_text(s, g.value());
+  EXPECT_EQ(g->answer, GrowthVerdict::kNothingGrows) << growth_to_text(s, g.value());
   EXPECT_GT(g->first_compared_step, 1u) << "the steps that free memory from before the trace are not compared";
   EXPECT_GE(g->before_trace_bytes.front(), 3 * 4 * kMiB) << "three or four batches, by where the ring begins";
   for (size_t step = g->first_compared_step; step < g->live_bytes.size(); ++step)
@@ -175,7 +175,7 @@ TEST(Growth, AWrappedPyTorchTraceOfThreeStepsCannotBeJudged) {
   ASSERT_TRUE(loaded) << loaded.error();
   const auto g = compute_growth(loaded->snapshot);
   ASSERT_TRUE(g) << g.error();
-  EXPECT_EQ(g->verdict, GrowthVerdict::kCannotJudge);
+  EXPECT_EQ(g->answer, GrowthVerdict::kCannotJudge);
   EXPECT_TRUE(g->sites.empty());
   EXPECT_GT(g->before_trace_bytes.front(), 0u);
   EXPECT_NE(g->reason.find("can be compared"), std::string::npos) << g->reason;
@@ -188,7 +188,7 @@ TEST(Growth, ARealWrappedTraceOfATrainingRunThatDoesNotLeakIsNotCalledALeak) {
   ASSERT_TRUE(loaded) << loaded.error();
   const auto g = compute_growth(loaded->snapshot);
   ASSERT_TRUE(g) << g.error();
-  EXPECT_NE(g->verdict, GrowthVerdict::kGrowing) << g->reason;
+  EXPECT_NE(g->answer, GrowthVerdict::kGrowing) << g->reason;
   EXPECT_TRUE(g->sites.empty());
   EXPECT_GT(g->before_trace_bytes.front(), uint64_t{100} << 20);
 }
@@ -200,7 +200,7 @@ TEST(Growth, ATraceWithoutFreesCannotBeJudged) {
   const Snapshot s = take_snapshot(program.allocator, &program.recorder);
   const auto g = compute_growth(s);
   ASSERT_TRUE(g) << g.error();
-  EXPECT_EQ(g->verdict, GrowthVerdict::kCannotJudge);
+  EXPECT_EQ(g->answer, GrowthVerdict::kCannotJudge);
   EXPECT_NE(g->reason.find("no frees"), std::string::npos) << g->reason;
 }
 
@@ -239,7 +239,7 @@ TEST(Growth, StepsShorterThanTheClockTickCannotBeJudged) {
   }
   const auto g = compute_growth(w.s);
   ASSERT_TRUE(g) << g.error();
-  EXPECT_EQ(g->verdict, GrowthVerdict::kCannotJudge);
+  EXPECT_EQ(g->answer, GrowthVerdict::kCannotJudge);
   EXPECT_NE(g->reason.find("microsecond"), std::string::npos) << g->reason;
   EXPECT_NE(g->reason.find("a step lasts 0 µs at the median"), std::string::npos) << g->reason;
 }
@@ -257,7 +257,7 @@ TEST(Growth, StepStartsThatShareTheirMicrosecondStillConcludeWhenEitherSideGives
   }
   const auto g = compute_growth(w.s);
   ASSERT_TRUE(g) << g.error();
-  EXPECT_EQ(g->verdict, GrowthVerdict::kGrowing) << g->reason;
+  EXPECT_EQ(g->answer, GrowthVerdict::kGrowing) << g->reason;
   ASSERT_EQ(g->sites.size(), 1u);
   EXPECT_EQ(g->sites[0].stack, WrittenTrace::kLeak);
   EXPECT_NEAR(g->sites[0].bytes_per_step, static_cast<double>(kMiB), 1.0);
@@ -276,7 +276,7 @@ TEST(Growth, MemoryThatRoseOnceIsNotALeak) {
   }
   const auto g = compute_growth(w.s);
   ASSERT_TRUE(g) << g.error();
-  EXPECT_EQ(g->verdict, GrowthVerdict::kNothingGrows) << growth_to_text(w.s, g.value());
+  EXPECT_EQ(g->answer, GrowthVerdict::kNothingGrows) << growth_to_text(w.s, g.value());
   EXPECT_TRUE(g->sites.empty());
 }
 

@@ -222,11 +222,66 @@ TEST(JobRanks, TheTypicalRankOfAnEvenCountIsOneOfTheTypicalRanks) {
   const JobRanks high = job_of_peaks({1000 * kMB, 1700 * kMB, 2400 * kMB, 2400 * kMB});
   EXPECT_EQ(high.ranks[high.median_row].peak_reserved_bytes, 2400 * kMB) << job_ranks_to_text(high);
   EXPECT_EQ(outlier_ranks(high), (std::vector<int64_t>{0, 1})) << job_ranks_to_text(high);
-  // No two ranks alike: every other rank is an outlier, and the table says what that is worth.
-  const std::string spread = job_ranks_to_text(job_of_peaks({1000 * kMB, 2000 * kMB, 4000 * kMB, 8000 * kMB}));
-  EXPECT_NE(spread.find("only 1 of the 4 ranks peak within 20% of the median rank's: the ranks share no typical peak"),
+  // No two ranks alike: which is typical, nothing says; no rank is called an outlier.
+  const JobRanks apart = job_of_peaks({1000 * kMB, 2000 * kMB, 4000 * kMB, 8000 * kMB});
+  EXPECT_TRUE(apart.outliers.empty());
+  EXPECT_EQ(apart.verdict.answer, "cannot_judge");
+  EXPECT_NE(apart.verdict.sentence.find("Cannot judge which ranks are outliers, because no group of ranks that peak "
+                                        "within 20% of each other outnumbers the others"),
             std::string::npos)
-      << spread;
+      << apart.verdict.sentence;
+}
+
+// Two ranks that differ, or four split two and two: which side is typical is a coin toss, and the
+// verdict says so instead of naming one side outliers.
+TEST(JobRanks, ATieBetweenGroupsNamesNoOutliers) {
+  constexpr uint64_t kMB = 1000 * 1000;
+  for (const auto& peaks : {std::vector<uint64_t>{1000 * kMB, 2000 * kMB},
+                            std::vector<uint64_t>{1000 * kMB, 1010 * kMB, 2000 * kMB, 2020 * kMB},
+                            std::vector<uint64_t>{2000 * kMB, 1000 * kMB, 2020 * kMB, 1010 * kMB}}) {
+    const JobRanks job = job_of_peaks(peaks);
+    EXPECT_TRUE(job.outliers.empty()) << job_ranks_to_text(job);
+    EXPECT_EQ(job.verdict.answer, "cannot_judge") << job.verdict.sentence;
+    EXPECT_NE(job_ranks_to_text(job).find("Cannot judge which ranks are outliers"), std::string::npos);
+  }
+  // Three against one: the one is the outlier.
+  const JobRanks three = job_of_peaks({1000 * kMB, 1010 * kMB, 990 * kMB, 2000 * kMB});
+  EXPECT_EQ(outlier_ranks(three), (std::vector<int64_t>{3}));
+  EXPECT_EQ(three.verdict.answer, "outliers");
+  // All alike.
+  const JobRanks alike = job_of_peaks({1000 * kMB, 1010 * kMB, 990 * kMB});
+  EXPECT_TRUE(alike.outliers.empty());
+  EXPECT_EQ(alike.verdict.answer, "alike");
+}
+
+// An outlier whose live memory matches the typical rank's and whose settings differ is said to
+// differ by its settings; one that holds more live memory, by that.
+TEST(JobRanks, AnOutlierOfTheSameLiveMemoryIsSaidToDifferBySettings) {
+  constexpr uint64_t kMB = 1000 * 1000;
+  JobRanks job;
+  for (size_t rank = 0; rank < 4; ++rank) {
+    RankSummary r;
+    r.file = "rank" + std::to_string(rank) + ".msgpack";
+    r.rank = static_cast<int64_t>(rank);
+    r.peak_reserved_bytes = rank == 3 ? 1500 * kMB : 1000 * kMB;
+    r.peak_allocated_bytes = 800 * kMB;
+    r.settings = rank == 3 ? "max_split_size_mb:128" : "";
+    job.ranks.push_back(r);
+  }
+  compare_ranks(job, {});
+  ASSERT_EQ(outlier_ranks(job), (std::vector<int64_t>{3}));
+  EXPECT_NE(job.outliers[0].why.find("the same live memory at its peak (762.94 MiB against 762.94 MiB) under other "
+                                     "allocator settings ('max_split_size_mb:128' against PyTorch's defaults)"),
+            std::string::npos)
+      << job.outliers[0].why;
+  EXPECT_NE(job.verdict.sentence.find("the settings, not the program, make the difference"), std::string::npos)
+      << job.verdict.sentence;
+  job.ranks[3].settings = "";
+  compare_ranks(job, {});
+  EXPECT_NE(job.outliers[0].why.find("cached otherwise"), std::string::npos) << job.outliers[0].why;
+  job.ranks[3].peak_allocated_bytes = 1300 * kMB;
+  compare_ranks(job, {});
+  EXPECT_NE(job.outliers[0].why.find("more live memory at its peak"), std::string::npos) << job.outliers[0].why;
 }
 
 TEST(JobRanks, AnOddCountKeepsTheMedianRank) {

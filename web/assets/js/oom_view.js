@@ -8,8 +8,8 @@ import { loading } from './ui.js';
 const causeTitles = {
   fragmentation: 'Fragmentation: free memory existed, but no cached block was large enough',
   other_streams: 'Memory held by other streams',
-  memory_cap: 'A memory cap refused the request; the device itself had room',
-  exhaustion: 'The device was full',
+  exhaustion: 'Too much live memory: the live tensors and the request exceed all the process could have',
+  cannot_judge: 'Cannot judge whether the program needs less memory here',
   request_too_large: 'The request alone is larger than the device could ever give',
   private_pools: 'Private pools (CUDA graphs, MemPool) held the memory free, out of this request\'s reach',
   other_libraries: 'Other libraries of this process held the memory the request needed',
@@ -39,15 +39,18 @@ function memoryParts(x) {
   return parts.filter(([, bytes]) => bytes > 0);
 }
 
+// Under a memory cap the device's free bytes and what lies outside the allocator did not decide.
+const capped = x => x.cap != null || x.cap_at_least_bytes != null;
+
 // Memory outside the allocator (CUDA context, other libraries, other processes) is drawn where
 // the device was full and it is not so large that it would squash the allocator's part.
-const showsOutside = x => x.outside_allocator_bytes != null && x.cause !== 'memory_cap' &&
+const showsOutside = x => x.outside_allocator_bytes != null && !capped(x) &&
   (x.cause === 'other_libraries' || x.outside_allocator_bytes <= 4 * Math.max(x.reserved_bytes, 1));
 
 // The device's free bytes belong in the bar when they decided the error; under a memory cap
 // they are usually far larger than everything else and would squash it to a sliver.
 // When other libraries held the memory, the whole device is the picture.
-const showsDeviceFree = x => x.device_free_bytes !== null && x.cause !== 'memory_cap' &&
+const showsDeviceFree = x => x.device_free_bytes !== null && !capped(x) &&
   (x.cause === 'other_libraries' || x.device_free_bytes <= 4 * x.reserved_bytes);
 
 function memoryBar(x) {
@@ -64,7 +67,7 @@ function memoryBar(x) {
     ${legendHtml(parts.map(([name, bytes, colour]) => [colour, `${name} ${humanBytes(bytes)}`]))}
     ${x.device_free_bytes !== null && !showsDeviceFree(x)
       ? `<p class="hint">Not drawn: the device's ${humanBytes(x.device_free_bytes)} still free; the bar is what the allocator had reserved.</p>` : ''}
-    ${x.outside_allocator_bytes != null && !showsOutside(x) && x.cause !== 'memory_cap'
+    ${x.outside_allocator_bytes != null && !showsOutside(x) && !capped(x)
       ? `<p class="hint">Not drawn: ${humanBytes(x.outside_allocator_bytes)} in use outside the allocator.</p>` : ''}`;
 }
 
@@ -75,6 +78,7 @@ function memoryTable(x) {
   return `<table class="data oom-memory"><tbody>
     ${x.device_total_bytes != null ? row('device total', x.device_total_bytes) : ''}
     ${x.device_free_bytes !== null ? row('device free', x.device_free_bytes, 'what the device had left to reserve') : ''}
+    ${x.cap ? row('memory cap', x.cap.bytes, `set by ${x.cap.source}`) : ''}
     ${x.outside_allocator_bytes != null ? row('in use outside the allocator', x.outside_allocator_bytes,
       "this process's CUDA context, other libraries' memory, other processes") : ''}
     ${(x.outside_libraries || []).map(l => row(`  ${l.library || '(library not known)'}`, l.bytes,
@@ -102,22 +106,23 @@ function holdersTable(x) {
       <td class="frame">${h.frames.length ? h.frames.map(escapeHtml).join('<br>') : '(no stack recorded)'}</td></tr>`).join('')}</tbody></table>`;
 }
 
-// The replays' device, the table, and what they conclude (the CLI's sentence).
+// The replays' device, the table, and what they conclude: memsnap tune's verdict on the same
+// snapshot, the sentence the CLI prints.
 function settingsTable(x) {
   const note = x.settings_note ? `<p class="hint">${escapeHtml(x.settings_note)}</p>` : '';
-  if (!x.settings.length) return note;
+  const shared = x.shared_graph_pool_conclusion ? `<p>${escapeHtml(x.shared_graph_pool_conclusion)}</p>` : '';
+  if (!x.settings.length) return note + shared;
   const device = `<p class="hint">Each replay ran on a simulated device of ${humanBytes(x.replay_capacity_bytes)}${
     x.cap_at_least_bytes != null ? `: the lowest the memory cap can have been (it lay between ${humanBytes(x.cap_at_least_bytes)}
-    and ${humanBytes(x.cap_below_bytes)})` : ''}${x.replay_capacity_over_time ? ` at the error; over the trace ${
-    escapeHtml(x.replay_capacity_over_time)} (from ${humanBytes(x.replay_least_capacity_bytes)} to ${
-    humanBytes(x.replay_most_capacity_bytes)})` : ''}.</p>`;
+    and ${humanBytes(x.cap_below_bytes)})` : ''}${x.cap ? `, under the recorded memory cap of ${humanBytes(x.cap.bytes)}` : ''}.</p>`;
   return `${device}<table class="data oom-settings"><thead><tr><th>settings</th><th>outcome</th><th class="num">peak reserved</th>
       <th class="num">segment allocations</th></tr></thead>
     <tbody>${x.settings.map(s => `<tr class="${s.avoided ? 'avoided' : 'failed'}">
       <td><code>${escapeHtml(s.config || '(PyTorch defaults)')}</code>${s.recorded ? ' <span class="hint">recorded</span>' : ''}</td>
       <td>${s.avoided ? '✓ avoids the error' : '✗ still runs out'}</td>
       <td class="num">${humanBytes(s.peak_reserved_bytes)}</td><td class="num">${s.segment_allocs}</td></tr>`).join('')}</tbody></table>
-    <p class="oom-settings-conclusion">${escapeHtml(x.settings_conclusion)}</p>${note}`;
+    <p class="oom-settings-conclusion" data-verdict="${escapeHtml(x.settings_verdict ? x.settings_verdict.answer : '')}">${
+      escapeHtml(x.settings_conclusion)}</p>${note}${shared}`;
 }
 
 export async function renderOom(container, { snapshot }) {

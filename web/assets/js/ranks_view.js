@@ -1,8 +1,9 @@
 // Ranks: a distributed job's snapshots side by side (memsnap serve DIR). One row per rank,
 // sortable by any column, with each rank's active memory over its trace drawn on the same
-// scale for every rank; the rank that ran out of memory and the outliers against the median
-// rank stand out, with the call sites that make the difference. A row opens its rank's views;
-// "vs median" opens the Compare view against the median rank.
+// scale for every rank; the rank that ran out of memory and the outliers against the typical
+// rank stand out, with the call sites that make the difference, under the verdict memsnap ranks
+// prints (or why it cannot judge). A row opens its rank's views; "vs median" opens the Compare
+// view against the typical rank.
 import { api } from './api.js';
 import { escapeHtml, grouped, humanBytes, signedBytes } from './format.js';
 import { loading } from './ui.js';
@@ -71,13 +72,14 @@ export async function renderRanks(container, { openRank }) {
   container.innerHTML = `
     <div class="cards">
       <div class="card"><div class="label">ranks</div><div class="value">${grouped(ranks.length)}</div></div>
-      <div class="card" title="the rank in the middle when ordered by peak reserved memory (of an even count's two middle ranks, the one more ranks peak close to)"><div class="label">median rank</div>
+      <div class="card" title="the rank most others peak within ${job.outlier_percent}% of"><div class="label">typical rank</div>
         <div class="value">${name(median)}: ${humanBytes(median.peak_reserved_bytes)}</div></div>
       <div class="card"><div class="label">out of memory</div><div class="value ${ooms.length ? 'grew' : ''}">${
         ooms.length ? [...new Set(ooms.map(name))].slice(0, 3).join(', ') + (ooms.length > 3 ? ' …' : '') : 'none'}</div></div>
-      <div class="card" title="peak reserved ${job.outlier_percent}% or more from the median rank's"><div class="label">outliers</div>
-        <div class="value">${job.outliers.length}</div></div>
+      <div class="card" title="peak reserved ${job.outlier_percent}% or more from the typical rank's, where the typical ranks outnumber any other group"><div class="label">outliers</div>
+        <div class="value">${job.verdict && !job.verdict.judged ? 'cannot judge' : job.outliers.length}</div></div>
     </div>
+    <p class="ranks-verdict" data-verdict="${escapeHtml(job.verdict ? job.verdict.answer : '')}">${escapeHtml(job.conclusion || '')}</p>
     ${ooms.map(r => `<div class="oom-headline"><div class="cause">${name(r)} ran out of memory</div>
       ${escapeHtml(describeOom(r))} · <button class="action" data-open="${r.row}" data-view="oom">Explain</button></div>`).join('')}
     ${job.notes.map(n => `<div class="hint">note: ${escapeHtml(n)}</div>`).join('')}
@@ -136,14 +138,14 @@ export async function renderRanks(container, { openRank }) {
   };
   drawTable();
 
-  container.querySelector('.outliers').innerHTML = job.outliers.length ? `<h2>Outliers against the median rank (${name(median)})</h2>
+  container.querySelector('.outliers').innerHTML = job.outliers.length ? `<h2>Outliers against the typical rank (${name(median)})</h2>
     ${job.outliers.slice(0, 50).map(o => {
       const r = ranks[o.row];
       return `<div class="outlier-box"><b>${name(r)}</b> reserves ${Math.abs(o.percent_vs_median).toFixed(0)}% ${o.percent_vs_median > 0 ? 'more' : 'less'}
-        than the median rank (${humanBytes(r.peak_reserved_bytes)} against ${humanBytes(median.peak_reserved_bytes)})
-        <button class="action" data-compare="${o.row}">Compare with the median rank</button>
+        than the typical rank (${humanBytes(r.peak_reserved_bytes)} against ${humanBytes(median.peak_reserved_bytes)}), with ${escapeHtml(o.why || '')}
+        <button class="action" data-compare="${o.row}">Compare with the typical rank</button>
         ${o.sites.length ? `<table class="data"><thead><tr><th class="num">difference</th><th class="num">${name(r)}</th>
-          <th class="num">median rank</th><th>call site (live at each rank's peak)</th></tr></thead><tbody>${o.sites.map(s => `<tr>
+          <th class="num">typical rank</th><th>call site (live at each rank's peak)</th></tr></thead><tbody>${o.sites.map(s => `<tr>
           <td class="num ${s.difference_bytes > 0 ? 'grew' : 'shrank'}">${signedBytes(s.difference_bytes)}</td>
           <td class="num">${humanBytes(s.rank_bytes)}</td><td class="num">${humanBytes(s.median_bytes)}</td>
           <td class="frame">${escapeHtml(s.site)}</td></tr>`).join('')}</tbody></table>` : ''}</div>`;
