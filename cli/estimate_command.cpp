@@ -1,4 +1,5 @@
-// memsnap estimate FILE (--device NAME | --capacity-gib G) [--settings S] [--no-tune] [--json]
+// memsnap estimate FILE [--device NAME | --capacity-gib G] [--settings S] [--no-tune] [--json]
+//   (without a device: a recording on its own device and cap)
 // memsnap estimate SCRIPT.py ...   (runs python3 -m memsnap.estimate: the capture needs torch)
 #include "cli/command.h"
 
@@ -67,7 +68,7 @@ CommandRunner add_estimate_command(CLI::App& app) {
       "Will it fit? Replays a program's allocations on a device of the given size, as PyTorch's "
       "caching allocator would serve them there: each step's peak allocated and reserved bytes, "
       "the first allocation that fails with its stack, and the settings that reserve least on "
-      "that device. FILE is a capture of training steps made without allocating them "
+      "that device (without one, a recording's own device and cap). FILE is a capture of training steps made without allocating them "
       "(memsnap.estimate, or a SCRIPT.py that defines step(), captured here by the memsnap Python "
       "package) or any snapshot with a trace.");
   command->add_option("FILE", options->file, "capture or snapshot (.pickle, .msgpack, .json), or SCRIPT.py")
@@ -106,8 +107,10 @@ CommandRunner add_estimate_command(CLI::App& app) {
     } else if (command->count("--capacity-gib") > 0) {
       fit.capacity_bytes = static_cast<uint64_t>(options->capacity_gib * double(1 << 30));
       fit.capacity_source = "given";
-    } else {
-      throw CommandError("say which device: --device NAME or --capacity-gib G");
+    } else if (!is_estimate_script(options->file)) {
+      // A recording on its own device: where it ran out of memory, why, and tune's advice, as
+      // explain-oom and tune say them.
+      fit.capacity_bytes = 0;
     }
     if (command->count("--settings") > 0) fit.settings = options->settings;
     fit.tune = !options->no_tune;

@@ -196,6 +196,16 @@ class DeviceReplayer {
     }
     // Each allocation in a private pool's segment replays in that pool (segment_pools.h).
     allocation_pools_ = SegmentPools(snapshot, device).allocation_pools(trace_);
+    // The completions and releases right before each recorded oom are its own recovery's.
+    in_recovery_.assign(trace_.size(), false);
+    for (size_t i = trace_.size(); i-- > 0;) {
+      if (trace_[i].action != TraceAction::kOom) continue;
+      for (size_t j = i; j-- > 0;) {
+        const TraceAction a = trace_[j].action;
+        if (a != TraceAction::kFreeCompleted && !is_segment_shrink(a)) break;
+        in_recovery_[j] = true;
+      }
+    }
     for (const TraceEntry& e : trace_) {
       if (is_segment_growth(e.action)) {
         out_.recorded_segment_allocs.push_back(e.size);
@@ -426,6 +436,13 @@ class DeviceReplayer {
 
   void free_completed(const TraceEntry& e) {
     if (auto it = deferred_.find(e.address); it != deferred_.end()) {
+      // Completed by the failing request's own recovery (it waits for every stream before it
+      // gives up): pending when the request searched the cache, as the replay's request finds it.
+      if (in_recovery_[index_]) {
+        awaiting_oom_.push_back(it->second);
+        deferred_.erase(it);
+        return;
+      }
       backend_->complete_events(it->second);
       allocator_->device(0).collect_completed_frees();  // reusable from here on, as recorded
       deferred_.erase(it);
@@ -506,6 +523,10 @@ class DeviceReplayer {
     } catch (const OutOfMemoryError&) {
       ++out_.reproduced_ooms;
     }
+    // What the recorded recovery waited for is done now, whatever the replay's request did.
+    for (StreamId stream : awaiting_oom_) backend_->complete_events(stream);
+    if (!awaiting_oom_.empty()) allocator_->device(0).collect_completed_frees();
+    awaiting_oom_.clear();
   }
 
   void compare_segment_allocs() {
@@ -613,6 +634,8 @@ class DeviceReplayer {
   // Replay address -> the stack and request of the allocation that last held it.
   std::unordered_map<uint64_t, std::pair<StackIndex, uint64_t>> holders_;
   std::unordered_map<uint64_t, StreamId> deferred_;  // recorded address -> its wait stream
+  std::vector<bool> in_recovery_;        // by entry: part of the run of events a recorded oom's recovery made
+  std::vector<StreamId> awaiting_oom_;   // wait streams the next oom's recovery completes
   std::unordered_multiset<uint64_t> failed_;            // allocations the replay could not make
   StreamId next_deferred_stream_ = kFirstDeferredStream;
 };

@@ -75,8 +75,7 @@ PyTorchDocument::PyTorchDocument(pickle::ValueStore& store) : store_(store) {
   k_local_rank_ = key("local_rank"); k_world_size_ = key("world_size");
   k_time_unix_us_ = key("time_unix_us"); k_clock_offset_us_ = key("clock_offset_us");
   k_index_ = key("index"); k_total_memory_ = key("total_memory"); k_memory_cap_ = key("memory_cap");
-  k_trace_state_changes_ = key("trace_state_changes"); k_event_index_ = key("event_index"); k_kind_ = key("kind");
-  k_value_ = key("value"); k_request_ = key("request");
+  k_library_ = key("library");
   k_forward_frames_ = key("forward_frames"); k_memsnap_ = key(kPickleExtrasKey);
 }
 
@@ -200,6 +199,7 @@ bool PyTorchDocument::parse_entry(const Object& dict, TraceEntry& entry, std::st
   // One pass over the items (this runs once per trace entry while a pickle streams in).
   Value action = kMissing, addr = kMissing, device_free = kMissing, size = kMissing,
         stream = kMissing, time = kMissing, frames = kMissing, forward = kMissing;
+  bool outside = false;
   for (size_t i = 0; i + 1 < dict.items.size(); i += 2) {
     const Value key = dict.items[i];
     if (!key.is(Tag::kString)) continue;
@@ -213,7 +213,10 @@ bool PyTorchDocument::parse_entry(const Object& dict, TraceEntry& entry, std::st
     else if (id == k_frames_) frames = value;
     else if (id == k_device_free_) device_free = value;
     else if (id == k_forward_frames_) forward = value;
+    else if (id == k_library_) outside = true;
   }
+  // memsnap's JSON: a call outside the allocator (outside_memory.events) names its library.
+  if (outside) return bad("a call outside the allocator, not a trace entry");
   // A part cannot follow a forward call's frames (a list shared with other parts).
   if (part_ && !(forward == kMissing) && !forward.is(Tag::kNone)) return bad("forward_frames in a part");
   if (!action.is(Tag::kString)) return bad("action: expected a string");
@@ -618,27 +621,7 @@ void PyTorchDocument::convert_extras(const Object& root, Snapshot& out) {
       if (!error.empty()) fail(dot(where, "memory_cap"), error);
     }
   }
-  // memsnap's JSON export: where what the trace's events were recorded under changed.
-  const Value changes = field(root, k_trace_state_changes_);
-  if (!(changes == kMissing)) {
-    const Object& by_device = list_at(changes, "trace_state_changes");
-    if (by_device.items.size() > kMaxDevices)
-      fail("trace_state_changes", "more than " + std::to_string(kMaxDevices) + " devices");
-    for (size_t d = 0; d < by_device.items.size(); ++d) {
-      const Object& list = list_at(by_device.items[d], at("trace_state_changes", d));
-      auto& device_changes = out.trace_state_changes.emplace_back();
-      for (size_t i = 0; i < list.items.size(); ++i) {
-        const std::string where = at(at("trace_state_changes", d), i);
-        const Object& c = dict_at(list.items[i], where);
-        const std::optional<TraceStateKind> kind = trace_state_kind_from_name(string_field(c, k_kind_, where, ""));
-        if (!kind) fail(dot(where, "kind"), "unknown kind of trace state change");
-        TraceStateChange change{uint_field(c, k_event_index_, where, 0, true), *kind, string_field(c, k_value_, where, ""),
-                                string_field(c, k_request_, where, "")};
-        store_.charge(sizeof(TraceStateChange) + string_cost(change.value) + string_cost(change.request));
-        device_changes.push_back(std::move(change));
-      }
-    }
-  }
+  convert_memsnap_extras(root, out);
   const Value statistics = field(root, k_statistics_);
   if (!(statistics == kMissing)) {
     const Object& list = list_at(statistics, "statistics");

@@ -100,6 +100,9 @@ class PyTorchDocument final : public pickle::Lowering {
   SnapshotBlock convert_block(pickle::Value v, uint64_t expected_address, const std::string& where);
   DeviceTrace convert_trace(pickle::Value v, const std::string& where);
   void convert_extras(const pickle::Object& root, Snapshot& out);
+  // What only memsnap's JSON export holds beside PyTorch's keys (memsnap_json_extras.cpp): the
+  // trace state changes, the driver's figures, memory outside the allocator.
+  void convert_memsnap_extras(const pickle::Object& root, Snapshot& out);
 
   pickle::ValueStore& store_;
   // Interned key names.
@@ -109,8 +112,7 @@ class PyTorchDocument final : public pickle::Lowering {
       k_active_size_, k_requested_size_, k_segment_type_, k_segment_pool_id_, k_is_expandable_,
       k_blocks_, k_state_, k_history_, k_real_size_, k_stage_, k_source_, k_format_, k_process_, k_devices_,
       k_statistics_, k_host_, k_pid_, k_rank_, k_local_rank_, k_world_size_, k_time_unix_us_, k_clock_offset_us_, k_index_,
-      k_total_memory_, k_forward_frames_, k_memsnap_, k_memory_cap_, k_trace_state_changes_, k_event_index_, k_kind_,
-      k_value_, k_request_;
+      k_total_memory_, k_forward_frames_, k_memsnap_, k_memory_cap_, k_library_;
   std::vector<FrameKey> frames_;
   std::unordered_map<FrameKey, uint32_t, FrameKeyHash> frame_ids_;
   std::vector<std::vector<uint32_t>> stacks_;

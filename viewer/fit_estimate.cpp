@@ -6,6 +6,7 @@
 #include <map>
 
 #include "replay/recorded_config.h"
+#include "replay/device_replay.h"
 #include "replay/snapshot_replay.h"
 #include "viewer/byte_text.h"
 #include "viewer/frame_labels.h"
@@ -103,6 +104,13 @@ Result<FitEstimate> estimate_fit(const Snapshot& snapshot, const FitOptions& opt
     return Result<FitEstimate>::failure("estimate: no trace to replay for device " + std::to_string(out.device) +
                                         " (capture a step with memsnap.estimate, or record history at level 'all')");
   const DeviceTrace& trace = snapshot.device_traces[static_cast<size_t>(out.device)];
+  // A capture (memsnap.estimate's trace of requests) has no segment, no segment event and no
+  // error of its own: no device to replay it on.
+  if (as_recorded && snapshot.segments.empty() && std::none_of(trace.begin(), trace.end(), [](const TraceEntry& e) {
+        return is_segment_growth(e.action) || e.action == TraceAction::kOom;
+      }))
+    return Result<FitEstimate>::failure(
+        "estimate: say which device: --device NAME or --capacity-gib G (a capture of requests has no device of its own)");
   Result<AllocatorConfig> config = options.settings ? parse_allocator_config(*options.settings)
                                                     : recorded_allocator_config(snapshot);
   if (!config) return Result<FitEstimate>::failure("estimate: " + config.error());

@@ -162,30 +162,44 @@ uint64_t largest_rise(const std::vector<uint64_t>& ys, size_t first, size_t last
   return rise;
 }
 
+// The start of the run of last steps in which the bytes never fall, from where they first rose,
+// and how many of its steps rise.
+std::pair<size_t, size_t> last_rising_run(const std::vector<uint64_t>& ys, size_t first) {
+  const size_t last = ys.size() - 1;
+  size_t start = last;
+  while (start > first && ys[start - 1] <= ys[start]) --start;
+  while (start < last && ys[start] == ys[start + 1]) ++start;
+  size_t rises = 0;
+  for (size_t i = start + 1; i <= last; ++i) rises += ys[i] > ys[i - 1];
+  return {start, rises};
+}
+
 // Where a site's live bytes grow as a leak's do (growth.h): over the steps compared, or over a
 // run of the last ones; the step it grows from, or nothing. No one step decides: the trend is
 // over every step, and no single rise may make most of the growth (a buffer that grew once).
+// Growth that began late is dated from where it began, and its rate taken there.
 std::optional<size_t> growing_from(const std::vector<uint64_t>& ys, size_t first) {
   const size_t last = ys.size() - 1;
   if (last + 1 < first + kMinComparedSteps) return std::nullopt;
+  // A leak that began late: the last steps never fall and nearly all rise.
+  const auto [start, rises] = last_rising_run(ys, first);
+  const size_t steps = last - start;
+  const size_t shortest = std::max<size_t>(kMinLateSteps, (last + 1 - first) / 4);
+  const bool late_run = steps + 1 >= shortest && rises * 4 >= steps * 3 && ys[last] > ys[start] &&
+                        largest_rise(ys, start, last) * 2 <= ys[last] - ys[start];
   // The whole stretch: a strong trend, rising in its second half too.
   if (ys[last] > ys[first]) {
     const size_t middle = first + (last - first) / 2;
     if (kendall_tau(compared_points(ys, first, last)) >= kLeakTrend && theil_sen(compared_points(ys, middle, last)) > 0 &&
-        largest_rise(ys, first, last) * 2 <= ys[last] - ys[first])
+        largest_rise(ys, first, last) * 2 <= ys[last] - ys[first]) {
+      // Flat, then rising: it began where the run of rises did.
+      if (late_run && start > first &&
+          theil_sen(compared_points(ys, start, last)) > 1.5 * theil_sen(compared_points(ys, first, last)))
+        return start;
       return first;
+    }
   }
-  // A leak that began late: the last steps never fall and nearly all rise.
-  size_t start = last;
-  while (start > first && ys[start - 1] <= ys[start]) --start;
-  while (start < last && ys[start] == ys[start + 1]) ++start;  // from where it first rose
-  size_t rises = 0;
-  for (size_t i = start + 1; i <= last; ++i) rises += ys[i] > ys[i - 1];
-  const size_t steps = last - start;
-  const size_t shortest = std::max<size_t>(kMinLateSteps, (last + 1 - first) / 4);
-  if (steps + 1 >= shortest && rises * 4 >= steps * 3 && ys[last] > ys[start] &&
-      largest_rise(ys, start, last) * 2 <= ys[last] - ys[start])
-    return start;
+  if (late_run) return start;
   return std::nullopt;
 }
 
@@ -361,6 +375,8 @@ std::string growth_sentence(const Snapshot& snapshot, const Growth& growth) {
                         (growth.sites.size() == 1 ? "s" : "") + " more at each step's start over " + step_range(growth) +
                         "; the fastest, " + call_site_label(snapshot, top.stack) + ", by " +
                         format_bytes(static_cast<int64_t>(top.bytes_per_step)) + " a step";
+      if (growth.steps_from.rfind("allocation site", 0) == 0)
+        out += " (a step here: each time the " + growth.steps_from + " allocates; no annotation names the steps)";
       if (top.from_step > growth.first_compared_step) out += " from step " + std::to_string(top.from_step + 1);
       if (top.pending_bytes * 2 >= top.bytes.back() && top.pending_bytes > 0)
         out += ". Of its " + format_bytes(static_cast<int64_t>(top.bytes.back())) + " at the last step, " +

@@ -12,6 +12,10 @@
 namespace memsnap {
 namespace {
 
+// Sites whose gaps vary within this much (coefficient of variation) of the most even one's are
+// taken as even as it.
+constexpr double kEvenEnough = 0.05;
+
 // "ProfilerStep#12" -> "ProfilerStep#", "step 12" -> "step "; "" when the name ends in no number.
 std::string numbered_stem(const std::string& name) {
   size_t end = name.size();
@@ -167,15 +171,21 @@ std::vector<int64_t> annotated_step_times(const Snapshot& snapshot, const Device
 
 // Without annotations: the allocation site that recurs most evenly across the trace (a
 // training loop's batch, or its loss: once per step). A site must recur at least three times
-// over at least half the trace; the one whose gaps vary least wins (a site that allocates
-// several times per step has short gaps within a step and long ones between), then the rarer.
+// over at least half the trace. Of the sites whose gaps vary least (a site that allocates
+// several times per step has short gaps within a step and long ones between), the one that
+// recurs most: a site that recurs every few steps (gradient accumulation's buffer) is as even
+// but would make a step of several.
 std::vector<uint64_t> steps_from_regular_site(const DeviceTrace& trace, StackIndex& site) {
   std::unordered_map<StackIndex, std::vector<uint64_t>> at;
   for (size_t i = 0; i < trace.size(); ++i)
     if (trace[i].action == TraceAction::kAlloc && trace[i].stack != kNoStackIndex) at[trace[i].stack].push_back(i);
-  site = kNoStackIndex;
-  double best_spread = 0;
-  size_t best_count = 0;
+  struct Candidate {
+    StackIndex stack;
+    double spread;
+    size_t count;
+  };
+  std::vector<Candidate> candidates;
+  double best_spread = 1e9;
   for (const auto& [stack, indices] : at) {
     if (indices.size() < 3 || indices.back() - indices.front() < trace.size() / 2) continue;
     double mean = 0, square = 0;
@@ -186,14 +196,20 @@ std::vector<uint64_t> steps_from_regular_site(const DeviceTrace& trace, StackInd
       square += d * d;
     }
     const double spread = mean > 0 ? std::sqrt(square / static_cast<double>(indices.size() - 1)) / mean : 1e9;
-    if (site == kNoStackIndex || spread < best_spread - 1e-9 ||
-        (spread < best_spread + 1e-9 && (indices.size() < best_count || (indices.size() == best_count && stack < site)))) {
-      site = stack;
-      best_spread = spread;
-      best_count = indices.size();
-    }
+    candidates.push_back({stack, spread, indices.size()});
+    best_spread = std::min(best_spread, spread);
   }
-  return site == kNoStackIndex ? std::vector<uint64_t>{} : at[site];
+  site = kNoStackIndex;
+  const Candidate* best = nullptr;
+  for (const Candidate& c : candidates) {
+    if (c.spread > best_spread + kEvenEnough) continue;
+    if (best == nullptr || c.count > best->count ||
+        (c.count == best->count && (c.spread < best->spread - 1e-9 || (c.spread < best->spread + 1e-9 && c.stack < best->stack))))
+      best = &c;
+  }
+  if (best == nullptr) return {};
+  site = best->stack;
+  return at[site];
 }
 
 }  // namespace

@@ -83,9 +83,14 @@ std::vector<SiteDifference> site_differences(const RankSummary& rank, const Rank
 // Why an outlier's peak differs from the typical rank's: its live memory, or (the same live
 // memory) its allocator settings or how its cache lay.
 std::string outlier_reason(const RankSummary& rank, const RankSummary& typical) {
-  const double live = static_cast<double>(rank.peak_allocated_bytes);
-  const double typical_live = static_cast<double>(typical.peak_allocated_bytes);
-  const std::string figures = " (" + bytes(rank.peak_allocated_bytes) + " against " + bytes(typical.peak_allocated_bytes) + ")";
+  // The program's own bytes where both say them (requests, before the settings round them to
+  // blocks); else the blocks.
+  const bool requested = rank.peak_requested_bytes > 0 && typical.peak_requested_bytes > 0;
+  const uint64_t rank_live = requested ? rank.peak_requested_bytes : rank.peak_allocated_bytes;
+  const uint64_t typical_live_bytes = requested ? typical.peak_requested_bytes : typical.peak_allocated_bytes;
+  const double live = static_cast<double>(rank_live);
+  const double typical_live = static_cast<double>(typical_live_bytes);
+  const std::string figures = " (" + bytes(rank_live) + " against " + bytes(typical_live_bytes) + ")";
   if (typical_live > 0 && std::fabs(live / typical_live - 1.0) < kSameLiveShare) {
     if (rank.settings && typical.settings && *rank.settings != *typical.settings) {
       const auto name = [](const std::string& config) { return config.empty() ? std::string("PyTorch's defaults") : "'" + config + "'"; };
@@ -406,6 +411,8 @@ nlohmann::json rank_summary_to_json(const RankSummary& r) {
       {"allocated_bytes", r.allocated_bytes},
       {"peak_reserved_bytes", r.peak_reserved_bytes},
       {"peak_allocated_bytes", r.peak_allocated_bytes},
+      {"peak_requested_bytes", r.peak_requested_bytes},
+      {"settings", r.settings ? nlohmann::json(*r.settings) : nlohmann::json(nullptr)},
       {"peaks_from", r.peaks_from_statistics ? "statistics" : "trace"},
       {"segments", r.segments},
       {"fragmentation", r.fragmentation},

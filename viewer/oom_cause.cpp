@@ -53,6 +53,7 @@ void add_evidence(const OomFacts& f, Verdict& v) {
   if (f.placement_known) {
     v.add("usable_free_bytes", f.usable_free_bytes);
     v.add("usable_largest_free_bytes", f.usable_largest_free);
+    v.add("usable_fitting_free_bytes", f.usable_fitting_free);
     v.add("other_stream_free_bytes", f.other_stream_free_bytes);
     v.add("pending_free_bytes", f.pending_free_bytes);
     v.add("private_pool_free_bytes", f.private_pool_free_bytes);
@@ -94,6 +95,14 @@ std::pair<OomCause, std::string> misplaced(const OomFacts& f) {
   if (!f.placement_known)
     return {OomCause::kFragmentation,
             "the memory cached then could not serve it (no cached block fitted and no new segment could be made)"};
+  if (f.usable_fitting_free > 0)
+    return {OomCause::kOtherStreams,
+            "a cached block it fits (" + bytes(f.usable_fitting_free) +
+                ") was there after the error: when the request searched the cache that memory was still freed but "
+                "waiting for other streams' work (record_stream). The allocator's recovery waits for every stream, "
+                "then asks the device for a new segment without searching the cache again (as PyTorch's does), so the "
+                "request failed beside it. Free such tensors earlier, or synchronize the side streams before large "
+                "requests"};
   if (f.usable_free_bytes >= f.rounded_bytes)
     return {OomCause::kFragmentation,
             bytes(f.usable_free_bytes) + " was cached free in the " + pool +

@@ -90,6 +90,7 @@ struct OomFacts {
   bool placement_known = false;
   bool small_pool = false;
   uint64_t usable_free_bytes = 0, usable_largest_free = 0;  // the request's pool and stream
+  uint64_t usable_fitting_free = 0;  // a block there the request fits: it was pending when asked
   uint64_t other_stream_free_bytes = 0, pending_free_bytes = 0;
   uint64_t private_pool_free_bytes = 0;
   std::string private_pools_words;  // "CUDA graph pool 1 514.00 MiB, ..."

@@ -130,6 +130,8 @@ void measure_state(const Snapshot& snapshot, const std::vector<SnapshotSegment>&
         x.usable_largest_free = std::max<uint64_t>(x.usable_largest_free, block.size);
         if (block.size >= x.rounded_bytes && !block_fits_split_rules(block.size, x.rounded_bytes, config))
           x.blocked_by_split_rules += block.size;
+        else if (block.size >= x.rounded_bytes && !segment.is_expandable)
+          x.usable_fitting_free = std::max<uint64_t>(x.usable_fitting_free, block.size);
       }
     }
   }
@@ -211,6 +213,7 @@ OomFacts facts_of(const OomState& x) {
   f.small_pool = x.small_pool;
   f.usable_free_bytes = x.usable_free_bytes;
   f.usable_largest_free = x.usable_largest_free;
+  f.usable_fitting_free = x.usable_fitting_free;
   f.other_stream_free_bytes = x.other_stream_free_bytes;
   f.pending_free_bytes = x.pending_free_bytes;
   f.private_pool_free_bytes = x.private_pool_free_bytes;

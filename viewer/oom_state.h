@@ -70,6 +70,10 @@ struct OomState {
   uint64_t free_blocks = 0;
   uint64_t usable_free_bytes = 0;   // cached in the request's pool and stream
   uint64_t usable_largest_free = 0;
+  // A usable cached block the request fits (the split rules allowing): the request's search
+  // would have taken it, so it was still waiting for another stream's work then, and the
+  // error's recovery, which waits for every stream, freed it (oom_cause.h).
+  uint64_t usable_fitting_free = 0;
   uint64_t other_stream_free_bytes = 0;  // cached in the request's pool on other streams
   uint64_t other_pool_free_bytes = 0;    // cached in the other pool
   // Cached free in private pools (CUDA graphs, MemPool), which serve only their own graphs or

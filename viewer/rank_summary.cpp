@@ -109,9 +109,12 @@ RankSummary summarize_rank(const Snapshot& snapshot, std::string file) {
   // Peaks: the statistics cover the process's whole life; the trace only its own window.
   const MemoryPeaks peaks = compute_peaks(snapshot);
   int64_t retries = 0, stat_ooms = 0;
+  bool requested_known = !peaks.statistics.empty();
   for (const StatisticsPeaks& p : peaks.statistics) {
     out.peak_reserved_bytes += p.reserved_bytes;
     out.peak_allocated_bytes += p.allocated_bytes;
+    requested_known = requested_known && p.requested_bytes.has_value();
+    out.peak_requested_bytes += p.requested_bytes.value_or(0);
     const Statistics& statistics = snapshot.statistics[static_cast<size_t>(p.device)];
     retries += std::max<int64_t>(0, statistic(statistics, "num_alloc_retries").value_or(0));
     stat_ooms += std::max<int64_t>(0, statistic(statistics, "num_ooms").value_or(0));
@@ -171,6 +174,8 @@ RankSummary summarize_rank(const Snapshot& snapshot, std::string file) {
     out.peak_allocated_bytes = std::max(trace_in_use_peak, out.allocated_bytes);
     out.ooms = trace_ooms;
   }
+  // The trace's in-use peak is in requested bytes (memory_peaks.h).
+  if (!requested_known) out.peak_requested_bytes = trace_in_use_peak;
 
   // What was live at the longest trace's peak, by stack (without a trace: at the snapshot).
   std::unordered_map<StackIndex, uint64_t> at_peak;

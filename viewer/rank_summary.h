@@ -48,6 +48,9 @@ struct RankSummary {
   uint64_t allocated_bytes = 0;
   uint64_t peak_reserved_bytes = 0;   // the process's statistics when recorded, else the trace's
   uint64_t peak_allocated_bytes = 0;
+  // The program's own bytes at their peak (requests, before rounding), where known (0 when not):
+  // what "the same live memory" is judged by, whatever settings rounded the blocks to.
+  uint64_t peak_requested_bytes = 0;
   bool peaks_from_statistics = false;
   uint64_t segments = 0;
   double fragmentation = 0;  // free bytes stranded in segments that hold live blocks / reserved

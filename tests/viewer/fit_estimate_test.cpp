@@ -6,7 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include "allocator/caching_allocator.h"
+#include "allocator/simulated_backend.h"
+#include "history/history_recorder.h"
 #include "replay/snapshot_replay.h"
+#include "snapshot/snapshot_builder.h"
 #include "tests/test_snapshots.h"
 
 namespace memsnap {
@@ -218,6 +222,42 @@ TEST(FitEstimate, ARecordedOutOfMemoryErrorThatRecursDoesNotFit) {
   const auto roomy = estimate_fit(s, options);
   ASSERT_TRUE(roomy) << roomy.error();
   EXPECT_TRUE(roomy->fits()) << fit_estimate_to_text(roomy.value());
+}
+
+// Memory live before the trace's first entry (a ring that wrapped) is live at the first step's
+// start; and the free share at the reserved peak is the least over the peak, not the share at
+// the moment the peak was first reached (a fresh segment, mostly free then).
+TEST(FitEstimate, WhatTheTraceBeganWithIsLiveAtTheStartAndTheFreeShareIsTheLeastAtThePeak) {
+  auto backend = std::make_shared<SimulatedBackend>();
+  CachingAllocator allocator(backend);
+  HistoryRecorder recorder(allocator);
+  recorder.configure({HistoryLevel::kAll, 40, false});
+  void* before = allocator.allocate(65 * kMiB);
+  std::vector<void*> small;
+  for (int i = 0; i < 10; ++i) small.push_back(allocator.allocate(2 * kMiB));  // one 20 MiB segment, filled
+  for (int round = 0; round < 20; ++round) allocator.deallocate(allocator.allocate(kMiB / 2));
+  const Snapshot s = take_snapshot(allocator, &recorder);
+  FitOptions options;
+  options.capacity_bytes = 80 * (kMiB << 10);
+  options.tune = false;
+  const auto estimate = estimate_fit(s, options);
+  ASSERT_TRUE(estimate) << estimate.error();
+  ASSERT_FALSE(estimate->steps.empty());
+  EXPECT_GE(estimate->steps.front().allocated_at_start_bytes, 65 * kMiB) << fit_estimate_to_text(estimate.value());
+  for (void* p : small) allocator.deallocate(p);
+  allocator.deallocate(before);
+
+  // A 20 MiB segment made by a 2 MiB request (90% of it free at that moment), then filled.
+  CaptureBuilder b;
+  std::vector<uint64_t> blocks;
+  for (int i = 0; i < 10; ++i) blocks.push_back(b.alloc(2 * kMiB, CaptureBuilder::kForward));
+  FitOptions roomy;
+  roomy.capacity_bytes = 1024 * kMiB;
+  roomy.tune = false;
+  const auto filled = estimate_fit(b.snapshot(), roomy);
+  ASSERT_TRUE(filled) << filled.error();
+  EXPECT_EQ(filled->peak_reserved_bytes, 20 * kMiB);
+  EXPECT_DOUBLE_EQ(filled->free_at_reserved_peak, 0.0);
 }
 
 TEST(FitEstimate, RefusesWhatItCannotEstimate) {

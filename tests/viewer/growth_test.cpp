@@ -204,6 +204,23 @@ TEST(Growth, ATraceWithoutFreesCannotBeJudged) {
   EXPECT_NE(g->reason.find("no frees"), std::string::npos) << g->reason;
 }
 
+// A program that frees nothing, recorded at level 'all' (which would have recorded its frees):
+// its memory does grow, and is judged so; "history kept only allocations" would be a cause
+// stated without evidence.
+TEST(Growth, AProgramThatFreesNothingIsJudged) {
+  Program program;
+  for (int step = 0; step < 10; ++step) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    ScopedAnnotation named(program.recorder, "step " + std::to_string(step));
+    program.kept.push_back(leaky_cache(program.allocator));
+  }
+  const Snapshot s = take_snapshot(program.allocator, &program.recorder);
+  const auto g = compute_growth(s);
+  ASSERT_TRUE(g) << g.error();
+  EXPECT_EQ(g->answer, GrowthVerdict::kGrowing) << g->reason;
+  EXPECT_EQ(g->verdict.sentence.find("no frees"), std::string::npos) << g->verdict.sentence;
+}
+
 // Snapshots written event by event, for timings a real run cannot promise.
 struct WrittenTrace {
   Snapshot s;

@@ -463,6 +463,62 @@ TEST(ExplainOom, ARequestLargerThanTheDeviceSaysNoFreeingOrSettingHelps) {
   EXPECT_NE(oom_explanation_to_text(with_size).find("Why (request_too_large)"), std::string::npos);
 }
 
+// Nothing is recommended from a replay that does not reproduce the recording: with an allocation
+// lost from the trace (its free then names a block the trace never made), the replay under the
+// recorded settings is not the recording, and the advice says it cannot judge.
+TEST(ExplainOom, NoSettingIsRecommendedFromAReplayThatDoesNotReproduceTheRecording) {
+  OomProgram program(64 * kMiB);
+  program.allocator->deallocate(program.allocator->allocate(60 * kMiB));
+  std::vector<void*> pieces;
+  for (int i = 0; i < 6; ++i) pieces.push_back(program.allocator->allocate(10 * kMiB));
+  for (int i = 0; i < 6; ++i) {
+    if (i % 2 == 0)
+      program.held.push_back(pieces[i]);
+    else
+      program.allocator->deallocate(pieces[i]);
+  }
+  Snapshot s = program.fail_with(20 * kMiB);
+  const OomExplanation whole = explain(s);
+  ASSERT_TRUE(whole.advice.has_value());
+  ASSERT_EQ(whole.advice->answer, TuneVerdict::kChange) << whole.advice->verdict.sentence;
+  DeviceTrace& trace = s.device_traces[0];
+  DeviceTrace cut;
+  bool dropped = false;
+  for (const TraceEntry& e : trace) {
+    if (!dropped && e.action == TraceAction::kAlloc && e.size == 10 * kMiB) {
+      dropped = true;  // the first piece's allocation is lost; its free is kept
+      continue;
+    }
+    cut.push_back(e);
+  }
+  trace = std::move(cut);
+  for (TraceStateChange& c : s.trace_state_changes[0])
+    if (c.event_index > 0) --c.event_index;
+  const OomExplanation x = explain(s);
+  ASSERT_TRUE(x.advice.has_value());
+  EXPECT_FALSE(x.advice->reproduced);
+  EXPECT_EQ(x.advice->answer, TuneVerdict::kCannotJudge) << x.advice->verdict.sentence;
+  EXPECT_NE(x.advice->verdict.sentence.find("does not reproduce the recording"), std::string::npos)
+      << x.advice->verdict.sentence;
+  EXPECT_EQ(oom_explanation_to_text(x).find("Use PYTORCH_CUDA_ALLOC_CONF"), std::string::npos);
+}
+
+// A device with nothing free at the error: 0 is a figure, not "unknown". The limit is the
+// reserved bytes, and the replays run on a device of that size, not a default 80 GiB.
+TEST(ExplainOom, ADeviceWithNothingFreeIsFullNotUnknown) {
+  OomProgram program(100 * kMiB);
+  program.held.push_back(program.allocator->allocate(100 * kMiB));
+  const OomExplanation x = explain(program.fail_with(20 * kMiB));
+  ASSERT_TRUE(x.device_free_bytes.has_value());
+  EXPECT_EQ(*x.device_free_bytes, 0u);
+  EXPECT_EQ(x.diagnosis.cause, OomCause::kExhaustion) << x.diagnosis.verdict.sentence;
+  EXPECT_EQ(x.limit.kind, OomLimit::Kind::kExact);
+  EXPECT_EQ(x.limit.bytes, 100 * kMiB);
+  ASSERT_TRUE(x.advice.has_value());
+  EXPECT_EQ(x.advice->capacity_bytes, 100 * kMiB);
+  EXPECT_EQ(x.advice->capacity_source, "reserved + device free at the recorded OOM");
+}
+
 // A memsnap program whose one request exceeds its device.
 TEST(ExplainOom, AMemsnapRequestLargerThanItsDeviceIsTooLarge) {
   OomProgram program(100 * kMiB);

@@ -8,7 +8,9 @@
 
 #include "server_test_support.h"
 #include "snapshot/snapshot_loader.h"
+#include "viewer/fit_estimate.h"
 #include "viewer/oom_explanation.h"
+#include "viewer/settings_advisor.h"
 #include "viewer/snapshot_stats.h"
 #include "web/web_assets.h"
 
@@ -364,6 +366,18 @@ TEST(ServerOom, ExplainsTheRecordedOutOfMemoryErrorAsTheCliDoes) {
   EXPECT_TRUE(tune["recorded_oom"].get<bool>());
   EXPECT_TRUE(tune["best"]["ok"].get<bool>());
   EXPECT_GT(tune["ranked"].size(), 50u);
+  // One settings verdict on the OOM page, the tune page and the CLI's tune and estimate.
+  EXPECT_EQ(answer["settings_conclusion"], tune["conclusion"]);
+  EXPECT_EQ(answer["settings_verdict"], tune["judgement"]);
+  const auto cli_tune = tune_settings(loaded->snapshot);
+  ASSERT_TRUE(cli_tune);
+  EXPECT_EQ(tune["conclusion"], settings_advice_to_json(cli_tune.value())["conclusion"]);
+  const auto estimate = estimate_fit(loaded->snapshot, FitOptions{});
+  ASSERT_TRUE(estimate) << estimate.error();
+  ASSERT_TRUE(estimate->failure.has_value());
+  EXPECT_EQ(estimate->failure->cause.verdict.sentence, answer["verdict"]["sentence"]);
+  ASSERT_TRUE(estimate->advice.has_value());
+  EXPECT_EQ(estimate->advice->verdict.sentence, tune["conclusion"]);
   // The timeline marks the error on its axis.
   const json timeline = json::parse(client.Get("/api/snapshots/1/timeline")->body);
   ASSERT_FALSE(timeline["markers"].empty());
