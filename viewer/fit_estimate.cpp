@@ -175,6 +175,7 @@ Result<FitEstimate> estimate_fit(const Snapshot& snapshot, const FitOptions& opt
     out.device_mallocs = d.stats.num_device_alloc;
     out.alloc_retries = d.stats.num_alloc_retries;
     if (as_recorded) {
+      out.memory_cap = d.memory_cap;
       out.capacity_bytes = d.capacity_bytes;
       out.capacity_source = "the recording's own device (" + d.capacity_source + ")" +
                             (d.memory_cap ? ", under its " + memory_cap_words(*d.memory_cap).substr(2) : "");
@@ -258,11 +259,14 @@ std::string fit_sentence(const FitEstimate& estimate) {
            "recording: " + estimate.fidelity + ".";
   if (estimate.failure) {
     const FitFailure& f = *estimate.failure;
-    std::string where = f.step.empty() ? "" : " in " + f.step;
+    std::string where = f.step.empty() || f.step == "trace" ? "" : " in " + f.step;
     const std::string site = f.site.empty() ? "" : " at " + f.site;
+    const std::string limit = estimate.memory_cap && estimate.memory_cap->bytes < estimate.capacity_bytes
+                                  ? bytes(estimate.memory_cap->bytes) + " (the memory cap)"
+                                  : bytes(estimate.capacity_bytes);
     std::string out = "Does not fit: it runs out of memory" + where + site + ", asking for " + bytes(f.requested_bytes) +
                       " with " + bytes(f.allocated_bytes) + " allocated and " + bytes(f.reserved_bytes) +
-                      " reserved of " + bytes(estimate.capacity_bytes) + ".";
+                      " reserved of " + limit + ".";
     out += " " + f.cause.verdict.sentence;
     if (f.unlimited_peak_reserved_bytes > 0)
       out += " Without a limit it would peak at " + bytes(f.unlimited_peak_allocated_bytes) + " allocated and " +

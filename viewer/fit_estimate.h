@@ -86,6 +86,7 @@ struct FitEstimate {
   int64_t device = 0;
   uint64_t capacity_bytes = 0;
   std::string capacity_source;
+  std::optional<MemoryCap> memory_cap;  // on the recording's own device: the cap it ran under
   std::string settings;  // as a config string; "" = PyTorch's defaults
   uint64_t entries = 0;  // trace entries replayed
   uint64_t peak_requested_bytes = 0;  // bytes the live allocations asked for, before rounding

@@ -404,6 +404,12 @@ void check_real(const std::string& root) {
         else
           mark("real", cause == want ? Mark::kCorrect : Mark::kWrong, true, name + " " + file + " oom",
                "cause " + cause + ", truly " + want + ": " + x->diagnosis.verdict.sentence);
+        // A cap the program set is in the snapshot, with its size.
+        if (o.contains("cap_bytes") && o["cap_bytes"].is_number()) {
+          const bool recorded = x->cap && x->cap->bytes == o["cap_bytes"].get<uint64_t>();
+          mark("real", recorded ? Mark::kCorrect : Mark::kWrong, true, name + " " + file + " cap",
+               x->cap ? "cap " + std::to_string(x->cap->bytes) + " B recorded" : "no cap recorded");
+        }
         if (x->advice && o.contains("avoided_by") && o["avoided_by"].is_string()) {
           const bool recommends = x->advice->answer == TuneVerdict::kChange &&
                                   x->advice->ranked.front().config == o["avoided_by"].get<std::string>();
