@@ -209,7 +209,8 @@ OomDiagnosis decide_oom_cause(const OomFacts& f) {
   if (f.cap && request > f.cap->bytes)
     return decide(OomCause::kTooLarge,
                   too_large_sentence(f, memory_cap_words(*f.cap), "ask for less, or raise the cap.", true));
-  switch (against(f.limit, request, request)) {
+  const Against request_against = against(f.limit, request, request);
+  switch (request_against) {
     case Against::kBeyond:
       if (libraries_make_room(f, request)) return decide(OomCause::kOtherLibraries, libraries_sentence(f, "The request alone", "needs", request));
       return decide(OomCause::kTooLarge,
@@ -235,8 +236,11 @@ OomDiagnosis decide_oom_cause(const OomFacts& f) {
       return decide(OomCause::kExhaustion,
                     figures + ", more than " + (f.limit.ceiling_words.empty() ? f.limit.words : f.limit.ceiling_words) +
                         ": the program needs less live memory at this point (or " +
-                        (f.cap ? "a larger cap" : "a larger share of the device") + "); " + kNoSetting +
-                        ". Free or shrink what the largest holders keep alive.");
+                        (f.cap || f.limit.kind == OomLimit::Kind::kRange ? "a larger cap" : "a larger share of the device") +
+                        "); " + kNoSetting + ". Free or shrink what the largest holders keep alive." +
+                        (request_against == Against::kUndecided
+                             ? " Whether the request alone is larger than the cap, the recording cannot say."
+                             : ""));
     case Against::kUndecided:
       if (f.limit.kind == OomLimit::Kind::kRange)
         return cannot_judge("the memory cap is not recorded: it refused a new segment with " + bytes(f.reserved_bytes) +

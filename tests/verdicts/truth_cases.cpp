@@ -238,6 +238,16 @@ void growth_cases(std::vector<Case>& out, size_t limit) {
     c.name = "growth " + loop_name(k);
     c.snapshots.push_back(record_loop(k));
     c.growth = loop_growth_truth(c.snapshots[0], k);
+    // The loop again under other settings: what tune's advice on it is checked against.
+    c.rerun = [k](const AllocatorConfig& config) {
+      RunOptions options;
+      options.config = config;
+      options.capacity_bytes = 64 * kGiB;
+      options.record = false;
+      Runtime again(options);
+      run_loop(again, k);
+      return again.outcome();
+    };
     out.push_back(std::move(c));
   };
   uint32_t seed = 1;

@@ -9,11 +9,8 @@
 #include "allocator/simulated_backend.h"
 #include "history/history_recorder.h"
 #include "replay/snapshot_replay.h"
-#include "snapshot/json_writer.h"
-#include "snapshot/msgpack_writer.h"
-#include "snapshot/pytorch_pickle_writer.h"
 #include "snapshot/snapshot_builder.h"
-#include "snapshot/snapshot_loader.h"
+#include "tests/snapshot_formats.h"
 #include "viewer/oom_explanation.h"
 #include "viewer/settings_advisor.h"
 
@@ -60,14 +57,9 @@ struct Program {
 };
 
 Snapshot round_trip(const Snapshot& s, const std::string& format) {
-  std::string bytes;
-  const ByteSink sink = [&](std::string_view piece) { bytes.append(piece); };
-  if (format == "msgpack") bytes = to_msgpack(s);
-  if (format == "json") write_json(s, sink);
-  if (format == "pickle") write_pytorch_pickle(s, sink);
-  Result<LoadedSnapshot> loaded = load_snapshot_from_memory(bytes);
-  EXPECT_TRUE(loaded.ok()) << format << ": " << loaded.error();
-  return loaded.ok() ? std::move(loaded).value().snapshot : Snapshot{};
+  Result<Snapshot> back = testing::converted(s, format);
+  EXPECT_TRUE(back.ok()) << back.error();
+  return back.ok() ? std::move(back).value() : Snapshot{};
 }
 
 std::vector<TraceStateChange> cap_changes(const Snapshot& s) {

@@ -45,6 +45,20 @@ struct OomProgram {
   }
 };
 
+// One 60 MiB segment cut into six 10 MiB blocks, every other one freed: 10 MiB holes between
+// live blocks.
+void cut_one_segment(OomProgram& program) {
+  program.allocator->deallocate(program.allocator->allocate(60 * kMiB));
+  std::vector<void*> pieces;
+  for (int i = 0; i < 6; ++i) pieces.push_back(program.allocator->allocate(10 * kMiB));
+  for (int i = 0; i < 6; ++i) {
+    if (i % 2 == 0)
+      program.held.push_back(pieces[i]);
+    else
+      program.allocator->deallocate(pieces[i]);
+  }
+}
+
 OomExplanation explain(const Snapshot& snapshot) {
   Result<OomExplanation> x = explain_oom(snapshot);
   EXPECT_TRUE(x.ok()) << x.error();
@@ -129,15 +143,7 @@ TEST(ExplainOom, ASnapshotTakenAtTheErrorWithoutHistoryStillExplainsIt) {
 
 TEST(ExplainOom, FreeBytesInPiecesTooSmallIsFragmentationAndMaxSplitSizeAvoidsIt) {
   OomProgram program(64 * kMiB);
-  program.allocator->deallocate(program.allocator->allocate(60 * kMiB));  // one 60 MiB segment
-  std::vector<void*> pieces;
-  for (int i = 0; i < 6; ++i) pieces.push_back(program.allocator->allocate(10 * kMiB));
-  for (int i = 0; i < 6; ++i) {
-    if (i % 2 == 0)
-      program.held.push_back(pieces[i]);
-    else
-      program.allocator->deallocate(pieces[i]);  // 10 MiB holes between live blocks
-  }
+  cut_one_segment(program);
   const OomExplanation x = explain(program.fail_with(20 * kMiB));
   EXPECT_EQ(x.diagnosis.cause, OomCause::kFragmentation);
   EXPECT_EQ(x.usable_free_bytes, 30 * kMiB);
@@ -468,15 +474,7 @@ TEST(ExplainOom, ARequestLargerThanTheDeviceSaysNoFreeingOrSettingHelps) {
 // recorded settings is not the recording, and the advice says it cannot judge.
 TEST(ExplainOom, NoSettingIsRecommendedFromAReplayThatDoesNotReproduceTheRecording) {
   OomProgram program(64 * kMiB);
-  program.allocator->deallocate(program.allocator->allocate(60 * kMiB));
-  std::vector<void*> pieces;
-  for (int i = 0; i < 6; ++i) pieces.push_back(program.allocator->allocate(10 * kMiB));
-  for (int i = 0; i < 6; ++i) {
-    if (i % 2 == 0)
-      program.held.push_back(pieces[i]);
-    else
-      program.allocator->deallocate(pieces[i]);
-  }
+  cut_one_segment(program);
   Snapshot s = program.fail_with(20 * kMiB);
   const OomExplanation whole = explain(s);
   ASSERT_TRUE(whole.advice.has_value());
