@@ -206,13 +206,25 @@ Result<SettingsAdvice> tune_settings(const Snapshot& snapshot, const TuneOptions
   const AllocatorConfig& baseline = options.baseline ? *options.baseline : recorded_settings.value();
   const std::string recorded_text = to_config_string(baseline);
   // The recorded error's cause (explain-oom's): one no setting can change answers at once.
+  bool cap_unrecorded = false;
   if (advice.recorded_oom && !options.capacity_bytes) {
     Result<OomState> state = oom_state(snapshot, advice.device);
-    if (state) advice.oom = std::move(state.value().diagnosis);
+    if (state) {
+      cap_unrecorded = state.value().cap_range.has_value();
+      advice.oom = std::move(state.value().diagnosis);
+    }
   }
   const bool settled = advice.oom && settings_cannot_help(advice.oom->cause);
 
   std::vector<std::string> candidates = settled ? std::vector<std::string>{} : tune_candidates();
+  // Under a cap the file does not record, the replays run on the least it can have been, with no
+  // cap of their own: garbage collection, which works to a share of the cap, does not run there
+  // as it did, so its settings are not tried.
+  if (cap_unrecorded) {
+    std::erase_if(candidates, [](const std::string& c) { return c.find("garbage_collection_threshold") != std::string::npos; });
+    advice.note = "garbage_collection_threshold is not tried: it works to a share of the memory cap, which this file "
+                  "does not record";
+  }
   if (std::find(candidates.begin(), candidates.end(), recorded_text) == candidates.end())
     candidates.insert(candidates.begin(), recorded_text);
   // One more job: the recorded settings on the recording's own device, when the baseline is not

@@ -365,7 +365,7 @@ TEST(ServerOom, ExplainsTheRecordedOutOfMemoryErrorAsTheCliDoes) {
   const json tune = json::parse(client.Get("/api/snapshots/1/tune")->body);
   EXPECT_TRUE(tune["recorded_oom"].get<bool>());
   EXPECT_TRUE(tune["best"]["ok"].get<bool>());
-  EXPECT_GT(tune["ranked"].size(), 50u);
+  EXPECT_GT(tune["ranked"].size(), 40u);  // garbage collection left out: the cap is not recorded
   // One settings verdict on the OOM page, the tune page and the CLI's tune and estimate.
   EXPECT_EQ(answer["settings_conclusion"], tune["conclusion"]);
   EXPECT_EQ(answer["settings_verdict"], tune["judgement"]);
