@@ -26,9 +26,12 @@ std::string describe(const OomInfo& info) {
     message += "with " + size(info.private_pool_free_bytes) +
                " cached in private pools (CUDA graphs, MemPool) that this request could not use, ";
   message += "and " + size(unallocated) + " is reserved by memsnap but unallocated.";
+  // A hint, not a verdict: the free memory may be in pieces, on other streams or waiting for
+  // them; explain-oom on a snapshot of the error decides which (viewer/oom_cause.h).
   if (unallocated > info.allocation_bytes)
-    message += " Reserved but unallocated memory this large means fragmentation: setting "
-               "max_split_size_mb in MEMSNAP_ALLOC_CONF may help.";
+    message += " Reserved but unallocated memory this large may be fragmentation (setting max_split_size_mb "
+               "or expandable_segments:True in MEMSNAP_ALLOC_CONF may help) or memory held for other streams; "
+               "memsnap explain-oom on a snapshot of this error says which.";
   return message;
 }
 

@@ -177,9 +177,18 @@ Snapshot take_snapshot(CachingAllocator& allocator, HistoryRecorder* recorder,
         snapshot.trace_state_changes[static_cast<size_t>(d)] = std::move(changes);
       }
     }
-    if (options.oom && options.oom->device == d && !has_recent_oom(trace, *options.oom))
+    if (options.oom && options.oom->device == d && !has_recent_oom(trace, *options.oom)) {
       trace.push_back({TraceAction::kOom, options.oom->device_free_bytes, options.oom->requested_bytes,
                        options.oom->stream, steady_time_us(), kNoStackIndex});
+      // A trace of the error alone (history off, or not read): the cap it met is the one in
+      // effect now, none included, as a recording states it from its start (recorded_caps.h).
+      if (trace.size() == 1) {
+        snapshot.trace_state_changes.resize(std::max(snapshot.trace_state_changes.size(), static_cast<size_t>(d) + 1));
+        std::vector<TraceStateChange>& changes = snapshot.trace_state_changes[static_cast<size_t>(d)];
+        std::erase_if(changes, [](const TraceStateChange& c) { return c.kind == TraceStateKind::kMemoryCap; });
+        changes.insert(changes.begin(), {0, TraceStateKind::kMemoryCap, memory_cap_text(allocator.device(d).memory_cap()), ""});
+      }
+    }
   }
   if (recorder != nullptr) {
     for (const Annotation& annotation : recorder->annotations())

@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
+#include <string>
 
 #include "allocator/cuda_backend.h"
 #include "history/trace_labels.h"
@@ -26,6 +28,16 @@
 
 namespace memsnap::pytorch {
 namespace {
+
+// The verdict on the out-of-memory error this thread ran into, decided by the first OOM
+// observer (the error's figures identify it) and read where the error is raised.
+struct VerdictAtError {
+  int device = 0;
+  size_t requested_bytes = 0;
+  StreamId stream = 0;
+  std::string line;
+};
+thread_local std::optional<VerdictAtError> verdict_at_error;
 
 std::atomic<TorchAllocator*> the_allocator{nullptr};
 
@@ -167,6 +179,10 @@ void TorchAllocator::init(int device_count) {
   if (python::frames_supported()) recorder_->set_interpreter_frames(&process_autograd_frames());
   fractions_.assign(static_cast<size_t>(std::max(device_count, allocator_->device_count())),
                     config_.per_process_memory_fraction);
+  // The verdict first, before any observer (PyTorch's may free memory) changes the state.
+  allocator_->add_oom_observer([this](const OomInfo& info) {
+    verdict_at_error = VerdictAtError{info.device, info.requested_bytes, info.stream, oom_verdict_now(info)};
+  });
   allocator_->add_oom_observer([this](const OomInfo& info) { write_oom_snapshot(info); });
   {
     std::lock_guard<std::mutex> controls(controls_mutex_);
@@ -228,7 +244,14 @@ void* TorchAllocator::malloc(size_t size, c10::DeviceIndex device, cudaStream_t 
     if (c10::memoryProfilingEnabled())
       c10::reportOutOfMemoryToProfiler(static_cast<int64_t>(info.rounded_bytes), info.allocated_bytes,
                                        info.reserved_bytes, c10::Device(c10::DeviceType::CUDA, device));
-    TORCH_CHECK_WITH(OutOfMemoryError, false, torch_oom_message(info));
+    std::string verdict;
+    if (verdict_at_error && verdict_at_error->device == info.device &&
+        verdict_at_error->requested_bytes == info.requested_bytes && verdict_at_error->stream == info.stream)
+      verdict = std::move(verdict_at_error->line);
+    else  // (an error inside an observer, which runs none)
+      verdict = oom_verdict_now(info);
+    verdict_at_error.reset();
+    TORCH_CHECK_WITH(OutOfMemoryError, false, torch_oom_message(info, verdict));
   } catch (const c10::Error&) {
     throw;  // (a MemPool's own allocator failed: its error as it raised it)
   } catch (const std::exception& error) {
@@ -602,6 +625,10 @@ bool TorchAllocator::remember_oom_snapshot(const std::string& path) {
 }
 
 // An OOM observer: runs without the allocator's lock, before the error is raised.
+std::string TorchAllocator::oom_verdict_now(const OomInfo& info) {
+  return oom_verdict_line(*allocator_, info, add_outside_memory);
+}
+
 void TorchAllocator::write_oom_snapshot(const OomInfo& info) {
   std::string path;
   SnapshotOptions options;

@@ -135,6 +135,9 @@ class TorchAllocator final : public torch_alloc::CUDAAllocator {
   void check_device(c10::DeviceIndex device) const;
   DeviceCachingAllocator& device_allocator(c10::DeviceIndex device);
   void write_oom_snapshot(const OomInfo& info);
+  // memsnap's verdict on an out-of-memory error's cause (oom_message.h), from the allocator as
+  // the error left it.
+  std::string oom_verdict_now(const OomInfo& info);
   // Whether no earlier out-of-memory snapshot went to `path` (a pattern without {n} reuses it).
   bool remember_oom_snapshot(const std::string& path);
 

@@ -128,6 +128,39 @@ TEST(MemoryCap, NoCapIsRecordedAsNone) {
   EXPECT_EQ(cap_changes(s)[0].value, "none");
 }
 
+// History off (the default), as dump_snapshot_on_oom writes the error: the trace holds the error
+// alone, and the cap it met (or none) is stated with it, so explain-oom and memsnap.torch's error
+// message name the cap instead of inferring a range.
+TEST(MemoryCap, AnOomSnapshotWithoutHistoryStatesTheCapItMet) {
+  for (const bool capped : {true, false}) {
+    Program program({}, capped ? 8 * kGiB : 1 * kGiB);
+    program.recorder->configure({HistoryLevel::kOff, 100000, false});
+    if (capped) program.allocator->set_memory_fraction(0.125, 0);  // 1 GiB of 8
+    program.held.push_back(program.allocator->allocate(600 * kMiB));
+    SnapshotOptions at_error;
+    try {
+      program.allocator->allocate(600 * kMiB);
+      FAIL() << "expected an out-of-memory error";
+    } catch (const OutOfMemoryError& error) {
+      at_error.oom = error.info();
+    }
+    for (HistoryRecorder* recorder : {program.recorder.get(), static_cast<HistoryRecorder*>(nullptr)}) {
+      for (const std::string format : {"msgpack", "json", "pickle"}) {
+        const Snapshot s = round_trip(take_snapshot(*program.allocator, recorder, at_error), format);
+        ASSERT_EQ(s.device_traces.at(0).size(), 1u) << format;
+        ASSERT_EQ(cap_changes(s).size(), 1u) << format;
+        EXPECT_EQ(cap_changes(s)[0].value, capped ? memory_cap_text(program.allocator->device(0).memory_cap()) : "none");
+        const OomExplanation x = explain_oom(s).value();
+        ASSERT_TRUE(x.cap_known) << format;
+        EXPECT_FALSE(x.cap_range.has_value()) << format;
+        EXPECT_EQ(x.diagnosis.cause, OomCause::kExhaustion) << format;
+        const std::string limit = capped ? "more than a memory cap of 1.00 GiB" : "more than the 1.00 GiB the allocator could have had";
+        EXPECT_NE(x.diagnosis.verdict.sentence.find(limit), std::string::npos) << format << ": " << x.diagnosis.verdict.sentence;
+      }
+    }
+  }
+}
+
 TEST(MemoryCap, EveryFormatKeepsTheCapAndItsChanges) {
   Program program;
   program.held.push_back(program.allocator->allocate(10 * kMiB));

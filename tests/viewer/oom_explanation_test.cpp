@@ -387,7 +387,7 @@ TEST(ExplainOom, AnOomCausedByPrivatePoolsSaysSoWithTheRemedies) {
                 "sharing avoids the error if the cap was at least that"),
             std::string::npos)
       << json["shared_graph_pool_conclusion"];
-  EXPECT_EQ(json["settings_conclusion"], settings_conclusion(x));
+  EXPECT_EQ(json["settings_conclusion"].get<std::string>(), settings_conclusion(x));
   std::ifstream golden_file(dir + "pool_oom.explain.txt");
   std::stringstream golden;
   golden << golden_file.rdbuf();

@@ -375,9 +375,9 @@ TEST(ServerOom, ExplainsTheRecordedOutOfMemoryErrorAsTheCliDoes) {
   const auto estimate = estimate_fit(loaded->snapshot, FitOptions{});
   ASSERT_TRUE(estimate) << estimate.error();
   ASSERT_TRUE(estimate->failure.has_value());
-  EXPECT_EQ(estimate->failure->cause.verdict.sentence, answer["verdict"]["sentence"]);
+  EXPECT_EQ(estimate->failure->cause.verdict.sentence, answer["verdict"]["sentence"].get<std::string>());
   ASSERT_TRUE(estimate->advice.has_value());
-  EXPECT_EQ(estimate->advice->verdict.sentence, tune["conclusion"]);
+  EXPECT_EQ(estimate->advice->verdict.sentence, tune["conclusion"].get<std::string>());
   // The timeline marks the error on its axis.
   const json timeline = json::parse(client.Get("/api/snapshots/1/timeline")->body);
   ASSERT_FALSE(timeline["markers"].empty());

@@ -14,7 +14,8 @@ Every ``torch.cuda`` memory call keeps working with PyTorch's meanings (``memory
 observers, ``torch.cuda.memory._record_memory_history``, ``_snapshot`` and
 ``_dump_snapshot``), CUDA graph capture, ``torch.compile(mode="reduce-overhead")`` and
 ``torch.cuda.MemPool`` / ``use_mem_pool`` use memsnap's private pools, and an out-of-memory
-raises ``torch.OutOfMemoryError`` with PyTorch's message and memsnap's reason, leaving the
+raises ``torch.OutOfMemoryError`` with PyTorch's message and memsnap's verdict on the cause
+(the sentence ``memsnap explain-oom`` prints for the same error), leaving the
 process able to go on. Settings changed while running (``torch.cuda.memory._set_allocator_settings``)
 take effect as in PyTorch and are recorded in the trace; ``torch.cuda.caching_allocator_enable``,
 ``torch.profiler``'s memory views and ``torch.cuda.MemPool(allocator=...)`` work as on PyTorch's
